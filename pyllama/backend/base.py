@@ -1,0 +1,123 @@
+"""The backend op list: everything architecture code can ask a backend to compute.
+
+All activations are float32 numpy arrays in numpy order ([n_tokens, n_embd] etc.). Weights are
+`Weight` objects made by `Backend.weight(tensor_info)`. KV caches are arrays the backend allocates
+(`alloc_kv`) and the KV bookkeeping (pyllama/kv) indexes by cell.
+
+Batch-invariance contract (ARCHITECTURE decision 6), binding on every backend:
+- a token's output row is computed by the same code with the same reduction order whatever the
+  number of rows in the call; threads split rows/heads/tokens, never one reduction;
+- `attention` reads, for query i, exactly the cells kv_cells[q_start[i]:q_end[i]] in that order
+  (the caller lists them in position order), reads K/V as stored (f16 rounding included),
+  and touches no other cell.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..gguf import GGMLType
+
+# op names, the single list every backend implements (tests iterate over it)
+OPS = (
+    "matmul", "get_rows", "rms_norm", "rope", "attention", "set_rows",
+    "add", "mul", "scale", "gelu", "silu", "geglu", "swiglu", "softcap",
+)
+
+ROPE_NORM = 0   # pairs (2i, 2i+1)   (llama)
+ROPE_NEOX = 2   # pairs (i, i+n_rot/2) (qwen2, gemma)
+
+
+@dataclass
+class Weight:
+    """A weight matrix [rows, cols] (numpy order) or vector, as stored in the GGUF.
+
+    `raw` is the zero-copy view from the reader: typed for F32/F16 (BF16 as uint16), uint8 rows
+    of packed blocks for quantized types. Backends may attach their own device copy in `dev`.
+    """
+    name: str
+    type: GGMLType
+    shape: tuple[int, ...]
+    raw: np.ndarray
+    dev: object = None
+
+
+class Backend(ABC):
+    name = "base"
+
+    def __init__(self, n_threads: int | None = None):
+        self.n_threads = n_threads
+
+    # -- memory -----------------------------------------------------------------------------
+    def weight(self, info) -> Weight:
+        """Wrap a gguf TensorInfo (reader view, no copy)."""
+        return Weight(info.name, info.type, info.shape, info.data)
+
+    def alloc_kv(self, n_cells: int, row: int, dtype: str) -> np.ndarray:
+        """A K or V buffer [n_cells, row] for one layer; dtype 'f16' or 'f32' (q8_0/q4_0 later)."""
+        dt = {"f16": np.float16, "f32": np.float32}[dtype]
+        return np.zeros((n_cells, row), dtype=dt)
+
+    # -- ops --------------------------------------------------------------------------------
+    @abstractmethod
+    def matmul(self, w: Weight, x: np.ndarray) -> np.ndarray:
+        """y[n, rows] = x[n, cols] @ W[rows, cols]^T. Quantized W: activations are quantized per
+        row (q8 blocks) as llama.cpp's vec_dot does for the weight type."""
+
+    @abstractmethod
+    def get_rows(self, w: Weight, ids: np.ndarray) -> np.ndarray:
+        """Dequantized rows W[ids] -> [len(ids), cols] float32."""
+
+    @abstractmethod
+    def rms_norm(self, x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
+        """Over the last axis: x / sqrt(mean(x^2) + eps) * w. x [..., d], w [d] float32 or None."""
+
+    @abstractmethod
+    def rope(self, x: np.ndarray, pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
+             mode: int) -> np.ndarray:
+        """Rotary embedding of x [n, n_head, head_dim] at positions pos [n] (int32); the first
+        n_rot dims rotate, mode ROPE_NORM or ROPE_NEOX; theta_i = pos * freq_scale *
+        base^(-2i/n_rot)."""
+
+    @abstractmethod
+    def attention(self, q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
+                  kv_cells: np.ndarray, q_start: np.ndarray, q_end: np.ndarray,
+                  scale: float, softcap: float = 0.0) -> np.ndarray:
+        """q [n_q, n_head, d_k] f32; k_cache [n_cells, n_head_kv * d_k], v_cache
+        [n_cells, n_head_kv * d_v] (f16 or f32); kv_cells int32 [L]; query i attends to cells
+        kv_cells[q_start[i]:q_end[i]] (position order). Head h uses kv head h // (n_head /
+        n_head_kv). s = scale * q.k; if softcap > 0: s = softcap * tanh(s / softcap); softmax
+        over the listed cells; returns [n_q, n_head, d_v] f32. A query with an empty list -> 0."""
+
+    @abstractmethod
+    def set_rows(self, cache: np.ndarray, cells: np.ndarray, rows: np.ndarray) -> None:
+        """cache[cells[i]] = rows[i], converted (rounded) to the cache dtype."""
+
+    def add(self, a, b):
+        return np.add(a, b, dtype=np.float32)
+
+    def mul(self, a, b):
+        return np.multiply(a, b, dtype=np.float32)
+
+    def scale(self, x, s: float):
+        return np.multiply(x, np.float32(s), dtype=np.float32)
+
+    @abstractmethod
+    def gelu(self, x: np.ndarray) -> np.ndarray:
+        """tanh-approximation GELU (ggml_gelu)."""
+
+    @abstractmethod
+    def silu(self, x: np.ndarray) -> np.ndarray:
+        ...
+
+    def geglu(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+        return self.mul(self.gelu(gate), up)
+
+    def swiglu(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+        return self.mul(self.silu(gate), up)
+
+    def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
+        c = np.float32(cap)
+        return (np.tanh(x / c) * c).astype(np.float32)
