@@ -1,0 +1,29 @@
+"""Architectures, one file each, named after GGUF `general.architecture`; looked up by name."""
+from __future__ import annotations
+
+from ..errors import ModelError
+from .base import Arch, LayerWeights, ModelWeights
+
+_REGISTRY: dict[str, type[Arch]] = {}
+
+
+def register(cls: type[Arch]) -> type[Arch]:
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def get(name: str) -> type[Arch]:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ModelError(f"unknown model architecture: '{name}' "
+                         f"(supported: {', '.join(sorted(_REGISTRY))})") from None
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+from . import gemma2, gemma3, llama, qwen2, qwen3  # noqa: E402,F401  (registration)
+
+__all__ = ["Arch", "LayerWeights", "ModelWeights", "register", "get", "names"]

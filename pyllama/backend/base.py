@@ -50,10 +50,18 @@ class Backend(ABC):
     def __init__(self, n_threads: int | None = None):
         self.n_threads = n_threads
 
+    def set_threads(self, n_threads: int | None) -> None:
+        """Threads for the CPU kernels (None: the library default)."""
+        self.n_threads = n_threads
+
     # -- memory -----------------------------------------------------------------------------
     def weight(self, info) -> Weight:
         """Wrap a gguf TensorInfo (reader view, no copy)."""
         return Weight(info.name, info.type, info.shape, info.data)
+
+    def vec(self, w: Weight) -> np.ndarray:
+        """A 1-D F32 weight (norm scale, bias) in the form this backend's ops take."""
+        return w.raw
 
     def alloc_kv(self, n_cells: int, row: int, dtype: str) -> np.ndarray:
         """A K or V buffer [n_cells, row] for one layer; dtype 'f16' or 'f32' (q8_0/q4_0 later)."""

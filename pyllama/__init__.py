@@ -1,0 +1,31 @@
+"""pyllama: a llama.cpp-compatible LLM runtime in Python.
+
+Public API (mirrors llama.h): load_model, Model, Context, Batch; see ARCHITECTURE.md.
+`import pyllama` never needs a GPU, a driver or pycuda.
+"""
+import os as _os
+
+_os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+__version__ = "0.1.0"
+
+from .errors import PyllamaError, GgufError, ModelError, ContextError  # noqa: E402
+from . import models  # noqa: E402
+
+
+def __getattr__(name):
+    # heavy modules load on first use so that `import pyllama` stays fast
+    if name in ("load_model", "Model"):
+        from . import model
+        return getattr(model, name)
+    if name == "Context":
+        from .context import Context
+        return Context
+    if name == "Batch":
+        from .batch import Batch
+        return Batch
+    raise AttributeError(f"module 'pyllama' has no attribute {name!r}")
+
+
+__all__ = ["load_model", "Model", "Context", "Batch", "PyllamaError", "GgufError", "ModelError",
+           "ContextError", "models", "__version__"]

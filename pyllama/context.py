@@ -1,0 +1,135 @@
+"""Context: decode(batch) -> logits over a KV memory, as llama_context does.
+
+Defaults follow llama.cpp's CLI and server, not llama.h: `swa_full=False` (llama.h's library
+default is true). `swa_extra=N` keeps N positions beyond each sequence's window in the SWA cache so
+that rolling back up to N tokens stays exact (ARCHITECTURE decision 10).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .batch import Batch, validate
+from .errors import ContextError
+from .graph import Graph
+from .kv import make_memory
+from .log import get_logger
+
+log = get_logger("context")
+
+
+class Context:
+    def __init__(self, model, n_ctx: int = 4096, n_batch: int = 2048, n_ubatch: int = 512,
+                 n_seq_max: int = 1, swa_full: bool = False, swa_extra: int = 0,
+                 kv_unified: bool = False, type_k: str = "f16", type_v: str = "f16",
+                 n_threads: int | None = None):
+        hp = model.hparams
+        if n_ctx == 0:
+            n_ctx = hp.n_ctx_train
+        if n_ctx < 0 or n_batch <= 0 or n_ubatch <= 0 or n_seq_max <= 0 or swa_extra < 0:
+            raise ContextError("n_ctx, n_batch, n_ubatch, n_seq_max must be positive "
+                               "and swa_extra >= 0")
+        if type_k not in ("f16", "f32") or type_v not in ("f16", "f32"):
+            raise ContextError(f"unsupported KV cache type {type_k}/{type_v} (f16, f32)")
+        self.model, self.hp = model, hp
+        self.backend = model.backend
+        if n_threads is not None:
+            self.backend.set_threads(n_threads)
+        self.n_ubatch = min(n_ubatch, n_batch)
+        self.n_batch = n_batch
+        self.n_seq_max = n_seq_max
+        self.swa_full, self.swa_extra, self.kv_unified = swa_full, swa_extra, kv_unified
+        self.memory = make_memory(hp, n_ctx=n_ctx, n_seq_max=n_seq_max, n_ubatch=self.n_ubatch,
+                                  swa_full=swa_full, swa_extra=swa_extra, kv_unified=kv_unified,
+                                  type_k=type_k, type_v=type_v, backend=self.backend)
+        self.n_ctx = self.memory.n_ctx
+        self._logits = np.zeros((0, hp.n_vocab), dtype=np.float32)
+        self._out_row = np.full(0, -1, dtype=np.int64)   # batch index -> row in _logits
+        self._n_outputs = 0
+
+    # -- decode -----------------------------------------------------------------------------
+    def decode(self, batch: Batch) -> int:
+        """llama_decode: 0 ok, 1 no memory slot (memory unchanged), -1 invalid batch."""
+        if batch.n_tokens == 0:
+            log.error("decode: n_tokens == 0")
+            return -1
+        if batch.n_tokens > self.n_batch:
+            log.error(f"decode: n_tokens = {batch.n_tokens} > n_batch = {self.n_batch}")
+            return -1
+        rc, reason = validate(batch, self.hp.n_vocab, self.n_seq_max, self.memory)
+        if rc != 0:
+            log.error(f"decode: invalid batch: {reason}")
+            return rc
+        self.memory.update()
+        ubatches = self.memory.init_batch(batch, self.n_ubatch)
+        if ubatches is None:
+            log.warning("decode: failed to find a memory slot for a batch of "
+                        f"{batch.n_tokens} tokens")
+            return 1
+        self._reserve_outputs(batch)
+        for ub in ubatches:
+            self._decode_ubatch(ub)
+        return 0
+
+    def _reserve_outputs(self, batch: Batch) -> None:
+        n_out = int(np.count_nonzero(batch.logits))
+        if self._logits.shape[0] < n_out:
+            self._logits = np.empty((n_out, self.hp.n_vocab), dtype=np.float32)
+        out_row = np.full(batch.n_tokens, -1, dtype=np.int64)
+        out_row[np.flatnonzero(batch.logits)] = np.arange(n_out)
+        self._out_row, self._n_outputs = out_row, n_out
+
+    def _decode_ubatch(self, ub) -> None:
+        out_local = np.flatnonzero(ub.output).astype(np.int32)
+        g = Graph(self.backend, self.hp, self.memory, ub, out_local)
+        logits = self.model.arch.forward(g, self.model.weights, self.hp)
+        if len(out_local):
+            rows = self._out_row[np.asarray(ub.idx)[out_local]]
+            self._logits[rows] = logits
+
+    # -- outputs ----------------------------------------------------------------------------
+    def get_logits_ith(self, i: int) -> np.ndarray:
+        """Logits of batch index i of the last decode (negative i: from the last output)."""
+        if i < 0:
+            j = self._n_outputs + i
+            if j < 0:
+                raise IndexError(f"logits index {i} out of range ({self._n_outputs} outputs)")
+            return self._logits[j]
+        if i >= len(self._out_row) or self._out_row[i] < 0:
+            raise IndexError(f"token {i} of the last batch has no logits (not flagged as output)")
+        return self._logits[self._out_row[i]]
+
+    def get_logits(self) -> np.ndarray:
+        """[n_outputs, n_vocab] logits of the last decode, in batch order."""
+        return self._logits[:self._n_outputs]
+
+    # -- convenience ------------------------------------------------------------------------
+    def eval(self, tokens, seq_id: int = 0, logits_all: bool = False) -> np.ndarray:
+        """Decode tokens after what seq_id already holds; [n_tokens or 1, n_vocab] logits."""
+        tokens = np.asarray(tokens, dtype=np.int32)
+        if tokens.size == 0:
+            raise ContextError("eval: no tokens")
+        start = self.memory.seq_pos_max(seq_id) + 1
+        outs = []
+        for b0 in range(0, len(tokens), self.n_batch):
+            chunk = tokens[b0:b0 + self.n_batch]
+            last = b0 + len(chunk) == len(tokens)
+            flags = np.ones(len(chunk), bool) if logits_all else np.zeros(len(chunk), bool)
+            if last:
+                flags[-1] = True
+            pos = np.arange(start + b0, start + b0 + len(chunk), dtype=np.int32)
+            rc = self.decode(Batch(chunk, pos=pos, seq_ids=[seq_id] * len(chunk), logits=flags))
+            if rc != 0:
+                raise ContextError(f"eval: decode failed with code {rc}")
+            if logits_all or last:
+                outs.append(self.get_logits().copy())
+        return np.concatenate(outs) if logits_all else outs[-1][-1:]
+
+    # -- memory / state ---------------------------------------------------------------------
+    def memory_breakdown(self) -> dict:
+        return self.memory.memory_breakdown()
+
+    def state_seq_get(self, seq_id: int, flags: int = 0) -> bytes:
+        return self.memory.state_write(seq_id, flags)
+
+    def state_seq_set(self, data: bytes, seq_id: int, flags: int = 0) -> None:
+        self.memory.state_read(data, seq_id, flags)

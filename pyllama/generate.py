@@ -1,0 +1,117 @@
+"""Prompt -> token stream over a Context: prefix reuse, stop tokens, limits, streaming text.
+
+`generate()` remembers, per (context, sequence), which tokens the cache holds, reuses the longest
+common prefix with the new prompt (rolling the rest back with seq_rm) when the SWA window of the
+first re-evaluated token is still in the cache, and otherwise re-processes the prompt from scratch.
+"""
+from __future__ import annotations
+
+import codecs
+import weakref
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+
+from .batch import Batch
+from .errors import ContextError
+
+_HISTORY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def cached_tokens(ctx, seq_id: int) -> list[int]:
+    """Tokens the cache holds for seq_id (as decoded through this module), kept consistent with the
+    memory: a sequence rolled back with seq_rm keeps its prefix; an unknown one is empty."""
+    hist = _HISTORY.setdefault(ctx, {})
+    toks = hist.get(seq_id, [])
+    n = ctx.memory.seq_pos_max(seq_id) + 1
+    if n < len(toks):
+        del toks[n:]
+    elif n > len(toks):          # decoded by someone else: we do not know these tokens
+        ctx.memory.seq_rm(seq_id, -1, -1)
+        toks = []
+    hist[seq_id] = toks
+    return toks
+
+
+def window_ok(ctx, seq_id: int, n_keep: int) -> bool:
+    """Can decoding continue at position n_keep after seq_rm(seq_id, n_keep, -1) with every
+    position of its window present?"""
+    hp = ctx.hp
+    if n_keep == 0:
+        return True
+    pos_min = ctx.memory.seq_pos_min(seq_id)
+    if not hp.is_swa_any():
+        return pos_min <= 0
+    return pos_min <= max(0, n_keep - hp.n_swa + 1)
+
+
+def prepare_prompt(ctx, prompt: list[int], seq_id: int = 0) -> int:
+    """Make seq_id hold a prefix of prompt; returns how many prompt tokens are already cached
+    (always < len(prompt), so the last prompt token is decoded and produces logits)."""
+    toks = cached_tokens(ctx, seq_id)
+    n = 0
+    lim = min(len(toks), len(prompt) - 1)
+    while n < lim and toks[n] == prompt[n]:
+        n += 1
+    if not window_ok(ctx, seq_id, n):
+        n = 0
+    ctx.memory.seq_rm(seq_id, n, -1)
+    del toks[n:]
+    return n
+
+
+def decode_tokens(ctx, tokens: list[int], seq_id: int = 0, logits_last: bool = True) -> None:
+    """Decode tokens after what seq_id holds, in n_batch chunks; logits for the last one."""
+    toks = cached_tokens(ctx, seq_id)
+    start = len(toks)
+    for b0 in range(0, len(tokens), ctx.n_batch):
+        chunk = np.asarray(tokens[b0:b0 + ctx.n_batch], dtype=np.int32)
+        flags = np.zeros(len(chunk), bool)
+        if logits_last and b0 + len(chunk) == len(tokens):
+            flags[-1] = True
+        pos = np.arange(start + b0, start + b0 + len(chunk), dtype=np.int32)
+        rc = ctx.decode(Batch(chunk, pos=pos, seq_ids=[seq_id] * len(chunk), logits=flags))
+        if rc != 0:
+            raise ContextError("failed to find a memory slot (context full)" if rc == 1 else
+                               f"decode failed with code {rc}")
+        toks.extend(int(t) for t in chunk)
+
+
+def generate(ctx, prompt_tokens: list[int], sampler, n_predict: int = -1, seq_id: int = 0,
+             stop_tokens: Iterable[int] | None = None,
+             on_token: Callable[[int], None] | None = None) -> Iterator[int]:
+    """Yield sampled tokens continuing prompt_tokens until a stop token (the model's EOG set
+    by default; it is yielded), n_predict tokens (-1: until the context is full)."""
+    if not prompt_tokens:
+        raise ContextError("empty prompt")
+    stops = set(ctx.model.vocab.eog_ids if stop_tokens is None else stop_tokens)
+    n_cached = prepare_prompt(ctx, prompt_tokens, seq_id)
+    decode_tokens(ctx, prompt_tokens[n_cached:], seq_id)
+    n_ctx_seq = ctx.memory.n_ctx_seq
+    n_gen = 0
+    while n_predict < 0 or n_gen < n_predict:
+        tok = int(sampler.sample(ctx.get_logits_ith(-1)))
+        sampler.accept(tok)
+        n_gen += 1
+        if on_token is not None:
+            on_token(tok)
+        yield tok
+        if tok in stops or len(cached_tokens(ctx, seq_id)) >= n_ctx_seq:
+            return
+        if n_predict >= 0 and n_gen >= n_predict:
+            return
+        decode_tokens(ctx, [tok], seq_id)
+
+
+class TokenStreamDecoder:
+    """Turns a stream of token pieces (bytes) into text, emitting only whole UTF-8 characters."""
+
+    def __init__(self, vocab, special: bool = True):
+        self.vocab, self.special = vocab, special
+        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, token: int) -> str:
+        return self._dec.decode(self.vocab.token_to_piece(token, self.special))
+
+    def flush(self) -> str:
+        return self._dec.decode(b"", final=True)

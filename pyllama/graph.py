@@ -1,0 +1,95 @@
+"""The op vocabulary architecture code sees for one ubatch.
+
+Architecture files call only this facade: they never see a backend implementation, the KV cache
+layout or the batch. One Graph is built per ubatch by the Context; it carries the token positions, the
+cells where this ubatch's K/V rows go and, per cache, the attention plan (which cells each token reads,
+in position order).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .backend.base import Backend, Weight
+from .hparams import HParams
+
+
+class Graph:
+    def __init__(self, backend: Backend, hp: HParams, memory, ubatch, out_idx: np.ndarray):
+        self.be = backend
+        self.hp = hp
+        self.memory = memory
+        self.n_tokens = ubatch.n_tokens
+        self.tokens = ubatch.tokens
+        self.pos = np.ascontiguousarray(ubatch.pos, dtype=np.int32)
+        self.out_idx = out_idx            # int32[n_out]: ubatch rows whose logits are wanted
+        self._write_cells = memory.apply_ubatch(ubatch)
+        self._plans: dict = {}
+        self._ubatch = ubatch
+
+    # -- inputs -------------------------------------------------------------------------
+    def embed(self, w: Weight) -> np.ndarray:
+        """[n_tokens, n_embd] rows of the embedding matrix for this ubatch's tokens."""
+        return self.be.get_rows(w, self.tokens)
+
+    # -- elementwise / norms ------------------------------------------------------------
+    def rms_norm(self, x: np.ndarray, w: Weight | None, eps: float | None = None) -> np.ndarray:
+        e = self.hp.f_norm_rms_eps if eps is None else eps
+        return self.be.rms_norm(x, None if w is None else self.be.vec(w), e)
+
+    def matmul(self, w: Weight, x: np.ndarray, bias: Weight | None = None) -> np.ndarray:
+        y = self.be.matmul(w, x)
+        if bias is not None:
+            y = self.be.add(y, self.be.vec(bias))
+        return y
+
+    def add(self, a, b):
+        return self.be.add(a, b)
+
+    def mul(self, a, b):
+        return self.be.mul(a, b)
+
+    def scale(self, x, s: float):
+        return self.be.scale(x, s)
+
+    def geglu(self, gate, up):
+        return self.be.geglu(gate, up)
+
+    def swiglu(self, gate, up):
+        return self.be.swiglu(gate, up)
+
+    def softcap(self, x, cap: float):
+        return self.be.softcap(x, cap)
+
+    # -- attention ----------------------------------------------------------------------
+    def rope(self, x: np.ndarray, il: int) -> np.ndarray:
+        """x [n_tokens, n_head, head_dim] rotated at this ubatch's positions with layer il's base."""
+        hp = self.hp
+        return self.be.rope(x, self.pos, hp.n_rot, hp.rope_base(il), hp.rope_scale(il), hp.rope_type)
+
+    def attention(self, il: int, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                  scale: float | None = None, softcap: float = 0.0) -> np.ndarray:
+        """Store k/v [n_tokens, n_head_kv, d] in layer il's cache, attend q [n_tokens, n_head, d]
+        over each token's visible cells; returns [n_tokens, n_head * d_v]."""
+        hp = self.hp
+        if scale is None:
+            scale = 1.0 / math.sqrt(hp.n_embd_head_k)
+        cache = self.memory.cache_for(il)
+        cells = self._write_cells[cache.kind]
+        kbuf, vbuf = cache.k[il], cache.v[il]
+        self.be.set_rows(kbuf, cells, k.reshape(self.n_tokens, -1))
+        self.be.set_rows(vbuf, cells, v.reshape(self.n_tokens, -1))
+        plan = self._plans.get(cache.kind)
+        if plan is None:
+            plan = self._plans[cache.kind] = cache.attn_plan(self._ubatch)
+        kv_cells, q_start, q_end = plan
+        out = self.be.attention(q, kbuf, vbuf, kv_cells, q_start, q_end, scale, softcap)
+        return out.reshape(self.n_tokens, -1)
+
+    # -- outputs ------------------------------------------------------------------------
+    def select_outputs(self, x: np.ndarray) -> np.ndarray:
+        """Keep only the rows whose logits are wanted (llama.cpp does this at the last layer)."""
+        if len(self.out_idx) == x.shape[0]:
+            return x
+        return np.ascontiguousarray(x[self.out_idx])
