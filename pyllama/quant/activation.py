@@ -1,0 +1,55 @@
+"""Activation quantization as llama.cpp's CPU matmul does it (the `vec_dot_type` of a weight).
+
+Returns the block fields separated, ready for integer dot products: what the reference matmul
+uses to mimic llama.cpp. Scales come back as float32 holding exactly the value the dot product
+reads (q8_0/q8_1 store d and s as f16, so they are rounded through f16; q8_K stores d as f32).
+
+`simd=True` for q8_0/q8_1 mirrors the x86 AVX/AVX2 `quantize_row_q8_0/1` that llama.cpp runs on
+this machine class instead of the `_ref` code: id = 127/amax (not 1/(amax/127)) and
+round-half-to-even (`_mm256_round_ps`) instead of roundf. q8_K has no SIMD variant on x86.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .quantize import F32, nearest_int, q8_0_fields, q8_k_fields
+
+
+def _rows(x: np.ndarray, qk: int) -> tuple[np.ndarray, tuple[int, int]]:
+    x = np.asarray(x, dtype=F32)
+    if x.ndim != 2 or x.shape[1] % qk:
+        raise ValueError(f"expected x [n, k] with k a multiple of {qk}, got {x.shape}")
+    n, k = x.shape
+    return np.ascontiguousarray(x).reshape(n * (k // qk), qk), (n, k // qk)
+
+
+def _q8_simd(xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    amax = np.abs(xb).max(axis=1)
+    with np.errstate(divide="ignore"):
+        iv = np.where(amax != 0, F32(127) / amax, F32(0)).astype(F32)
+    return nearest_int(xb * iv[:, None]).astype(np.int8), amax / F32(127)
+
+
+def quantize_q8_0_rows(x: np.ndarray, simd: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """x [n, k] float32 -> (qs int8 [n, k/32, 32], d float32 [n, k/32], f16-rounded)."""
+    xb, (n, nb) = _rows(x, 32)
+    qs, d = _q8_simd(xb) if simd else q8_0_fields(xb)
+    return qs.reshape(n, nb, 32), d.astype(np.float16).astype(F32).reshape(n, nb)
+
+
+def quantize_q8_1_rows(x: np.ndarray, simd: bool = False):
+    """x [n, k] -> (qs int8 [n, k/32, 32], d [n, k/32], s [n, k/32]); s = f16(d * sum(qs)) with
+    the unrounded d, both returned f16-rounded as float32."""
+    xb, (n, nb) = _rows(x, 32)
+    qs, d = _q8_simd(xb) if simd else q8_0_fields(xb)
+    s = (qs.astype(np.int32).sum(axis=1).astype(F32) * d).astype(np.float16).astype(F32)
+    d16 = d.astype(np.float16).astype(F32)
+    return qs.reshape(n, nb, 32), d16.reshape(n, nb), s.reshape(n, nb)
+
+
+def quantize_q8_K_rows(x: np.ndarray):
+    """x [n, k] -> (qs int8 [n, k/256, 256], d float32 [n, k/256], bsums int16 [n, k/256, 16])."""
+    xb, (n, nb) = _rows(x, 256)
+    qs, d, bsums = q8_k_fields(xb)
+    return qs.reshape(n, nb, 256), d.reshape(n, nb), bsums.reshape(n, nb, 16)
+

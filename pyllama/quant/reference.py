@@ -1,0 +1,179 @@
+"""numpy reference dequantizers for every supported ggml type (the oracle for all kernels).
+
+Mirrors `dequantize_row_*` in ggml-quants.c, vectorised over blocks: each function takes a
+structured array of blocks (layout.BLOCK_LAYOUT[type].dtype) and returns float32 [n_blocks,
+block_elems]. Float operations happen in the same order as ggml's reference code so results are
+bit-identical to it (and to gguf.quants) without FMA contraction.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..gguf import GGMLType
+from .layout import BLOCK_LAYOUT, QK_K
+
+_LO_HI = np.array([0, 4], dtype=np.uint8)
+_CRUMBS = np.array([0, 2, 4, 6], dtype=np.uint8)
+_BITS8 = np.arange(8, dtype=np.uint8)
+_BITS32 = np.arange(32, dtype=np.uint32)
+
+
+def _f16(b: np.ndarray) -> np.ndarray:
+    """An f16 field [n] as float32 [n, 1] (broadcasts over the block's values)."""
+    return b.astype(np.float32)[:, None]
+
+
+def _nibbles(qs: np.ndarray) -> np.ndarray:
+    """[n, 16] packed bytes -> [n, 32]: low nibbles are values 0..15, high nibbles 16..31."""
+    return ((qs[:, None, :] >> _LO_HI[None, :, None]) & 0xF).reshape(len(qs), 32)
+
+
+def _qh_bits(qh: np.ndarray) -> np.ndarray:
+    """Q5_0/Q5_1 qh (4 bytes, little-endian u32) -> [n, 32] fifth bits, value j at bit j."""
+    h = qh.copy().view("<u4").reshape(-1, 1)
+    return ((h >> _BITS32) & 1).astype(np.uint8)
+
+
+def _deq_q4_0(b):
+    return (_nibbles(b["qs"]).astype(np.int8) - 8).astype(np.float32) * _f16(b["d"])
+
+
+def _deq_q4_1(b):
+    return _nibbles(b["qs"]).astype(np.float32) * _f16(b["d"]) + _f16(b["m"])
+
+
+def _deq_q5_0(b):
+    q = (_nibbles(b["qs"]) | (_qh_bits(b["qh"]) << 4)).astype(np.int8) - 16
+    return q.astype(np.float32) * _f16(b["d"])
+
+
+def _deq_q5_1(b):
+    q = _nibbles(b["qs"]) | (_qh_bits(b["qh"]) << 4)
+    return q.astype(np.float32) * _f16(b["d"]) + _f16(b["m"])
+
+
+def _deq_q8_0(b):
+    return b["qs"].astype(np.float32) * _f16(b["d"])
+
+
+def _deq_q8_1(b):
+    return b["qs"].astype(np.float32) * _f16(b["d"])
+
+
+def _deq_q8_k(b):
+    return b["qs"].astype(np.float32) * b["d"].astype(np.float32)[:, None]
+
+
+def _per16(v: np.ndarray) -> np.ndarray:
+    """Per-16-value scales [n, 16] -> [n, 16, 1] for values viewed as [n, 16, 16]."""
+    return v.reshape(len(v), 16, 1)
+
+
+def _crumbs_k(qs: np.ndarray) -> np.ndarray:
+    """Q2_K/Q3_K qs [n, 64] -> 2-bit values [n, 256]: value 128h + 32j + l = qs[32h + l] >> 2j."""
+    q = qs.reshape(len(qs), 2, 1, 32) >> _CRUMBS[None, None, :, None]
+    return (q & 3).reshape(len(qs), QK_K)
+
+
+def _deq_q2_k(b):
+    n, sc = len(b), b["scales"]
+    dl = _per16(_f16(b["d"]) * (sc & 0xF).astype(np.float32))
+    ml = _per16(_f16(b["dmin"]) * (sc >> 4).astype(np.float32))
+    q = _crumbs_k(b["qs"]).astype(np.float32).reshape(n, 16, 16)
+    return (dl * q - ml).reshape(n, QK_K)
+
+
+def q3_k_scales(scales: np.ndarray) -> np.ndarray:
+    """Q3_K packed scales [n, 12] -> signed 6-bit scales [n, 16] (value - 32)."""
+    k = np.arange(16)
+    lo = (scales[:, k % 8] >> (4 * (k // 8)).astype(np.uint8)) & 0xF
+    hi = (scales[:, 8 + k % 4] >> (2 * (k // 4)).astype(np.uint8)) & 3
+    return (lo | (hi << 4)).astype(np.int8) - 32
+
+
+def _deq_q3_k(b):
+    n = len(b)
+    dl = _per16(_f16(b["d"]) * q3_k_scales(b["scales"]).astype(np.float32))
+    # high bit of value 128h + 32j + l is bit (4h + j) of hmask[l]; set means "no -4"
+    hb = (b["hmask"][:, None, :] >> _BITS8[None, :, None]) & 1        # [n, 8, 32]
+    q = _crumbs_k(b["qs"]).astype(np.int8) - ((hb ^ 1) << 2).reshape(n, QK_K).astype(np.int8)
+    return (dl * q.astype(np.float32).reshape(n, 16, 16)).reshape(n, QK_K)
+
+
+def k4_scale_min(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K/Q5_K packed scales [n, 12] -> (6-bit scales [n, 8], 6-bit mins [n, 8])
+    (ggml's get_scale_min_k4 for j = 0..7)."""
+    a, b, c = scales[:, 0:4], scales[:, 4:8], scales[:, 8:12]
+    sc = np.concatenate([a & 63, (c & 0xF) | ((a >> 6) << 4)], axis=1)
+    mn = np.concatenate([b & 63, (c >> 4) | ((b >> 6) << 4)], axis=1)
+    return sc, mn
+
+
+def _k4_affine(b, q: np.ndarray) -> np.ndarray:
+    """value = d*sc[j] * q - dmin*m[j] per 32-value sub-block j; q is [n, 256] integers."""
+    n = len(b)
+    sc, mn = k4_scale_min(b["scales"])
+    d = (_f16(b["d"]) * sc.astype(np.float32))[:, :, None]
+    m = (_f16(b["dmin"]) * mn.astype(np.float32))[:, :, None]
+    return (d * q.astype(np.float32).reshape(n, 8, 32) - m).reshape(n, QK_K)
+
+
+def _nibbles_k(qs: np.ndarray) -> np.ndarray:
+    """Q4_K/Q5_K qs [n, 128] -> [n, 256]: sub-block 2i is qs[32i:32i+32] & 15, 2i+1 the >> 4."""
+    q = qs.reshape(len(qs), 4, 1, 32) >> _LO_HI[None, None, :, None]
+    return (q & 0xF).reshape(len(qs), QK_K)
+
+
+def _deq_q4_k(b):
+    return _k4_affine(b, _nibbles_k(b["qs"]))
+
+
+def _deq_q5_k(b):
+    hb = (b["qh"][:, None, :] >> _BITS8[None, :, None]) & 1           # [n, 8, 32]
+    return _k4_affine(b, _nibbles_k(b["qs"]) | (hb.reshape(len(b), QK_K) << 4))
+
+
+def _deq_q6_k(b):
+    n = len(b)
+    # value 128h + 32k + l: low nibble of ql[64h + 32(k%2) + l] >> 4(k//2), high bits of
+    # qh[32h + l] >> 2k
+    ql = b["ql"].reshape(n, 2, 1, 2, 32) >> _LO_HI[None, None, :, None, None]
+    ql = (ql & 0xF).reshape(n, 2, 4, 32)
+    qh = (b["qh"].reshape(n, 2, 1, 32) >> _CRUMBS[None, None, :, None]) & 3
+    q = (ql | (qh << 4)).astype(np.int8) - 32
+    d = _per16(_f16(b["d"]) * b["scales"].astype(np.float32))
+    return (d * q.astype(np.float32).reshape(n, 16, 16)).reshape(n, QK_K)
+
+
+_DEQUANT = {
+    GGMLType.Q4_0: _deq_q4_0, GGMLType.Q4_1: _deq_q4_1, GGMLType.Q5_0: _deq_q5_0,
+    GGMLType.Q5_1: _deq_q5_1, GGMLType.Q8_0: _deq_q8_0, GGMLType.Q8_1: _deq_q8_1,
+    GGMLType.Q2_K: _deq_q2_k, GGMLType.Q3_K: _deq_q3_k, GGMLType.Q4_K: _deq_q4_k,
+    GGMLType.Q5_K: _deq_q5_k, GGMLType.Q6_K: _deq_q6_k, GGMLType.Q8_K: _deq_q8_k,
+}
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def dequantize(raw: np.ndarray, qtype, shape) -> np.ndarray:
+    """Raw tensor data (uint8 rows of blocks, or typed f32/f16/uint16-bf16) -> float32 `shape`."""
+    qtype = GGMLType(qtype)
+    shape = tuple(int(s) for s in shape)
+    if qtype not in BLOCK_LAYOUT:
+        raise NotImplementedError(f"dequantize: unsupported type {qtype.name}")
+    lay = BLOCK_LAYOUT[qtype]
+    n = int(np.prod(shape, dtype=np.int64))
+    if n % lay.block_elems:
+        raise ValueError(f"{n} values is not a whole number of {qtype.name} blocks")
+    flat = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
+    if flat.size != n // lay.block_elems * lay.block_bytes:
+        raise ValueError(f"{flat.size} bytes do not hold {shape} of {qtype.name}")
+    if qtype == GGMLType.F32:
+        return flat.view(np.float32).reshape(shape).copy()
+    if qtype == GGMLType.F16:
+        return flat.view(np.float16).astype(np.float32).reshape(shape)
+    if qtype == GGMLType.BF16:
+        return bf16_to_f32(flat.view("<u2")).reshape(shape)
+    return _DEQUANT[qtype](flat.view(lay.dtype)).reshape(shape)
