@@ -29,9 +29,14 @@ def _f32(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float32)
 
 
+def rope_theta_scale(base: float, n_rot: int) -> np.float32:
+    """ggml's theta_scale = powf(freq_base, -2.0f/n_dims), correctly rounded."""
+    return _F32(np.float64(_F32(base)) ** np.float64(_F32(-2.0) / _F32(n_rot)))
+
+
 def rope_cache(pos: np.ndarray, n_rot: int, base: float, freq_scale: float):
     """cos, sin [n, n_rot/2] f32 exactly as ggml_rope_cache_init builds them (f32 recurrence)."""
-    theta_scale = _F32(np.float64(_F32(base)) ** np.float64(_F32(-2.0) / _F32(n_rot)))
+    theta_scale = rope_theta_scale(base, n_rot)
     theta = np.asarray(pos, dtype=np.int64).astype(np.float32)
     fs = _F32(freq_scale)
     cos = np.empty((theta.shape[0], n_rot // 2), dtype=np.float32)

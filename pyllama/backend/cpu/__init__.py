@@ -1,0 +1,167 @@
+"""CpuBackend: Cython kernels (nogil, OpenMP over rows/heads/tokens) for the ops in base.OPS.
+
+matmul/get_rows come from .matmul (quantized dot products); the non-matmul ops from _ops and the
+attention kernel from _attn. The module imports without the compiled extensions; constructing a
+CpuBackend then raises BackendError with the build command.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import numpy as np  # noqa: E402
+
+from ...errors import BackendError  # noqa: E402
+from ..base import ROPE_NEOX, ROPE_NORM, Backend, Weight  # noqa: E402
+from ..ref import rope_theta_scale  # noqa: E402
+
+try:
+    from . import _attn, _ops
+except ImportError as e:  # not built
+    _attn = _ops = None
+    _IMPORT_ERROR = e
+
+_GELU, _SILU, _SOFTCAP, _GEGLU, _SWIGLU = range(5)
+
+
+def default_threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _c32(x) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+
+    def __init__(self, n_threads: int | None = None):
+        if _ops is None:
+            raise BackendError("pyllama CPU extensions are not built (run `python setup.py "
+                               f"build_ext --inplace`): {_IMPORT_ERROR}")
+        super().__init__(n_threads or default_threads())
+        self._mm = None
+
+    # -- weights (quantized matmul lives in .matmul) -----------------------------------------
+    def _matmul_mod(self):
+        if self._mm is None:
+            from . import matmul as mm
+            mm.set_num_threads(self.n_threads)
+            self._mm = mm
+        return self._mm
+
+    def matmul(self, w: Weight, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        return self._matmul_mod().matmul(w, _c32(x), out=out)
+
+    def get_rows(self, w: Weight, ids: np.ndarray) -> np.ndarray:
+        return self._matmul_mod().get_rows(w, np.asarray(ids))
+
+    # -- normalisation -----------------------------------------------------------------------
+    def rms_norm(self, x, w, eps, out=None):
+        """x [..., d] (e.g. [n, n_head, d] for per-head q/k norms), w [d] or None; the weight
+        multiply is fused into the same pass (same two f32 roundings as norm then mul)."""
+        x = _c32(x)
+        d = x.shape[-1]
+        out = np.empty_like(x) if out is None else out
+        wv = None if w is None else _c32(w)
+        if wv is not None and wv.shape != (d,):
+            return self.mul(self.rms_norm(x, None, eps), w)
+        _ops.rms_norm(x.reshape(-1, d), wv, float(eps), out.reshape(-1, d), self.n_threads)
+        return out
+
+    def rope(self, x, pos, n_rot, base, freq_scale, mode):
+        if mode not in (ROPE_NORM, ROPE_NEOX):
+            raise BackendError(f"unsupported rope mode {mode}")
+        x = _c32(x)
+        n, _, hd = x.shape
+        if n_rot % 2 or n_rot > hd:
+            raise BackendError(f"rope: n_rot {n_rot} must be even and <= head_dim {hd}")
+        pos = np.ascontiguousarray(pos, dtype=np.int32)
+        out = np.empty_like(x)
+        cs = np.empty((n, max(n_rot // 2, 1)), dtype=np.float32)
+        sn = np.empty_like(cs)
+        _ops.rope(x, pos, n_rot, float(rope_theta_scale(base, n_rot)), float(freq_scale),
+                  mode == ROPE_NEOX, out, cs, sn, self.n_threads)
+        return out
+
+    # -- elementwise -------------------------------------------------------------------------
+    def _unary(self, kind, x, g=None, a=0.0, b=0.0):
+        x = _c32(x)
+        if g is not None:
+            g = _c32(g)
+            if g.shape != x.shape:
+                x, g = (np.ascontiguousarray(t) for t in np.broadcast_arrays(x, g))
+            g = g.reshape(-1)
+        out = np.empty_like(x)
+        _ops.unary(kind, x.reshape(-1), g, out.reshape(-1), a, b, self.n_threads)
+        return out
+
+    def gelu(self, x):
+        return self._unary(_GELU, x)
+
+    def silu(self, x):
+        return self._unary(_SILU, x)
+
+    def softcap(self, x, cap):
+        return self._unary(_SOFTCAP, x, None, float(np.float32(1.0) / np.float32(cap)),
+                           float(cap))
+
+    def geglu(self, gate, up):
+        return self._unary(_GEGLU, gate, up)
+
+    def swiglu(self, gate, up):
+        return self._unary(_SWIGLU, gate, up)
+
+    # -- KV and attention --------------------------------------------------------------------
+    def set_rows(self, cache, cells, rows):
+        rows = np.asarray(rows).reshape(len(cells), cache.shape[1])
+        cache[np.asarray(cells, dtype=np.int64)] = rows.astype(cache.dtype)
+
+    def attention(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
+        q = _c32(q)
+        n_q, n_head, d_k = q.shape
+        n_kv, d_v, f16 = _kv_layout(q, k_cache, v_cache)
+        cells = np.ascontiguousarray(kv_cells, dtype=np.int32)
+        qs = np.ascontiguousarray(q_start, dtype=np.int64)
+        qe = np.ascontiguousarray(q_end, dtype=np.int64)
+        max_len = _check_lists(cells, qs, qe, n_q, k_cache.shape[0])
+        out = np.empty((n_q, n_head, d_v), dtype=np.float32)
+        _attn.attention(q, _bytes(k_cache), _bytes(v_cache), f16, n_kv, cells, qs, qe,
+                        float(scale), float(softcap), out, max_len, self.n_threads)
+        return out
+
+
+def _kv_layout(q, k_cache, v_cache):
+    n_head, d_k = q.shape[1], q.shape[2]
+    if k_cache.dtype != v_cache.dtype or k_cache.dtype not in (np.float16, np.float32):
+        raise BackendError(f"attention: unsupported KV types {k_cache.dtype}/{v_cache.dtype}")
+    if k_cache.ndim != 2 or k_cache.shape[1] % d_k or k_cache.shape[0] != v_cache.shape[0]:
+        raise BackendError(f"attention: K cache {k_cache.shape} does not fit head_dim {d_k}")
+    n_kv = k_cache.shape[1] // d_k
+    if n_kv == 0 or n_head % n_kv or v_cache.shape[1] % n_kv:
+        raise BackendError(f"attention: {n_head} heads vs {n_kv} KV heads")
+    return n_kv, v_cache.shape[1] // n_kv, k_cache.dtype == np.float16
+
+
+def _check_lists(cells, qs, qe, n_q, n_cells) -> int:
+    """Validate the cell list and per-query ranges; returns the longest range."""
+    if qs.shape != (n_q,) or qe.shape != (n_q,):
+        raise BackendError("attention: q_start/q_end must have one entry per query")
+    if n_q == 0:
+        return 0
+    if len(cells) and (cells.min() < 0 or cells.max() >= n_cells):
+        raise BackendError("attention: kv cell index out of range")
+    if qs.min() < 0 or qe.max() > len(cells) or np.any(qe < qs):
+        raise BackendError("attention: bad q_start/q_end ranges")
+    return int((qe - qs).max())
+
+
+def _bytes(cache: np.ndarray) -> np.ndarray:
+    """The cache as bytes [n_cells, row_bytes] (no copy; rows must be contiguous)."""
+    if cache.strides[1] != cache.itemsize:
+        raise BackendError("attention: KV cache rows must be contiguous")
+    return cache.view(np.uint8)
