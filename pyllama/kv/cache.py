@@ -1,0 +1,372 @@
+"""One KV cache: cells per stream + per-layer K/V buffers (llama.cpp `llama_kv_cache`, §2.4-2.9).
+
+Bookkeeping lives in `KVCells` (one per stream); the K/V arrays are only indexed by global cell
+(stream * n_cells + idx). With `alloc=None` the cache is bookkeeping only (tests, planning).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..batch import UBatch, split_equal, split_simple
+from ..errors import ContextError
+from .cells import INF_POS, KVCells
+from .state import read_state, write_state
+from .swa import SWA_NONE, is_masked_swa, window_start
+
+DTYPES = {"f16": np.float16, "f32": np.float32}
+
+
+def _range(p0, p1):
+    return (0 if p0 is None or p0 < 0 else p0), (INF_POS if p1 is None or p1 < 0 else p1)
+
+
+class KVCache:
+    def __init__(self, *, n_cells, layers, n_embd_k, n_embd_v, n_seq_max, n_stream, swa_type=SWA_NONE,
+                 n_swa=0, swa_extra=0, type_k="f16", type_v="f16", alloc=None, rope=None,
+                 n_head_kv=None):
+        if type_k not in DTYPES or type_v not in DTYPES:
+            raise ContextError(f"unsupported KV cache type {type_k}/{type_v} (f16, f32)")
+        self.n_cells, self.n_stream, self.n_seq_max = n_cells, n_stream, n_seq_max
+        self.layers = list(layers)
+        self.n_embd_k = dict(zip(self.layers, n_embd_k))
+        self.n_embd_v = dict(zip(self.layers, n_embd_v))
+        self.n_head_kv = dict(zip(self.layers, n_head_kv or [1] * len(self.layers)))
+        self.swa_type, self.n_swa, self.swa_extra = swa_type, n_swa, swa_extra
+        self.type_k, self.type_v, self.rope = type_k, type_v, rope
+        self.cells = [KVCells(n_cells, n_seq_max) for _ in range(n_stream)]
+        self.head = [0] * n_stream
+        self.k: dict[int, np.ndarray] = {}
+        self.v: dict[int, np.ndarray] = {}
+        if alloc is not None:
+            for il in self.layers:
+                self.k[il] = alloc(n_stream * n_cells, self.n_embd_k[il], type_k)
+                self.v[il] = alloc(n_stream * n_cells, self.n_embd_v[il], type_v)
+        self._copies: list[tuple[int, int]] = []
+        self._version = 0
+        self._plan = (None, None)
+        self.last_cells = np.zeros(0, dtype=np.int32)
+
+    # -- geometry -----------------------------------------------------------------------------
+    def seq_to_stream(self, s: int) -> int:
+        return 0 if self.n_stream == 1 else s
+
+    def cache_for(self, layer) -> "KVCache":
+        return self
+
+    def cells_for(self, layer) -> np.ndarray:
+        """Global cells written by the last applied ubatch (K/V destination rows)."""
+        return self.last_cells
+
+    def used_cells(self) -> int:
+        return sum(c.used() for c in self.cells)
+
+    def can_shift(self) -> bool:
+        return True
+
+    def memory_breakdown(self) -> dict:
+        n = self.n_stream * self.n_cells
+        k = sum(n * self.n_embd_k[il] * np.dtype(DTYPES[self.type_k]).itemsize for il in self.layers)
+        v = sum(n * self.n_embd_v[il] * np.dtype(DTYPES[self.type_v]).itemsize for il in self.layers)
+        return {"cells": self.n_cells, "n_stream": self.n_stream, "layers": len(self.layers),
+                "k_bytes": k, "v_bytes": v, "swa_extra": self.swa_extra}
+
+    # -- slot search ----------------------------------------------------------------------------
+    def _retain_window(self) -> int:
+        return self.n_swa + self.swa_extra
+
+    def _usable(self, cells: KVCells) -> np.ndarray:
+        """Empty cells, plus single-owner cells masked for the owner's next position with the
+        retention window n_swa + swa_extra (ARCHITECTURE decision 10)."""
+        usable = cells.empty()
+        if self.swa_type == SWA_NONE:
+            return usable
+        single = cells.seq_count() == 1
+        if single.any():
+            owner_pmax = cells.pos_max_all()[cells.has.argmax(axis=0)]
+            usable |= single & is_masked_swa(self._retain_window(), self.swa_type, cells.pos, owner_pmax + 1)
+        return usable
+
+    def _find_slot_stream(self, st: int, n_tokens: int):
+        cells = self.cells[st]
+        head = self.head[st]
+        if head > cells.used() + 2 * n_tokens:
+            head = 0
+        if n_tokens > cells.size:
+            return None
+        order = np.concatenate((np.arange(head, cells.size), np.arange(0, head)))
+        sel = order[self._usable(cells)[order]][:n_tokens]
+        return sel if len(sel) == n_tokens else None
+
+    def _groups(self, ub: UBatch):
+        """[(stream, a, b)]: ubatch tokens a..b go to stream (equal split: one group per seq set)."""
+        if self.n_stream == 1:
+            return [(0, 0, ub.n_tokens)]
+        if ub.equal_seqs:
+            nst = ub.n_seq_tokens
+            return [(self.seq_to_stream(ub.seq_ids[g * nst][0]), g * nst, (g + 1) * nst)
+                    for g in range(ub.n_seqs)]
+        streams = {self.seq_to_stream(s) for s in ub.seq_id_unq}
+        if len(streams) != 1:
+            raise ContextError("a multi-stream cache needs ubatches from split_equal")
+        return [(streams.pop(), 0, ub.n_tokens)]
+
+    def find_slot(self, ub: UBatch):
+        """[(stream, a, b, cell idx int[b-a])] or None when some stream has no room."""
+        out = []
+        for st, a, b in self._groups(ub):
+            idx = self._find_slot_stream(st, b - a)
+            if idx is None:
+                return None
+            out.append((st, a, b, idx))
+        return out
+
+    # -- batch placement --------------------------------------------------------------------------
+    def split(self, batch, n_ubatch: int):
+        if self.n_stream == 1:
+            return split_simple(batch, n_ubatch)
+        try:
+            return split_equal(batch, n_ubatch, sequential=True)
+        except ContextError:
+            return None
+
+    def init_batch(self, batch, n_ubatch: int):
+        """Split the (validated) batch and check every ubatch finds a slot; None = no slot."""
+        ubs = self.split(batch, n_ubatch)
+        if ubs is None or not self.prepare(ubs):
+            return None
+        return ubs
+
+    def prepare(self, ubatches) -> bool:
+        """Simulate find_slot + apply of every ubatch in order, then undo everything."""
+        snap = self._snapshot()
+        try:
+            for ub in ubatches:
+                slot = self.find_slot(ub)
+                if slot is None:
+                    return False
+                self._apply_slot(ub, slot)
+            return True
+        finally:
+            self._restore(snap)
+
+    def apply_ubatch(self, ub: UBatch) -> np.ndarray:
+        """Place the ubatch: int32[n_tokens] global cell per token (K/V rows to write)."""
+        slot = self.find_slot(ub)
+        if slot is None:
+            raise ContextError("no KV slot for the ubatch (call init_batch first)")
+        self.last_cells = self._apply_slot(ub, slot)
+        return self.last_cells
+
+    def _apply_slot(self, ub: UBatch, slot) -> np.ndarray:
+        out = np.empty(ub.n_tokens, dtype=np.int32)
+        for st, a, b, idx in slot:
+            self._apply_group(st, idx, ub, a, b)
+            out[a:b] = st * self.n_cells + idx
+        self._version += 1
+        return out
+
+    def _apply_group(self, st, idx, ub, a, b):
+        cells = self.cells[st]
+        occ = idx[cells.pos[idx] >= 0]
+        lost = {}
+        for s in np.flatnonzero(cells.has[:, occ].any(axis=1)) if len(occ) else ():
+            lost[int(s)] = int(cells.pos[occ][cells.has[s, occ]].max())
+        cells.clear_cells(occ)
+        cells.pos[idx] = ub.pos[a:b]
+        rows = [s for ids in ub.seq_ids[a:b] for s in ids]
+        cols = [c for c, ids in zip(idx.tolist(), ub.seq_ids[a:b]) for _ in ids]
+        cells.has[rows, cols] = True
+        for s, pmax in lost.items():      # contiguity purge: keep [pos_min, pos_max] complete
+            if 0 <= cells.seq_pos_min(s) <= pmax:
+                self._seq_rm_stream(st, s, 0, pmax + 1)
+        self.head[st] = int(idx[-1]) + 1
+
+    def _snapshot(self):
+        return [c.snapshot() for c in self.cells], list(self.head), self._version
+
+    def _restore(self, snap):
+        cells, heads, version = snap
+        for c, s in zip(self.cells, cells):
+            c.restore(s)
+        self.head = heads
+        self._version = version
+
+    # -- attention plan ---------------------------------------------------------------------------
+    def attn_plan(self, ub: UBatch, layer=None):
+        """(kv_cells int32[L], q_start int32[n], q_end int32[n]): token i attends to
+        kv_cells[q_start[i]:q_end[i]], its first seq's cells with pos <= its pos inside the
+        n_swa window, in ascending position order; one sorted list per sequence."""
+        key = (id(ub), self._version)
+        if self._plan[0] == key:
+            return self._plan[1]
+        first = np.array([ids[0] for ids in ub.seq_ids], dtype=np.int64)
+        qs = np.empty(ub.n_tokens, dtype=np.int32)
+        qe = np.empty(ub.n_tokens, dtype=np.int32)
+        parts, off = [], 0
+        for s in np.unique(first):
+            st = self.seq_to_stream(int(s))
+            c, p = self.cells[st].seq_cells_sorted(int(s))
+            tok = np.flatnonzero(first == s)
+            pt = ub.pos[tok]
+            qs[tok] = off + np.searchsorted(p, window_start(self.n_swa, self.swa_type, pt), "left")
+            qe[tok] = off + np.searchsorted(p, pt, "right")
+            parts.append(st * self.n_cells + c)
+            off += len(c)
+        kv = np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, np.int32)
+        self._plan = (key, (kv, qs, qe))
+        return kv, qs, qe
+
+    # -- sequence operations (half-open [p0, p1), negative = unbounded) ----------------------------
+    def _streams_of(self, s: int):
+        return range(self.n_stream) if s < 0 else [self.seq_to_stream(s)]
+
+    def _seq_rm_stream(self, st, s, p0, p1) -> None:
+        cells = self.cells[st]
+        m = cells.in_range(p0, p1)
+        if s >= 0:
+            cells.has[s, m] = False
+            freed = cells.drop_orphans(m)
+        else:
+            freed = np.flatnonzero(m)
+            cells.clear_cells(freed)
+        if len(freed) and freed[0] < self.head[st]:
+            self.head[st] = int(freed[0])
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        p0, p1 = _range(p0, p1)
+        for st in self._streams_of(seq_id):
+            self._seq_rm_stream(st, seq_id, p0, p1)
+        self._version += 1
+        return True
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        if src == dst:
+            return
+        p0, p1 = _range(p0, p1)
+        s0, s1 = self.seq_to_stream(src), self.seq_to_stream(dst)
+        if s0 == s1:
+            cells = self.cells[s0]
+            cells.has[dst, cells.has[src] & cells.in_range(p0, p1)] = True
+        else:
+            self._seq_cp_stream(src, dst, s0, s1, p0, p1)
+        self._version += 1
+
+    def _seq_cp_stream(self, src, dst, s0, s1, p0, p1):
+        if (p0, p1) != (0, INF_POS):
+            raise ContextError("seq_cp between streams copies whole sequences only")
+        a, b = self.cells[s0], self.cells[s1]
+        b.reset()
+        m = a.has[src]
+        b.pos[m], b.shift[m] = a.pos[m], a.shift[m]
+        b.has[dst, m] = True
+        b.has_shift = bool(b.shift.any())
+        self.head[s1] = self.head[s0]
+        self._copies.append((s0, s1))
+
+    def seq_keep(self, seq_id: int) -> None:
+        st = self.seq_to_stream(seq_id)
+        cells = self.cells[st]
+        keep = cells.has[seq_id].copy()
+        freed = np.flatnonzero((cells.pos >= 0) & ~keep)
+        cells.clear_cells(freed)
+        cells.has[:, keep] = False
+        cells.has[seq_id, keep] = True
+        if len(freed) and freed[0] < self.head[st]:
+            self.head[st] = int(freed[0])
+        self._version += 1
+
+    def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        p0, p1 = _range(p0, p1)
+        if delta == 0 or p0 == p1:
+            return
+        st = self.seq_to_stream(seq_id)
+        cells = self.cells[st]
+        m = cells.has[seq_id] & cells.in_range(p0, p1)
+        cells.pos[m] += delta
+        cells.shift[m] += delta
+        cells.has_shift |= bool(m.any())
+        freed = np.flatnonzero(m & (cells.pos < 0))
+        cells.clear_cells(freed)
+        self.head[st] = int(freed[0]) if len(freed) else 0
+        self._version += 1
+
+    def seq_div(self, seq_id: int, p0: int, p1: int, d: int) -> None:
+        """pos //= d. The K-shift delta recorded is new - old (llama.cpp records old - new, a
+        sign bug that rotates keys the wrong way; positions are identical)."""
+        p0, p1 = _range(p0, p1)
+        if d == 1 or p0 == p1:
+            return
+        cells = self.cells[self.seq_to_stream(seq_id)]
+        m = cells.has[seq_id] & cells.in_range(p0, p1)
+        old = cells.pos[m]
+        cells.pos[m] = old // d
+        cells.shift[m] += cells.pos[m] - old
+        cells.has_shift |= bool(m.any())
+        self._version += 1
+
+    def seq_pos_min(self, seq_id: int) -> int:
+        return self.cells[self.seq_to_stream(seq_id)].seq_pos_min(seq_id)
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        return self.cells[self.seq_to_stream(seq_id)].seq_pos_max(seq_id)
+
+    def clear(self, data: bool = True) -> None:
+        for c in self.cells:
+            c.reset()
+        self.head = [0] * self.n_stream
+        self._copies.clear()
+        if data:
+            for buf in (*self.k.values(), *self.v.values()):
+                buf[...] = 0
+        self._version += 1
+
+    # -- update: K-shift and stream copies --------------------------------------------------------
+    def update(self) -> bool:
+        """Apply pending stream copies and K-shifts; True if anything was done."""
+        done = bool(self._copies)
+        for s0, s1 in self._copies:
+            self._copy_stream(s0, s1)
+        self._copies.clear()
+        for st, cells in enumerate(self.cells):
+            if cells.has_shift:
+                self._k_shift(st, cells)
+                done = True
+        return done
+
+    def _copy_stream(self, s0, s1):
+        a, b = slice(s0 * self.n_cells, (s0 + 1) * self.n_cells), slice(s1 * self.n_cells, (s1 + 1) * self.n_cells)
+        for buf in (*self.k.values(), *self.v.values()):
+            buf[b] = buf[a]
+
+    def _k_shift(self, st, cells):
+        idx = np.flatnonzero((cells.pos >= 0) & (cells.shift != 0))
+        if len(idx) and self.k:
+            if self.rope is None:
+                raise ContextError("K-shift needs a rope callable")
+            g = st * self.n_cells + idx
+            for il in self.layers:
+                k = self.k[il]
+                rows = k[g].astype(np.float32).reshape(len(g), self.n_head_kv[il], -1)
+                k[g] = np.asarray(self.rope(rows, cells.shift[idx].copy(), il)).reshape(len(g), -1)
+        cells.shift[:] = 0
+        cells.has_shift = False
+        self._version += 1
+
+    # -- state ---------------------------------------------------------------------------------
+    def state_cells(self, st: int, seq_id: int) -> np.ndarray:
+        """Cells a state write saves: all non-empty, or seq_id's minus those outside the
+        retention window of its pos_max."""
+        cells = self.cells[st]
+        if seq_id < 0:
+            return np.flatnonzero(cells.pos >= 0)
+        m = cells.has[seq_id].copy()
+        if self.swa_type != SWA_NONE and m.any():
+            m &= ~is_masked_swa(self._retain_window(), self.swa_type, cells.pos, cells.seq_pos_max(seq_id))
+        return np.flatnonzero(m)
+
+    def state_write(self, seq_id: int = -1, flags: int = 0) -> bytes:
+        return write_state(self, seq_id)
+
+    def state_read(self, data: bytes, seq_id: int = -1, flags: int = 0) -> int:
+        """Restore; returns the number of bytes consumed. Raises ContextError on mismatch."""
+        return read_state(self, memoryview(data), seq_id)

@@ -1,0 +1,39 @@
+"""What the memory needs to know about a model's layers (filled from hparams by the Context)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .swa import SWA_NONE
+
+
+@dataclass
+class KVLayout:
+    """n_layer layers; is_swa[il]; n_embd_k_gqa[il] / n_embd_v_gqa[il] = n_head_kv * head_dim;
+    n_head_kv[il]; swa_type (0 none, 1 standard, 2 chunked, 3 symmetric) and n_swa."""
+    n_embd_k_gqa: list[int]
+    n_embd_v_gqa: list[int]
+    n_head_kv: list[int]
+    is_swa: list[bool] = field(default_factory=list)
+    swa_type: int = SWA_NONE
+    n_swa: int = 0
+
+    def __post_init__(self):
+        if not self.is_swa:
+            self.is_swa = [False] * len(self.n_embd_k_gqa)
+
+    @property
+    def n_layer(self) -> int:
+        return len(self.n_embd_k_gqa)
+
+    @property
+    def has_swa(self) -> bool:
+        return self.swa_type != SWA_NONE and self.n_swa > 0 and any(self.is_swa)
+
+    def layers(self, swa: bool) -> list[int]:
+        return [il for il in range(self.n_layer) if bool(self.is_swa[il]) == swa]
+
+    def cache_kwargs(self, layers: list[int]) -> dict:
+        return {"layers": layers,
+                "n_embd_k": [self.n_embd_k_gqa[il] for il in layers],
+                "n_embd_v": [self.n_embd_v_gqa[il] for il in layers],
+                "n_head_kv": [self.n_head_kv[il] for il in layers]}

@@ -1,0 +1,142 @@
+"""Serialisation of one KVCache (llama.cpp `state_write` / `state_read`, LLAMACPP_INTERNALS §2.9).
+
+Layout (little-endian): u32 n_stream; per stream: u32 cell_count; per cell i32 pos, u32 n_seq,
+i32 seq ids; then u32 v_trans (0: V row-major), u32 n_layer; per layer i32 K type, u64 K row
+bytes, the K rows of the saved cells; the same for V.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from ..batch import Batch, UBatch
+from ..errors import ContextError
+
+GGML_TYPE = {"f32": 0, "f16": 1}
+
+
+class _Reader:
+    def __init__(self, mv: memoryview):
+        self.mv, self.off = mv, 0
+
+    def take(self, fmt: str):
+        vals = struct.unpack_from("<" + fmt, self.mv, self.off)
+        self.off += struct.calcsize("<" + fmt)
+        return vals if len(vals) > 1 else vals[0]
+
+    def array(self, dtype, count: int) -> np.ndarray:
+        a = np.frombuffer(self.mv, dtype=dtype, count=count, offset=self.off)
+        self.off += a.nbytes
+        return a
+
+
+def write_state(cache, seq_id: int) -> bytes:
+    out = [struct.pack("<I", cache.n_stream)]
+    for st in range(cache.n_stream):
+        idx = cache.state_cells(st, seq_id)
+        out.append(struct.pack("<I", len(idx)))
+        if len(idx):
+            out.append(_meta_bytes(cache.cells[st], idx, seq_id))
+            out.append(_data_bytes(cache, st * cache.n_cells + idx))
+    return b"".join(out)
+
+
+def _meta_bytes(cells, idx, seq_id) -> bytes:
+    parts = []
+    for i in idx.tolist():
+        seqs = [seq_id] if seq_id >= 0 else np.flatnonzero(cells.has[:, i]).tolist()
+        parts.append(struct.pack(f"<iI{len(seqs)}i", int(cells.pos[i]), len(seqs), *seqs))
+    return b"".join(parts)
+
+
+def _data_bytes(cache, g) -> bytes:
+    parts = [struct.pack("<II", 0, len(cache.k))]
+    for bufs, typ in ((cache.k, cache.type_k), (cache.v, cache.type_v)):
+        for il in cache.layers:
+            if il in bufs:
+                rows = np.ascontiguousarray(bufs[il][g])
+                parts.append(struct.pack("<iQ", GGML_TYPE[typ], rows.shape[1] * rows.itemsize))
+                parts.append(rows.tobytes())
+    return b"".join(parts)
+
+
+def read_state(cache, mv: memoryview, seq_id: int) -> int:
+    r = _Reader(mv)
+    n_stream = r.take("I")
+    if seq_id < 0 and n_stream != cache.n_stream:
+        raise ContextError(f"state has {n_stream} streams, cache has {cache.n_stream}")
+    records = [_read_stream(cache, r) for _ in range(n_stream)]
+    if seq_id < 0:
+        _restore_whole(cache, records)
+    else:
+        _restore_seq(cache, records, seq_id)
+    return r.off
+
+
+def _read_stream(cache, r: _Reader):
+    count = r.take("I")
+    if count == 0:
+        return [], [], {}
+    pos, seqs = [], []
+    for _ in range(count):
+        p, n = r.take("iI")
+        pos.append(p)
+        seqs.append(tuple(int(x) for x in r.array("<i4", n)))
+    return pos, seqs, _read_data(cache, r, count)
+
+
+def _read_data(cache, r: _Reader, count: int) -> dict:
+    v_trans, n_layer = r.take("II")
+    if v_trans != 0 or n_layer != len(cache.k):
+        raise ContextError(f"state layer count {n_layer} != cache layer count {len(cache.k)}")
+    rows = {}
+    for kind, bufs, typ in (("k", cache.k, cache.type_k), ("v", cache.v, cache.type_v)):
+        for il in cache.layers:
+            if il not in bufs:
+                continue
+            t, row_bytes = r.take("iQ")
+            buf = bufs[il]
+            if t != GGML_TYPE[typ] or row_bytes != buf.shape[1] * buf.itemsize:
+                raise ContextError(f"state {kind} type/row size mismatch at layer {il}")
+            rows[kind, il] = r.array(buf.dtype, count * buf.shape[1]).reshape(count, buf.shape[1])
+    return rows
+
+
+def _restore_whole(cache, records) -> None:
+    cache.clear(data=False)
+    for st, (pos, seqs, rows) in enumerate(records):
+        if len(pos) > cache.n_cells:
+            raise ContextError(f"state has {len(pos)} cells, stream holds {cache.n_cells}")
+        cells = cache.cells[st]
+        for i, (p, ss) in enumerate(zip(pos, seqs)):
+            if any(s < 0 or s >= cache.n_seq_max for s in ss):
+                raise ContextError(f"invalid seq_id in state: {ss}")
+            cells.pos[i] = p
+            cells.has[list(ss), i] = True
+        _copy_rows(cache, rows, st * cache.n_cells + np.arange(len(pos)))
+    cache.head = [0] * cache.n_stream
+
+
+def _restore_seq(cache, records, seq_id) -> None:
+    pos = [p for rec in records for p in rec[0]]
+    if any(len(ss) != 1 for rec in records for ss in rec[1]):
+        raise ContextError("invalid seq_id-agnostic kv cell")
+    cache.seq_rm(seq_id, -1, -1)
+    if not pos:
+        return
+    batch = Batch(np.zeros(len(pos), np.int32), pos, [[seq_id]] * len(pos), None)
+    ub = UBatch(batch, np.arange(len(pos)))
+    if cache.find_slot(ub) is None:
+        raise ContextError("failed to find a KV slot to restore the sequence")
+    g = cache.apply_ubatch(ub)
+    rows = {}
+    for rec in records:
+        for key, arr in rec[2].items():
+            rows.setdefault(key, []).append(arr)
+    _copy_rows(cache, {k: np.concatenate(v) for k, v in rows.items()}, g)
+
+
+def _copy_rows(cache, rows: dict, g: np.ndarray) -> None:
+    for (kind, il), arr in rows.items():
+        (cache.k if kind == "k" else cache.v)[il][g] = arr
