@@ -42,7 +42,8 @@ def quantize_q8_1_rows(x: np.ndarray, simd: bool = False):
     the unrounded d, both returned f16-rounded as float32."""
     xb, (n, nb) = _rows(x, 32)
     qs, d = _q8_simd(xb) if simd else q8_0_fields(xb)
-    s = (qs.astype(np.int32).sum(axis=1).astype(F32) * d).astype(np.float16).astype(F32)
+    with np.errstate(over="ignore"):        # f16 overflow -> inf, as GGML_FP32_TO_FP16
+        s = (qs.astype(np.int32).sum(axis=1).astype(F32) * d).astype(np.float16).astype(F32)
     d16 = d.astype(np.float16).astype(F32)
     return qs.reshape(n, nb, 32), d16.reshape(n, nb), s.reshape(n, nb)
 

@@ -38,8 +38,9 @@ def _qkx2_search(x, w, L, best, scale, mn, lo, rng, nmax, rmin, rdelta, nstep):
         pos = t_min > 0
         t_min = np.where(pos, F32(0), t_min)
         t_scale = np.where(pos, _div(sum_xl, sum_l2), t_scale)
-        diff = t_scale[:, None] * la + t_min[:, None] - x
-        mad = _wsum(w, diff * diff)
+        with np.errstate(invalid="ignore", over="ignore"):     # D == 0 rows are not taken
+            diff = t_scale[:, None] * la + t_min[:, None] - x
+            mad = _wsum(w, diff * diff)
         better = (D > 0) & (mad < best)
         L = np.where(better[:, None], la, L)
         best = np.where(better, mad, best)

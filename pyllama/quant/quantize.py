@@ -123,7 +123,8 @@ def _quant_q8_1(x):
     xb, out = _blocks(x, GGMLType.Q8_1)
     qs, d = q8_0_fields(xb)
     out["qs"], out["d"] = qs, d
-    out["s"] = qs.astype(np.int32).sum(axis=1).astype(F32) * d
+    with np.errstate(over="ignore"):        # f16 overflow -> inf, as GGML_FP32_TO_FP16
+        out["s"] = qs.astype(np.int32).sum(axis=1).astype(F32) * d
     return out
 
 
