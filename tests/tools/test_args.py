@@ -1,0 +1,220 @@
+"""The flag table and llama.cpp's parser rules (common/arg.cpp), in-process."""
+import io
+
+import pytest
+
+from pyllama.tools import _args
+from pyllama.tools._args import ArgError, parse
+from pyllama.tools._convert import process_escapes, stof, stoi
+
+
+def P(tool, *argv, env=None):
+    err = io.StringIO()
+    p = parse(tool, list(argv), env=env or {}, stream=err)
+    return p, err.getvalue()
+
+
+def test_every_option_has_one_valid_disposition_and_unique_spellings():
+    seen = {}
+    for o in _args.OPTIONS:
+        assert o.status in ("impl", "noop", "unsupported", "deprecated"), o.args
+        assert o.kind in ("flag", "bool", "int", "uint", "float", "str", "enum", "list",
+                          "optenum"), o.args
+        if o.status in ("noop", "unsupported", "deprecated"):
+            assert o.note, f"{o.args} needs a note"
+        for a in o.all_args:
+            for t in o.tools:
+                assert (t, a) not in seen, f"{a} declared twice for {t}"
+                seen[(t, a)] = o
+
+
+def test_spec_section_1_2_flags_exist():
+    for flag in ["-m", "-p", "-f", "-n", "-c", "-b", "-ub", "-np", "-t", "-fa", "-ctk", "-ctv",
+                 "--swa-full", "--swa-extra", "-ngl", "--temp", "--top-k", "--top-p", "--min-p",
+                 "-s", "--repeat-penalty", "--samplers", "-md", "--spec-draft-n-max",
+                 "--log-disable", "-lv", "--grammar", "--lora", "--no-mmap", "--draft-max"]:
+        assert any(flag in o.all_args for o in _args.OPTIONS), flag
+
+
+def test_values_and_aliases_map_to_params():
+    p, _ = P("completion", "-c", "256", "--ctx_size", "512", "-ub", "64", "--temperature", "0.5",
+             "--n-predict", "7", "-s", "-1", "--top-k", "3", "-ctk", "q8_0", "--swa-extra", "4")
+    assert (p.n_ctx, p.n_ubatch, p.n_predict) == (512, 64, 7)
+    assert p.sampling.temp == 0.5 and p.sampling.top_k == 3 and p.sampling.seed == 2**32 - 1
+    assert p.cache_type_k == "q8_0" and p.swa_extra == 4
+    assert {"temp", "top_k", "seed"} <= p.sampling.user_set
+    kw = p.context_kwargs()
+    assert kw["n_ctx"] == 512 and kw["type_k"] == "q8_0" and kw["swa_extra"] == 4
+
+
+def test_stoi_stof_rules():
+    assert stoi("512abc") == 512 and stoi("  -3") == -3 and stof("0.5x") == 0.5
+    p, _ = P("completion", "-c", "512abc")
+    assert p.n_ctx == 512
+    with pytest.raises(ArgError, match=r'^error while handling argument "-c": stoi'):
+        P("completion", "-c", "abc")
+    with pytest.raises(ArgError, match="stof"):
+        P("completion", "--temp", "x")
+
+
+def test_parse_errors_use_llama_cpp_wording():
+    with pytest.raises(ArgError, match=r"^error: invalid argument: --bogus$"):
+        P("completion", "--bogus")
+    with pytest.raises(ArgError, match=r"^error: invalid argument: --ctx-size=5$"):
+        P("completion", "--ctx-size=5")
+    with pytest.raises(ArgError, match='"-c": expected value for argument'):
+        P("completion", "-c")
+    with pytest.raises(ArgError, match="Unsupported cache type: q9"):
+        P("completion", "-ctk", "q9")
+    with pytest.raises(ArgError, match="failed to open file '/nonexistent'"):
+        P("completion", "-f", "/nonexistent")
+    with pytest.raises(ArgError, match="invalid argument: -p"):
+        P("server", "-p", "x")           # excluded from the server
+    with pytest.raises(ArgError, match="invalid argument: -cnv"):
+        P("cli", "-cnv")
+    with pytest.raises(ArgError, match="invalid value for n_parallel"):
+        P("server", "-np", "0")
+
+
+def test_env_below_cli_with_warning():
+    p, err = P("completion", env={"LLAMA_ARG_CTX_SIZE": "1024"})
+    assert p.n_ctx == 1024
+    p, err = P("completion", "-c", "64", env={"LLAMA_ARG_CTX_SIZE": "1024"})
+    assert p.n_ctx == 64
+    assert ("warn: LLAMA_ARG_CTX_SIZE environment variable is set, but will be overwritten by "
+            "command line argument -c") in err
+
+
+def test_env_errors():
+    with pytest.raises(ArgError, match=r'^error while handling environment variable '
+                                       r'"LLAMA_ARG_CTX_SIZE": stoi$'):
+        P("completion", env={"LLAMA_ARG_CTX_SIZE": "abc"})
+    with pytest.raises(ArgError, match="invalid boolean value"):
+        P("server", env={"LLAMA_ARG_KV_UNIFIED": "maybe"})
+
+
+@pytest.mark.parametrize("value,expect", [("1", True), ("true", True), ("on", True),
+                                          ("enabled", True), ("0", False), ("no", False),
+                                          ("yes", False), ("", False)])
+def test_truthy_env_for_no_value_flags(value, expect):
+    p, _ = P("completion", env={"LLAMA_ARG_SWA_FULL": value})
+    assert p.swa_full is expect
+
+
+def test_bool_pairs_and_llama_arg_no():
+    p, _ = P("server", env={"LLAMA_ARG_KV_UNIFIED": "true"})
+    assert p.kv_unified is True
+    p, _ = P("server", env={"LLAMA_ARG_KV_UNIFIED": "true", "LLAMA_ARG_NO_KV_UNIFIED": "x"})
+    assert p.kv_unified is False
+    p, _ = P("server", env={"LLAMA_ARG_NO_CONT_BATCHING": ""})
+    assert p.cont_batching is False
+    p, _ = P("server", "-kvu", "--no-kv-unified")
+    assert p.kv_unified is False
+    p, _ = P("completion", "--no-escape", "-p", "a\\nb")
+    assert p.prompt == "a\\nb"
+
+
+def test_escapes_and_file_prompt(tmp_path):
+    p, _ = P("completion", "-p", "a\\nb\\t\\x41\\\\", "-r", "x\\n")
+    assert p.prompt == "a\nb\tA\\" and p.antiprompt == ["x\n"]
+    f = tmp_path / "p.txt"
+    f.write_text("line\\n1\n")
+    p, _ = P("completion", "-f", str(f))
+    assert p.prompt == "line\n1" and p.prompt_file == str(f)   # one trailing newline stripped
+    p, _ = P("perplexity", "-p", "a\\nb")                       # escapes off in perplexity
+    assert p.prompt == "a\\nb" and p.n_ctx == 512
+    assert process_escapes("\\q") == "\\q"
+
+
+def test_per_tool_defaults():
+    assert P("server")[0].n_parallel == -1
+    assert P("completion")[0].use_jinja is False
+    assert P("tokenize")[0].parse_special is True
+    assert P("speculative")[0].sampling.n_probs == 128
+    assert P("cli")[0].verbosity == 1
+
+
+def test_not_supported_exits_with_message():
+    for argv in (["--grammar", "root ::= x"], ["--lora", "a.gguf"], ["-j", "{}"],
+                 ["--context-shift"], ["-hf", "x/y"]):
+        with pytest.raises(ArgError, match="not supported by pyllama yet"):
+            P("completion", *argv)
+    p, _ = P("completion", "--no-context-shift")   # the default side of an unsupported pair
+    assert p.ctx_shift is False
+    with pytest.raises(ArgError, match="not supported"):
+        P("completion", env={"LLAMA_ARG_CONTEXT_SHIFT": "1"})
+
+
+def test_noop_flags_warn_once():
+    p, err = P("completion", "-ngl", "99", "-sm", "row", "-sm", "layer", "--numa", "distribute")
+    assert p.n_gpu_layers == "99"
+    assert err.count("-sm has no effect") == 1 and "--numa has no effect" in err
+    assert "specified multiple times" in err
+
+
+def test_old_spellings_keep_working():
+    p, err = P("speculative", "--draft-max", "16", "--draft-min", "5", "--draft-p-min", "0.75",
+               "-cd", "4096", "--no-mmap", "--mlock")
+    assert p.speculative.n_max == 16 and p.speculative.n_min == 5
+    assert p.speculative.p_min == 0.75
+    assert err.count("old spelling") == 4   # --draft-p-min is a current alias
+    p, err = P("speculative", env={"LLAMA_ARG_DRAFT_MAX": "8", "LLAMA_ARG_DRAFT_MIN": "2"})
+    assert (p.speculative.n_max, p.speculative.n_min) == (8, 2) and "old spelling" in err
+
+
+def test_bare_fa_and_color():
+    p, err = P("completion", "-fa", "-p", "x")
+    assert p.flash_attn == "on" and p.prompt == "x" and "bare -fa" in err
+    p, _ = P("completion", "-fa", "off")
+    assert p.flash_attn == "off"
+    p, _ = P("completion", "--color", "-n", "3")
+    assert p.color == "on" and p.n_predict == 3
+    p, _ = P("completion", "--color", "auto")
+    assert p.color == "auto"
+    with pytest.raises(ArgError, match="unknown value for --flash-attn: 'x'"):
+        P("completion", env={"LLAMA_ARG_FLASH_ATTN": "x"})
+
+
+def test_md_alone_enables_draft_and_lists_accumulate():
+    p, _ = P("speculative", "-md", "d.gguf")
+    assert p.speculative.types == ["draft-simple"] and p.speculative.model == "d.gguf"
+    p, _ = P("server", "--spec-type", "ngram-simple", "--spec-type", "ngram-mod")
+    assert p.speculative.types == ["ngram-simple", "ngram-mod"]
+    p, _ = P("completion", "-r", "a", "-r", "b", "--dry-sequence-breaker", "none")
+    assert p.antiprompt == ["a", "b"] and p.sampling.dry_sequence_breakers == []
+
+
+def test_samplers_and_logit_bias():
+    p, _ = P("completion", "--samplers", "top-k;temp;nucleus", "-l", "15043+1", "-l", "2-0.5")
+    assert p.sampling.samplers == ["top_k", "temperature", "top_p"]
+    assert p.sampling.logit_bias == [(15043, 1.0), (2, -0.5)]
+    p, _ = P("completion", "--sampling-seq", "kt")
+    assert p.sampling.samplers == ["top_k", "temperature"]
+
+
+def test_sampler_params_mapping():
+    from pyllama.sampling import SamplerParams
+    p, _ = P("completion", "--temp", "0", "--top-k", "5", "-l", "3+2", "--mirostat", "2")
+    sp = p.sampler_params(SamplerParams)
+    assert sp.temp == 0 and sp.top_k == 5 and sp.logit_bias == {3: 2.0} and sp.mirostat == 2
+    assert "top_k" in sp.user_set
+    names = {f for f in SamplerParams.__dataclass_fields__}
+    for o in _args.OPTIONS:   # every implemented sampling flag reaches a SamplerParams field
+        if o.dest.startswith("sampling.") and o.status == "impl":
+            assert o.dest.split(".", 1)[1] in names, o.args
+
+
+def test_device_none_and_invalid():
+    p, _ = P("completion", "-dev", "none")
+    assert p.n_gpu_layers == "0" and p.model_kwargs()["backend"] == "cpu"
+    with pytest.raises(ArgError, match="invalid device: CPU"):
+        P("completion", "-dev", "CPU")
+
+
+def test_usage_mentions_every_current_flag():
+    text = _args.usage("completion")
+    assert text.startswith("----- common params -----")
+    for o in _args.options_for("completion"):
+        if o.status != "deprecated":
+            assert o.args[0] in text
+    assert "(env: LLAMA_ARG_CTX_SIZE)" in text

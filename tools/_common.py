@@ -1,0 +1,208 @@
+"""What every tool's main() shares: parse-or-exit, version text, logging set-up, model loading
+with a TTY progress indicator, and the top-level error guard (one stderr line, exit 1, no traceback).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ._args import ArgError, parse, usage
+from ._params import Params
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def build_info() -> tuple[str, int, str]:
+    """(version, build number, short commit); build/commit from the git checkout when there is one."""
+    try:
+        from pyllama import __version__ as version
+    except ImportError:
+        version = "0.1.0"
+    commit, number = "unknown", 0
+    head = REPO / ".git" / "HEAD"
+    try:
+        ref = head.read_text().strip()
+        if ref.startswith("ref: "):
+            ref = (REPO / ".git" / ref[5:]).read_text().strip()
+        commit = ref[:7]
+        number = _commit_count()
+    except OSError:
+        pass
+    return version, number, commit
+
+
+def _commit_count() -> int:
+    import subprocess
+    try:
+        r = subprocess.run(["git", "-C", str(REPO), "rev-list", "--count", "HEAD"],
+                           capture_output=True, text=True, timeout=5)
+        return int(r.stdout.strip() or 0)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return 0
+
+
+def version_text() -> str:
+    version, number, commit = build_info()
+    return (f"version: {version} (build {number}, commit {commit})\n"
+            f"built with CPython {platform.python_version()} for {platform.system()} "
+            f"{platform.machine()}\n")
+
+
+def list_devices_text() -> str:
+    lines = ["Available devices:"]
+    try:
+        from pyllama.backend.cuda import devices  # type: ignore[attr-defined]
+        found = list(devices())
+    except (ImportError, AttributeError, Exception):  # no pycuda / driver / GPU
+        found = []
+    lines += [f"  {d}" for d in found] or ["  (none)"]
+    return "\n".join(lines) + "\n"
+
+
+def cache_list_text() -> str:
+    from pyllama import models
+    files = sorted(p.name for p in models.cache_dir().glob("*.gguf")) if models.cache_dir().is_dir() else []
+    return "".join(f"{i + 1}. {n}\n" for i, n in enumerate(files)) or "No cached models.\n"
+
+
+def completion_bash(tool: str) -> str:
+    from ._args import options_for
+    opts = " ".join(a for o in options_for(tool) for a in o.all_args)
+    name = "llama-" + tool if not tool.startswith("llama-") else tool
+    return (f"_llama_completions() {{\n    local cur\n    COMPREPLY=()\n"
+            f"    cur=\"${{COMP_WORDS[COMP_CWORD]}}\"\n"
+            f"    COMPREPLY=( $(compgen -W \"{opts}\" -- \"$cur\") )\n}}\n"
+            f"complete -F _llama_completions {name}\n")
+
+
+def parse_or_exit(tool: str, argv: list[str] | None, extra_usage: str = "") -> Params:
+    """Parse like common_params_parse; print help/version/lists and exit 0, errors exit 1."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        params = parse(tool, argv)
+    except ArgError as e:
+        print(str(e), file=sys.stderr)
+        raise SystemExit(1)
+    if params.usage:
+        sys.stdout.write(usage(tool) + "\n" + extra_usage)
+        raise SystemExit(0)
+    if params.version:
+        sys.stderr.write(version_text())
+        raise SystemExit(0)
+    for flag, text in (("list_devices", list_devices_text), ("cache_list", cache_list_text)):
+        if getattr(params, flag):
+            sys.stdout.write(text())
+            raise SystemExit(0)
+    if params.completion_bash:
+        sys.stdout.write(completion_bash(tool))
+        raise SystemExit(0)
+    setup_logging(params)
+    return params
+
+
+class _Formatter:
+    """llama.cpp's log line prefix: `M.SS.mmm.uuu I ` (timestamps and level letter optional)."""
+
+    def __init__(self, timestamps: bool, prefix: bool):
+        self.t0, self.timestamps, self.prefix = time.monotonic(), timestamps, prefix
+
+    def format(self, record) -> str:
+        head = ""
+        if self.timestamps:
+            us = int((time.monotonic() - self.t0) * 1e6)
+            head += f"{us // 60_000_000}.{us // 1_000_000 % 60:02d}.{us // 1000 % 1000:03d}." \
+                    f"{us % 1000:03d} "
+        if self.prefix:
+            head += record.levelname[0] + " "
+        return head + record.getMessage()
+
+
+def setup_logging(params: Params) -> None:
+    import logging
+    from pyllama import log
+    level = {0: logging.CRITICAL + 1, 1: logging.ERROR, 2: logging.WARNING,
+             3: logging.INFO}.get(params.verbosity, logging.DEBUG)
+    if params.log_disable:
+        level = logging.CRITICAL + 1
+    log.setup(3, sys.stderr)
+    fmt = _Formatter(params.log_timestamps, params.log_prefix)
+    for h in log.logger.handlers:
+        h.setFormatter(fmt)
+    if params.log_file:
+        fh = logging.FileHandler(params.log_file)
+        fh.setFormatter(fmt)
+        log.logger.addHandler(fh)
+    log.logger.setLevel(level)
+
+
+def resolve_model(params: Params) -> str:
+    """-m path or alias; no -m means the bundled default model (pyllama.models.DEFAULT_MODEL)."""
+    from pyllama import models
+    return models.resolve(params.model or None)
+
+
+class Spinner:
+    """`Loading model... |/-\\` on a TTY stderr while a slow call runs; silent otherwise."""
+
+    def __init__(self, label: str = "Loading model... ", stream=None):
+        self.stream = stream or sys.stderr
+        self.label, self.stop = label, threading.Event()
+        self.thread = None
+
+    def __enter__(self):
+        if self.stream.isatty():
+            self.thread = threading.Thread(target=self._spin, daemon=True)
+            self.thread.start()
+        return self
+
+    def _spin(self):
+        self.stream.write(self.label)
+        i = 0
+        while not self.stop.wait(0.1):
+            self.stream.write("|/-\\"[i % 4] + "\b")
+            self.stream.flush()
+            i += 1
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+            self.stream.write(" \b\r" + " " * len(self.label) + "\r")
+            self.stream.flush()
+        return False
+
+
+def load_model(params: Params, **extra):
+    """pyllama.load_model on the resolved path, with the TTY spinner."""
+    import inspect
+    import pyllama
+    path = resolve_model(params)
+    kwargs = params.model_kwargs()
+    kwargs.update(extra)
+    try:
+        sig = inspect.signature(pyllama.load_model)
+        if not any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
+            kwargs = {k: v for k, v in kwargs.items() if k in sig.parameters}
+    except (TypeError, ValueError):
+        pass
+    with Spinner():
+        return pyllama.load_model(path, **kwargs)
+
+
+def guard(main_fn, argv, prefix: str = "error") -> int:
+    """Run a tool body: PyllamaError/OSError → one line on stderr and exit 1; Ctrl+C → 130."""
+    from pyllama.errors import PyllamaError
+    try:
+        return main_fn(argv)
+    except BrokenPipeError:
+        return 0
+    except (PyllamaError, OSError) as e:
+        print(f"{prefix}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nInterrupted by user", file=sys.stderr)
+        return 130
