@@ -1,0 +1,196 @@
+"""SamplerChain: llama.cpp's common_sampler (common/sampling.cpp) over its llama_sampler chain.
+
+Chain built from SamplerParams like common_sampler_init:
+  logit-bias (user biases, plus -inf on every EOG token with ignore_eos)
+  mirostat == 0: the `samplers` list in order, then `dist` (or `adaptive-p` if listed)
+  mirostat == 1: temp -> mirostat v1;  mirostat == 2: temp -> mirostat v2.
+`sample()` runs the chain and draws exactly one uniform from the chain's RNG (numpy Generator
+seeded from `seed`; 0xFFFFFFFF or -1 picks a random seed) in the selecting step, or uses the
+`u` it is given instead. It does not accept: call `accept(token)` to update the history.
+"""
+import os
+from collections import deque
+
+import numpy as np
+
+from pyllama.sampling.candidates import Candidates, descending_order, dist_select, top_k_indices
+from pyllama.sampling.dry import DRY, process_breakers
+from pyllama.sampling.params import DEFAULT_SEED, SamplerParams
+from pyllama.sampling.samplers import (
+    XTC, AdaptiveP, LogitBias, MinP, Mirostat, MirostatV2, Penalties, Temp, TempExt, TopK,
+    TopNSigma, TopP, Typical, _copy_rng)
+
+XTC_STREAM = 0x787463  # "xtc": XTC's generator is seeded (seed, XTC_STREAM), apart from dist's
+
+
+def greedy(logits) -> int:
+    """argmax; the lowest id wins a tie (llama.cpp's greedy keeps the first maximum)."""
+    return int(np.argmax(np.asarray(logits)))
+
+
+def resolve_seed(seed: int) -> int:
+    """The seed actually used: LLAMA_DEFAULT_SEED (or -1) draws one from the OS."""
+    seed = int(seed)
+    if seed in (-1, DEFAULT_SEED):
+        return int.from_bytes(os.urandom(4), "little")
+    return seed & 0xFFFFFFFF
+
+
+class SamplerChain:
+    def __init__(self, params: SamplerParams, n_vocab: int, *, eog_ids=(), token_pieces=None,
+                 tokenize=None, n_ctx: int = 0, n_ctx_train: int = 0):
+        """token_pieces: id -> str, needed when DRY is on (sequence breakers); tokenize: str ->
+        ids for multi-character breakers (else a longest-piece match over the pieces);
+        n_ctx resolves penalty_last_n == -1; n_ctx_train bounds DRY (0: unbounded)."""
+        self.params, self.n_vocab = params, int(n_vocab)
+        self.eog_ids = tuple(int(t) for t in eog_ids)
+        self.seed = resolve_seed(params.seed)
+        self.rng = np.random.default_rng(self.seed)
+        self.prev: deque = deque(maxlen=max(32, params.n_prev))
+        self.samplers = self._build(params, token_pieces, tokenize, n_ctx, n_ctx_train)
+        self.last_candidates = (np.zeros(0, np.int32), np.zeros(0, np.float32))
+        self.last_selected = -1
+
+    # -- construction -------------------------------------------------------------------------
+    def _build(self, p: SamplerParams, token_pieces, tokenize, n_ctx, n_ctx_train) -> list:
+        chain = []
+        bias = list(p.logit_bias.items())
+        if p.ignore_eos:
+            bias += [(t, -np.inf) for t in self.eog_ids]
+        if bias:
+            chain.append(LogitBias(bias))
+        if p.mirostat == 1:
+            return chain + [Temp(p.temp), Mirostat(self.n_vocab, p.mirostat_tau, p.mirostat_eta)]
+        if p.mirostat == 2:
+            return chain + [Temp(p.temp), MirostatV2(p.mirostat_tau, p.mirostat_eta)]
+        if p.mirostat != 0:
+            raise ValueError(f"unknown mirostat version {p.mirostat}")
+        for name in p.samplers:
+            s = self._make(name, p, token_pieces, tokenize, n_ctx, n_ctx_train)
+            if s is not None:
+                chain.append(s)
+        if "adaptive_p" in p.samplers:
+            chain.append(AdaptiveP(p.adaptive_target, p.adaptive_decay))
+        return chain
+
+    def _make(self, name, p, token_pieces, tokenize, n_ctx, n_ctx_train):
+        """One chain entry; None for a sampler that its parameters disable (llama.cpp's "?name")."""
+        if name == "penalties":
+            last_n = n_ctx if p.penalty_last_n == -1 else p.penalty_last_n
+            off = last_n <= 0 or (p.penalty_repeat == 1 and p.penalty_freq == 0 and p.penalty_present == 0)
+            return None if off else Penalties(last_n, p.penalty_repeat, p.penalty_freq, p.penalty_present)
+        if name == "dry":
+            if p.dry_multiplier == 0 or p.dry_base < 1 or p.dry_penalty_last_n == 0:
+                return None
+            if token_pieces is None:
+                raise ValueError("DRY needs token_pieces (id -> str) for its sequence breakers")
+            brk = process_breakers(p.dry_sequence_breakers, self.n_vocab, token_pieces, tokenize)
+            return DRY(n_ctx_train, p.dry_multiplier, p.dry_base, p.dry_allowed_length,
+                       p.dry_penalty_last_n, brk)
+        simple = {
+            "top_k": lambda: TopK(p.top_k) if p.top_k > 0 else None,
+            "top_p": lambda: TopP(p.top_p, p.min_keep) if p.top_p < 1 else None,
+            "min_p": lambda: MinP(p.min_p, p.min_keep) if p.min_p > 0 else None,
+            "typ_p": lambda: Typical(p.typ_p, p.min_keep) if p.typ_p < 1 else None,
+            "top_n_sigma": lambda: TopNSigma(p.top_n_sigma) if p.top_n_sigma > 0 else None,
+            "temperature": lambda: None if p.temp == 1 and p.dynatemp_range <= 0 else TempExt(
+                p.temp, p.dynatemp_range, p.dynatemp_exponent),
+            "xtc": lambda: None if p.xtc_probability <= 0 or p.xtc_threshold > 0.5 else XTC(
+                p.xtc_probability, p.xtc_threshold, p.min_keep,
+                np.random.default_rng((self.seed, XTC_STREAM))),
+        }
+        if name in simple:
+            return simple[name]()
+        if name == "adaptive_p":
+            return None  # placed at the end of the chain, in place of dist
+        raise ValueError(f"sampler '{name}' is not supported")
+
+    # -- sampling -----------------------------------------------------------------------------
+    def apply(self, logits, u: float | None = None) -> Candidates:
+        """Run the whole chain on `logits` [n_vocab]; returns the candidates, `selected` set."""
+        cur = Candidates.from_logits(logits)
+        if cur.size != self.n_vocab:
+            raise ValueError(f"logits have {cur.size} entries, the vocabulary {self.n_vocab}")
+        u = self.draw_uniform() if u is None else float(u)
+        for s in self.samplers:
+            if isinstance(s, (Mirostat, AdaptiveP)):
+                s.apply(cur, u)
+                return cur
+            s.apply(cur)
+        dist_select(cur, u)
+        return cur
+
+    def sample(self, logits, u: float | None = None) -> int:
+        """One token from the chain (not accepted). `u` in [0, 1) replaces the RNG draw."""
+        cur = self.apply(logits, u)
+        order = np.lexsort((cur.ids, -cur.p.astype(np.float64)))  # by p desc, like the server
+        self.last_candidates = (cur.ids[order], cur.p[order])
+        self.last_selected = int(cur.ids[cur.selected])
+        return self.last_selected
+
+    def draw_uniform(self) -> float:
+        """One uniform double in [0, 1) from the chain's RNG (the draw `sample` makes)."""
+        return float(self.rng.random())
+
+    def accept(self, token: int) -> None:
+        token = int(token)
+        for s in self.samplers:
+            s.accept(token)
+        self.prev.append(token)
+
+    def reset(self) -> None:
+        """Clear the history, restart mirostat, reseed the RNGs (a random seed draws anew)."""
+        self.prev.clear()
+        self.seed = resolve_seed(self.params.seed)
+        self.rng = np.random.default_rng(self.seed)
+        for s in self.samplers:
+            s.reset()
+            if isinstance(s, XTC):
+                s.rng = np.random.default_rng((self.seed, XTC_STREAM))
+
+    def clone(self) -> "SamplerChain":
+        """An independent copy with the full state: history, mirostat mu, RNG positions."""
+        c = object.__new__(SamplerChain)
+        c.params, c.n_vocab, c.eog_ids, c.seed = self.params, self.n_vocab, self.eog_ids, self.seed
+        c.rng = _copy_rng(self.rng)
+        c.prev = deque(self.prev, maxlen=self.prev.maxlen)
+        c.samplers = [s.clone() for s in self.samplers]
+        c.last_candidates, c.last_selected = self.last_candidates, self.last_selected
+        return c
+
+    # -- probabilities ------------------------------------------------------------------------
+    def probs(self, logits, n: int, post_sampling: bool = True) -> list[tuple[int, float]]:
+        """Top-n (id, p). post_sampling: the chain's final candidates (the server's
+        post_sampling_probs), computed on a clone so this chain's state does not move;
+        otherwise the softmax of the raw logits (the server's default n_probs)."""
+        if not post_sampling:
+            return softmax_top_n(logits, n)
+        cur = self.clone().apply(logits, u=0.5)
+        order = np.lexsort((cur.ids, -cur.p.astype(np.float64)))[:n]
+        return [(int(cur.ids[i]), float(cur.p[i])) for i in order]
+
+    def probs_full(self, logits) -> np.ndarray:
+        """The chain's final distribution over the whole vocabulary [n_vocab] float32 (zeros for
+        filtered tokens), without moving this chain's state. For rejection sampling min(1, p/q)."""
+        cur = self.clone().apply(logits, u=0.5)
+        out = np.zeros(self.n_vocab, dtype=np.float32)
+        out[cur.ids] = cur.p
+        return out
+
+    def describe(self) -> str:
+        """common_sampler_print: "logits -> name -> ... " (disabled samplers are left out)."""
+        names = [s.name for s in self.samplers]
+        if not any(isinstance(s, (Mirostat, AdaptiveP)) for s in self.samplers):
+            names.append("dist")
+        return "logits " + "".join(f"-> {n} " for n in names)
+
+
+def softmax_top_n(logits, n: int) -> list[tuple[int, float]]:
+    """Top-n of softmax(logits) over the full vocabulary, by probability (ties: lowest id)."""
+    x = np.asarray(logits, dtype=np.float32).reshape(-1)
+    ids = np.arange(len(x), dtype=np.int32)
+    top = top_k_indices(x, ids, min(n, len(x))) if n < len(x) else descending_order(x, ids)
+    m = x.max()
+    total = np.exp(x - m, dtype=np.float32).sum(dtype=np.float64)
+    p = np.exp(x[top] - m, dtype=np.float32) / total
+    return [(int(i), float(q)) for i, q in zip(top, p)]

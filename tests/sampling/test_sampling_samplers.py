@@ -1,0 +1,243 @@
+"""Each sampler on a tiny vocabulary, with the expected values derived by hand from llama.cpp's
+formulas (src/llama-sampler.cpp). Logits are often log-probabilities so the softmax is exact."""
+import math
+
+import numpy as np
+import pytest
+
+from pyllama.sampling import greedy
+from pyllama.sampling.candidates import Candidates, dist_select, softmax
+from pyllama.sampling.dry import DRY, process_breakers
+from pyllama.sampling.samplers import (
+    XTC, LogitBias, MinP, Mirostat, MirostatV2, Penalties, TempExt, TopK, TopNSigma, TopP, Typical)
+
+LN = np.log
+
+
+def cands(logits):
+    return Candidates.from_logits(np.asarray(logits, dtype=np.float32))
+
+
+def kept(cur):
+    return cur.ids.tolist()
+
+
+def test_greedy_lowest_id_on_ties():
+    assert greedy(np.array([1.0, 3.0, 2.0, 3.0], np.float32)) == 1
+
+
+def test_top_k_keeps_k_best_sorted_ties_lowest_id():
+    cur = cands([1, 3, 2, 3, 0])
+    TopK(2).apply(cur)
+    assert kept(cur) == [1, 3] and cur.sorted  # both logit 3; the lower id first
+    cur = cands([1, 3, 2, 3, 0])
+    TopK(0).apply(cur)  # k <= 0: off
+    assert kept(cur) == [0, 1, 2, 3, 4] and not cur.sorted
+    cur = cands([1, 3, 2])
+    TopK(10).apply(cur)  # k > n: everything, sorted
+    assert kept(cur) == [1, 2, 0]
+
+
+def test_top_k_tie_across_the_cut_on_a_large_vocab():
+    logits = np.zeros(5000, np.float32)
+    logits[[4000, 10]] = 2.0  # two clear winners, then 4998 equal logits
+    cur = cands(logits)
+    TopK(5).apply(cur)
+    assert kept(cur) == [10, 4000, 0, 1, 2]
+
+
+def test_top_p_smallest_prefix_reaching_p():
+    # p = 0.5 0.2 0.2 0.1: cumulative 0.5, 0.7 >= 0.6 -> keep 2 (the tie 0.2/0.2 keeps id 1)
+    cur = cands(LN([0.5, 0.2, 0.2, 0.1]))
+    TopP(0.6, 0).apply(cur)
+    assert kept(cur) == [0, 1]
+    cur = cands(LN([0.5, 0.2, 0.2, 0.1]))
+    TopP(0.6, 3).apply(cur)  # min_keep 3
+    assert kept(cur) == [0, 1, 2]
+    cur = cands(LN([0.5, 0.2, 0.2, 0.1]))
+    TopP(1.0, 0).apply(cur)  # p >= 1: off
+    assert kept(cur) == [0, 1, 2, 3]
+
+
+def test_top_p_large_unsorted_vocab_beyond_the_256_guess():
+    rng = np.random.default_rng(1)
+    logits = (rng.standard_normal(3000) * 0.1).astype(np.float32)  # flat: p 0.9 needs ~2700
+    cur = cands(logits)
+    TopP(0.9, 0).apply(cur)
+    # numpy reference: sort descending, float32 cumulative sum, first index reaching p
+    e = np.exp(logits - logits.max(), dtype=np.float32)
+    p = e / np.cumsum(e, dtype=np.float32)[-1]
+    order = np.lexsort((np.arange(3000), -logits.astype(np.float64)))
+    n = int(np.flatnonzero(np.cumsum(p[order], dtype=np.float32) >= np.float32(0.9))[0]) + 1
+    assert n > 256 and kept(cur) == order[:n].tolist()
+
+
+def test_min_p_threshold_relative_to_max():
+    # p >= 0.2 * 0.5 = 0.1 keeps ids 0,1,2 (unsorted path keeps id order)
+    cur = cands(LN([0.15, 0.5, 0.3, 0.05]))
+    MinP(0.2, 0).apply(cur)
+    assert kept(cur) == [0, 1, 2]
+    # min_keep 4: the unsorted pass keeps 3 < 4, the sorted pass may not cut before 4
+    cur = cands(LN([0.15, 0.5, 0.3, 0.05]))
+    MinP(0.2, 4).apply(cur)
+    assert kept(cur) == [1, 2, 0, 3]
+    cur = cands(LN([0.15, 0.5, 0.3, 0.05]))
+    MinP(0.0, 0).apply(cur)
+    assert kept(cur) == [0, 1, 2, 3]
+
+
+def test_typical_orders_by_distance_to_entropy():
+    # p = 1/2 1/4 1/8 1/8: H = 1.75 ln 2 = 1.2130; |-ln p - H| = 0.520, 0.173, 0.866, 0.866
+    # order id1, id0, id2, id3; cumulative 0.25, 0.75 > 0.5 -> keep [1, 0]
+    cur = cands(LN([0.5, 0.25, 0.125, 0.125]))
+    Typical(0.5, 0).apply(cur)
+    assert kept(cur) == [1, 0] and not cur.sorted
+    cur = cands(LN([0.5, 0.25, 0.125, 0.125]))
+    Typical(0.5, 3).apply(cur)  # min_keep 3: i >= 2
+    assert kept(cur) == [1, 0, 2]
+
+
+def test_top_n_sigma_masks_below_max_minus_n_std():
+    # logits 4 2 0 -2: mean 1, std sqrt((9+1+1+9)/4) = 2.236; n = 1 keeps >= 1.764: ids 0,1
+    cur = cands([4, 2, 0, -2])
+    TopNSigma(1.0).apply(cur)
+    assert kept(cur) == [0, 1, 2, 3] and cur.sorted
+    assert np.isneginf(cur.logits[2:]).all()
+    assert cur.p[0] == pytest.approx(1 / (1 + math.exp(-2)), rel=1e-6)  # softmax of 4, 2
+
+
+def test_temperature_scales_and_zero_keeps_the_first_max():
+    cur = cands([1, 2])
+    TempExt(0.5, 0.0, 1.0).apply(cur)
+    assert cur.logits.tolist() == [2, 4]
+    cur = cands([1, 3, 3])
+    TempExt(0.0, 0.0, 1.0).apply(cur)
+    assert cur.logits[1] == 3 and np.isneginf(cur.logits[[0, 2]]).all()
+
+
+def test_dynamic_temperature_from_normalised_entropy():
+    # p = 0.75 0.25: H = 0.5623, H / ln 2 = 0.8113; temp 1, range 0.5, exp 1:
+    # dyn = 0.5 + (1.5 - 0.5) * 0.8113 = 1.3113; logits (sorted) / dyn
+    lg = LN([0.25, 0.75]).astype(np.float32)
+    cur = cands(lg)
+    TempExt(1.0, 0.5, 1.0).apply(cur)
+    h = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    dyn = 0.5 + h / math.log(2)
+    assert kept(cur) == [1, 0]
+    assert cur.logits == pytest.approx(np.array([lg[1], lg[0]]) / dyn, rel=1e-5)
+    assert cur.p.sum() == pytest.approx(1.0)
+
+
+def test_penalties_repeat_frequency_presence():
+    pen = Penalties(64, 2.0, 0.5, 1.0)
+    for t in (1, 1, 2):
+        pen.accept(t)
+    cur = cands([1, 2, -1, 3])
+    pen.apply(cur)
+    # id1: count 2, 2 / 2 - (2 * 0.5 + 1) = -1;  id2: count 1, -1 * 2 - (0.5 + 1) = -3.5
+    assert cur.logits.tolist() == [1, -1, -3.5, 3]
+    win = Penalties(2, 2.0, 0.5, 1.0)  # window of 2: history 1 2 -> id1 count 1
+    for t in (1, 1, 2):
+        win.accept(t)
+    cur = cands([1, 2, -1, 3])
+    win.apply(cur)
+    assert cur.logits.tolist() == [1, 2 / 2 - 1.5, -1 * 2 - 1.5, 3]
+
+
+def test_logit_bias_adds_and_repeats_add_up():
+    cur = cands([0, 0, 0, 0])
+    LogitBias([(0, 5.0), (3, -math.inf), (0, 1.0)]).apply(cur)
+    assert cur.logits[0] == 6 and np.isneginf(cur.logits[3]) and cur.logits[1] == 0
+
+
+class _Always:
+    def random(self):
+        return 0.0
+
+
+def test_xtc_drops_top_choices_but_the_last_above_threshold():
+    # p = 0.5 0.3 0.15 0.05, threshold 0.1: ids 0,1,2 >= 0.1, pos_last = 2 -> keep ids 2, 3
+    cur = cands(LN([0.5, 0.3, 0.15, 0.05]))
+    XTC(1.0, 0.1, 0, _Always()).apply(cur)
+    assert kept(cur) == [2, 3]
+    cur = cands(LN([0.5, 0.3, 0.15, 0.05]))
+    XTC(1.0, 0.1, 3, _Always()).apply(cur)  # 4 - 2 < min_keep 3: unchanged
+    assert kept(cur) == [0, 1, 2, 3]
+
+
+def test_mirostat_v2_truncates_by_surprise_and_updates_mu():
+    # tau 1 -> mu 2; surprise -log2 p = 1 2 3 3: keep ids 0,1, renormalised 2/3 1/3
+    m = MirostatV2(tau=1.0, eta=0.1)
+    cur = cands(LN([0.5, 0.25, 0.125, 0.125]))
+    m.apply(cur, u=0.9)  # cumulative 0.667, 1.0: u 0.9 -> id 1
+    assert kept(cur) == [0, 1] and cur.ids[cur.selected] == 1
+    # mu = 2 - 0.1 * (-log2(1/3) - 1)
+    assert m.mu == pytest.approx(2 - 0.1 * (math.log2(3) - 1), rel=1e-6)
+
+
+def test_mirostat_v1_zipf_estimate():
+    # p_i ~ 1/i^2 (i = 1..4): b_i = 2 t_i, so s_hat = 2, eps = 1;
+    # k = (1 * 2^mu / (1 - 4^-1))^(1/2) with mu = 2 tau = 2: sqrt(16/3) = 2.31 -> top-2
+    p = np.array([1, 1 / 4, 1 / 9, 1 / 16])
+    m = Mirostat(n_vocab=4, tau=1.0, eta=0.1)
+    cur = cands(LN(p / p.sum()))
+    m.apply(cur, u=0.5)
+    assert kept(cur) == [0, 1] and cur.p == pytest.approx([0.8, 0.2], rel=1e-5)
+    assert cur.ids[cur.selected] == 0
+    assert m.mu == pytest.approx(2 - 0.1 * (-math.log2(0.8) - 1), rel=1e-5)
+
+
+def test_dist_walks_candidates_in_order():
+    # p = 0.25 0.75 in id order: u < 0.25 -> id 0, else id 1
+    for u, want in ((0.0, 0), (0.2, 0), (0.3, 1), (0.99, 1)):
+        cur = cands(LN([0.25, 0.75]))
+        dist_select(cur, u)
+        assert cur.ids[cur.selected] == want
+    cur = cands([0.0, -math.inf, 1.0])
+    dist_select(cur, 0.0)  # u = 0 never lands on a zero-probability candidate
+    assert cur.selected == 0
+
+
+def test_softmax_sorted():
+    cur = cands(LN([0.25, 0.75]))
+    softmax(cur, do_sort=True)
+    assert kept(cur) == [1, 0] and cur.p == pytest.approx([0.75, 0.25])
+
+
+PIECES = ["a", "b", "c", ":", "d"]
+
+
+def _dry(history, multiplier=1.0, base=1.75, allowed=2, last_n=-1, breakers=("\n", ":")):
+    brk = process_breakers(list(breakers), len(PIECES), PIECES.__getitem__)
+    d = DRY(0, multiplier, base, allowed, last_n, brk)
+    for t in history:
+        d.accept(t)
+    cur = cands([0, 0, 0, 0, 0])
+    d.apply(cur)
+    return cur.logits.tolist()
+
+
+def test_dry_penalises_the_token_extending_a_repeat():
+    a, b, c, colon = 0, 1, 2, 3
+    # a b c a b: "a b" repeats, c would extend it to 3: repeat_len 2, allowed 2 -> 1 * 1.75^0
+    assert _dry([a, b, c, a, b]) == [0, 0, -1, 0, 0]
+    # allowed 1: the longest repeat c extends is still "a b": 1 * 1.75^(2 - 1)
+    assert _dry([a, b, c, a, b], allowed=1) == pytest.approx([0, 0, -1.75, 0, 0])
+    # a b c d a b c: c extends nothing; d extends "a b c" (3): 1 * 1.75^(3 - 2)
+    assert _dry([a, b, c, 4, a, b, c]) == pytest.approx([0, 0, 0, 0, -1.75])
+    # a b : a b -- ":" would extend, but a single-token breaker is never penalised
+    assert _dry([a, b, colon, a, b]) == [0, 0, 0, 0, 0]
+    # a : b c a : b c -- "a : b c" (4) repeats and a would extend it: 1.75^(4 - 2) = 3.0625;
+    # with ":" a breaker the newest ":" is 2 tokens back, so the length counts as 2: 1.75^0
+    hist = [a, colon, b, c, a, colon, b, c]
+    assert _dry(hist, breakers=()) == pytest.approx([-3.0625, 0, 0, 0, 0])
+    assert _dry(hist) == pytest.approx([-1, 0, 0, 0, 0])
+    # window: only the last 4 tokens (a : b c) are scanned -> no earlier occurrence
+    assert _dry(hist, last_n=4, breakers=()) == [0, 0, 0, 0, 0]
+
+
+def test_dry_breaker_processing_heads_and_tails():
+    pieces = ["xa", "b", "ab", "c", "q\nq"]
+    brk = process_breakers(["ab", "\n"], len(pieces), pieces.__getitem__)
+    # "ab" inside token 2; token 0 ends with "a", the rest "b" tokenises to [1]; "\n" in token 4
+    assert brk == {2: [()], 0: [(1,)], 4: [()]}
