@@ -11,7 +11,7 @@ import numpy as np
 from .batch import Batch, validate
 from .errors import ContextError
 from .graph import Graph
-from .kv import make_memory
+from .kv import KVLayout, ctx_geometry, make_memory
 from .log import get_logger
 
 log = get_logger("context")
@@ -38,13 +38,24 @@ class Context:
         self.n_batch = n_batch
         self.n_seq_max = n_seq_max
         self.swa_full, self.swa_extra, self.kv_unified = swa_full, swa_extra, kv_unified
-        self.memory = make_memory(hp, n_ctx=n_ctx, n_seq_max=n_seq_max, n_ubatch=self.n_ubatch,
-                                  swa_full=swa_full, swa_extra=swa_extra, kv_unified=kv_unified,
-                                  type_k=type_k, type_v=type_v, backend=self.backend)
-        self.n_ctx = self.memory.n_ctx
+        layout = KVLayout(n_embd_k_gqa=[hp.n_embd_k_gqa] * hp.n_layer,
+                          n_embd_v_gqa=[hp.n_embd_v_gqa] * hp.n_layer,
+                          n_head_kv=[hp.n_head_kv] * hp.n_layer, is_swa=list(hp.is_swa),
+                          swa_type=hp.swa_type, n_swa=hp.n_swa)
+        self.n_ctx, self.n_ctx_seq, _ = ctx_geometry(n_ctx, n_seq_max, kv_unified)
+        self.memory = make_memory(layout, n_ctx=n_ctx, n_seq_max=n_seq_max,
+                                  n_ubatch=self.n_ubatch, kv_unified=kv_unified,
+                                  swa_full=swa_full, swa_extra=swa_extra, type_k=type_k,
+                                  type_v=type_v, alloc=self.backend.alloc_kv, rope=self._rope_k)
         self._logits = np.zeros((0, hp.n_vocab), dtype=np.float32)
         self._out_row = np.full(0, -1, dtype=np.int64)   # batch index -> row in _logits
         self._n_outputs = 0
+
+    def _rope_k(self, k: np.ndarray, delta: np.ndarray, il: int) -> np.ndarray:
+        """K-shift: rotate cached K rows [m, n_head_kv, head_dim] by delta positions."""
+        hp = self.hp
+        return self.backend.rope(k, delta, hp.n_rot, hp.rope_base(il), hp.rope_scale(il),
+                                 hp.rope_type)
 
     # -- decode -----------------------------------------------------------------------------
     def decode(self, batch: Batch) -> int:

@@ -60,13 +60,17 @@ def prepare_prompt(ctx, prompt: list[int], seq_id: int = 0) -> int:
     return n
 
 
-def decode_tokens(ctx, tokens: list[int], seq_id: int = 0, logits_last: bool = True) -> None:
-    """Decode tokens after what seq_id holds, in n_batch chunks; logits for the last one."""
+def decode_tokens(ctx, tokens: list[int], seq_id: int = 0, logits_last: bool = True,
+                  logits_all: bool = False) -> None:
+    """Decode tokens after what seq_id holds, in n_batch chunks; logits for the last one (or for
+    all of them: then the batch must fit in n_batch)."""
+    if logits_all and len(tokens) > ctx.n_batch:
+        raise ContextError(f"{len(tokens)} tokens with logits do not fit in n_batch {ctx.n_batch}")
     toks = cached_tokens(ctx, seq_id)
     start = len(toks)
     for b0 in range(0, len(tokens), ctx.n_batch):
         chunk = np.asarray(tokens[b0:b0 + ctx.n_batch], dtype=np.int32)
-        flags = np.zeros(len(chunk), bool)
+        flags = np.full(len(chunk), logits_all, bool)
         if logits_last and b0 + len(chunk) == len(tokens):
             flags[-1] = True
         pos = np.arange(start + b0, start + b0 + len(chunk), dtype=np.int32)
@@ -87,7 +91,7 @@ def generate(ctx, prompt_tokens: list[int], sampler, n_predict: int = -1, seq_id
     stops = set(ctx.model.vocab.eog_ids if stop_tokens is None else stop_tokens)
     n_cached = prepare_prompt(ctx, prompt_tokens, seq_id)
     decode_tokens(ctx, prompt_tokens[n_cached:], seq_id)
-    n_ctx_seq = ctx.memory.n_ctx_seq
+    n_ctx_seq = ctx.n_ctx_seq
     n_gen = 0
     while n_predict < 0 or n_gen < n_predict:
         tok = int(sampler.sample(ctx.get_logits_ith(-1)))

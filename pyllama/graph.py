@@ -24,8 +24,7 @@ class Graph:
         self.tokens = ubatch.tokens
         self.pos = np.ascontiguousarray(ubatch.pos, dtype=np.int32)
         self.out_idx = out_idx            # int32[n_out]: ubatch rows whose logits are wanted
-        self._write_cells = memory.apply_ubatch(ubatch)
-        self._plans: dict = {}
+        memory.apply_ubatch(ubatch)
         self._ubatch = ubatch
 
     # -- inputs -------------------------------------------------------------------------
@@ -75,15 +74,12 @@ class Graph:
         hp = self.hp
         if scale is None:
             scale = 1.0 / math.sqrt(hp.n_embd_head_k)
-        cache = self.memory.cache_for(il)
-        cells = self._write_cells[cache.kind]
-        kbuf, vbuf = cache.k[il], cache.v[il]
+        mem = self.memory
+        cells = mem.cells_for(il)
+        kbuf, vbuf = mem.k[il], mem.v[il]
         self.be.set_rows(kbuf, cells, k.reshape(self.n_tokens, -1))
         self.be.set_rows(vbuf, cells, v.reshape(self.n_tokens, -1))
-        plan = self._plans.get(cache.kind)
-        if plan is None:
-            plan = self._plans[cache.kind] = cache.attn_plan(self._ubatch)
-        kv_cells, q_start, q_end = plan
+        kv_cells, q_start, q_end = mem.attn_plan(self._ubatch, il)
         out = self.be.attention(q, kbuf, vbuf, kv_cells, q_start, q_end, scale, softcap)
         return out.reshape(self.n_tokens, -1)
 

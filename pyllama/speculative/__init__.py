@@ -1,0 +1,13 @@
+"""Speculative decoding: drafts (draft model, n-gram lookup, self-draft) verified by the target.
+
+Greedy speculative output equals greedy plain output token for token, with bit-identical logits
+(the target's logits do not depend on the batch shape, ARCHITECTURE decision 6), with or without
+swa_full; seeded sampling with the target's chain reproduces plain seeded sampling (each emitted token
+consumes one RNG draw from the same logits).
+"""
+from .compat import check_vocab_compatible
+from .drafters import DraftModelDrafter, Drafter, NgramDrafter, truncated_model
+from .loop import SpecParams, SpecStats, speculative_generate
+
+__all__ = ["check_vocab_compatible", "Drafter", "DraftModelDrafter", "NgramDrafter",
+           "truncated_model", "SpecParams", "SpecStats", "speculative_generate"]
