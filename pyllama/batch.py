@@ -96,7 +96,7 @@ def validate(batch: Batch, n_vocab: int, n_seq_max: int, memory=None) -> tuple[i
             return -1, err
     if batch.auto_pos:
         batch.pos = _auto_pos(batch, memory)
-    for check in (_check_memory_pos, _check_contiguous, _check_sets_and_order, _check_coupled):
+    for check in (_check_memory_pos, _check_contiguous, _check_order, _check_coupled):
         err = check(batch, memory)
         if err:
             return -1, err
@@ -167,15 +167,10 @@ def _check_contiguous(batch, memory):
     return ""
 
 
-def _check_sets_and_order(batch, memory):
-    cur: dict[int, frozenset] = {}
+def _check_order(batch, memory):
     last: dict[int, int] = {}
     for p, ids in zip(batch.pos.tolist(), batch.seq_ids):
-        sset = frozenset(ids)
         for s in ids:
-            cur[s] = cur.get(s, sset) & sset
-            if not cur[s]:
-                return f"sequence {s} belongs to incompatible sequence sets (not allowed)"
             if p < last.get(s, -1):
                 return f"sequence {s} positions are decreasing (not allowed)"
             last[s] = p
