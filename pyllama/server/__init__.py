@@ -1,0 +1,56 @@
+"""llama-server: an OpenAI- and llama.cpp-compatible HTTP server over one engine thread.
+
+`serve(ServerConfig) -> exit code` starts uvicorn first (so /health answers 503 while the model
+loads), loads the model in the engine thread, and stops gracefully on SIGINT/SIGTERM.
+"""
+from __future__ import annotations
+
+from .config import ServerConfig
+
+__all__ = ["ServerConfig", "serve"]
+
+
+def serve(cfg: ServerConfig) -> int:
+    """Run the server until SIGINT/SIGTERM; 0 on a clean stop, 1 when the model fails to load."""
+    import uvicorn
+
+    from ..log import get_logger
+    from .app import create_app
+    from .engine import Engine
+
+    log = get_logger("server")
+    engine = Engine(cfg)
+    app = create_app(cfg, engine)
+    config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
+                            access_log=False, timeout_graceful_shutdown=3,
+                            lifespan="off", ws="none")
+    server = _Uvicorn(config)
+    engine.on_fatal = lambda: setattr(server, "should_exit", True)
+    if cfg.port == 8080:
+        log.warning("srv  llama_server: the default port of llama.cpp will change to 9931")
+    if not cfg.api_keys and cfg.cors_origins == "*":
+        log.warning("srv  llama_server: no API key set and CORS allows every origin")
+    engine.start()
+    try:
+        server.run()
+    finally:
+        engine.stop()
+    return 1 if engine.load_error is not None or not server.started else 0
+
+
+class _Uvicorn:
+    """uvicorn.Server that logs llama.cpp's `listening on` line with the real port."""
+
+    def __new__(cls, config):
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            async def startup(self, sockets=None):
+                await super().startup(sockets)
+                from ..log import get_logger
+                for srv in getattr(self, "servers", []):
+                    for sock in srv.sockets:
+                        host, port = sock.getsockname()[:2]
+                        get_logger("server").info(
+                            f"srv  llama_server: listening on http://{host}:{port}")
+        return Server(config)

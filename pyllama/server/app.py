@@ -1,0 +1,598 @@
+"""HTTP layer of llama-server: starlette routes, JSON and SSE framing, CORS, API keys, request logs.
+
+Talks to the engine only through Task/Channel; never touches the Context. llama.cpp counterpart:
+tools/server/server.cpp (routes), server-http.cpp (CORS, auth, errors), server-common.cpp.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from pathlib import Path
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..log import get_logger
+from . import schemas as S
+from .chat import ToolCallStream, parse_tool_calls, render_chat
+from .engine import Channel, Engine, Task
+from .schemas import ServerError, invalid, not_supported
+
+log = get_logger("server")
+WEB_DIR = Path(__file__).parent / "web"
+UI_PATHS = ("/", "/index.html")
+NO_AUTH = ("/health", "/v1/health") + UI_PATHS
+_JSON = "application/json; charset=utf-8"
+
+
+def json_response(obj, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(obj), status_code=status, media_type=_JSON)
+
+
+def error_response(err: ServerError) -> Response:
+    return json_response(err.body(), err.code)
+
+
+def sse(obj) -> bytes:
+    return b"data: " + msgspec.json.encode(obj) + b"\n\n"
+
+
+class Gate:
+    """ASGI middleware in llama.cpp's pre-routing order: CORS headers, OPTIONS, 503 while
+    loading, API key; adds `Server: llama.cpp` and logs each request."""
+
+    def __init__(self, app, server: "Server"):
+        self.app, self.server, self.cfg = app, server, server.cfg
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        path, method = scope["path"], scope["method"]
+        if self.cfg.api_prefix and path.startswith(self.cfg.api_prefix):
+            path = path[len(self.cfg.api_prefix):] or "/"
+            scope = {**scope, "path": path}
+        cors = self._cors(headers.get("origin", ""))
+        status = [0]
+
+        async def send_wrapped(msg):
+            if msg["type"] == "http.response.start":
+                status[0] = msg["status"]
+                msg = {**msg, "headers": list(msg.get("headers", [])) + cors}
+            await send(msg)
+
+        early = self._precheck(method, path, headers)
+        if early is not None:
+            await early(scope, receive, send_wrapped)
+        else:
+            await self.app(scope, receive, send_wrapped)
+        client = scope.get("client") or ("-", 0)
+        level = log.debug if path in ("/health", "/v1/health", "/metrics") else log.info
+        level(f"srv  log_server_r: request: {method} {path} {client[0]} {status[0]}")
+
+    def _precheck(self, method: str, path: str, headers: dict):
+        if method == "OPTIONS":
+            return Response(b"", 200, media_type="text/html", headers={
+                "Access-Control-Allow-Credentials": "true" if self.cfg.cors_credentials
+                else "false",
+                "Access-Control-Allow-Methods": self.cfg.cors_methods,
+                "Access-Control-Allow-Headers": self.cfg.cors_headers})
+        if path not in UI_PATHS and not self.server.engine.ready.is_set():
+            return error_response(ServerError(503, "Loading model"))
+        if self.cfg.api_keys and path not in NO_AUTH and not self._key_ok(headers):
+            return error_response(ServerError(401, "Invalid API Key"))
+        return None
+
+    def _key_ok(self, headers: dict) -> bool:
+        key = headers.get("authorization", "")
+        if key.startswith("Bearer "):
+            key = key[len("Bearer "):]
+        if not key:
+            key = headers.get("x-api-key", "")
+        return key in self.cfg.api_keys
+
+    def _cors(self, origin: str) -> list[tuple[bytes, bytes]]:
+        allowed = self.cfg.cors_origins
+        if allowed == "*" and self.cfg.cors_credentials:
+            value = origin
+        elif allowed == "localhost":
+            host = re.sub(r"^[a-z]+://", "", origin).rsplit(":", 1)[0].strip("[]")
+            value = origin if host in ("localhost", "127.0.0.1", "::1") else ""
+        else:
+            value = allowed
+        return [(b"server", b"llama.cpp"),
+                (b"access-control-allow-origin", value.encode("latin-1"))]
+
+
+class Server:
+    """Routes bound to one engine and config."""
+
+    def __init__(self, cfg, engine: Engine):
+        self.cfg, self.engine = cfg, engine
+        self._template = None
+        self.defaults = S.RequestDefaults(n_predict=cfg.n_predict, n_keep=cfg.n_keep,
+                                          stop=list(cfg.reverse_prompts),
+                                          cache_prompt=cfg.cache_prompt)
+
+    # -- helpers -----------------------------------------------------------------------------------
+    @property
+    def model_name(self) -> str:
+        if self.cfg.alias:
+            return sorted(self.cfg.alias)[0]
+        return os.path.basename(self.cfg.model or getattr(self.engine.model, "path", "model"))
+
+    @property
+    def template(self):
+        if self._template is None:
+            from pyllama.vocab.chat import ChatTemplate
+            self._template = ChatTemplate.for_model(self.engine.vocab,
+                                                    override=self.cfg.chat_template)
+        return self._template
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True):
+        return self.engine.model.tokenize(text, add_special=add_special,
+                                          parse_special=parse_special)
+
+    async def body(self, request: Request, kind):
+        return S.decode_body(await request.body(), kind)
+
+    # -- simple endpoints ----------------------------------------------------------------------------
+    async def health(self, request: Request):
+        return json_response({"status": "ok"})
+
+    async def index(self, request: Request):
+        if not self.cfg.ui:
+            raise HTTPException(404)
+        return FileResponse(WEB_DIR / "index.html", media_type="text/html; charset=utf-8")
+
+    async def props(self, request: Request):
+        if request.method == "POST":
+            if not self.cfg.endpoint_props:
+                raise not_supported("This server does not support changing global properties. "
+                                    "Start it with `--props`")
+            return json_response({"success": True})
+        return json_response(self._props())
+
+    def _props(self) -> dict:
+        e, v = self.engine, self.engine.vocab
+        settings = S.generation_settings(S.TaskParams(
+            n_predict=self.cfg.n_predict, n_keep=self.cfg.n_keep,
+            sampling=e.sampling_defaults))
+        settings.pop("stop", None)
+        piece = (lambda t: e.model.token_to_piece(t, True).decode("utf-8", "replace")
+                 if t is not None and t >= 0 else "")
+        return {"default_generation_settings": {"params": settings, "n_ctx": e.n_ctx_slot},
+                "total_slots": len(e.slots), "model_alias": self.model_name,
+                "model_ftype": _ftype(e.model), "model_path": e.model.path,
+                "modalities": {"vision": False, "video": False, "audio": False},
+                "media_marker": "", "endpoint_slots": self.cfg.endpoint_slots,
+                "endpoint_props": self.cfg.endpoint_props,
+                "endpoint_metrics": self.cfg.endpoint_metrics, "ui": self.cfg.ui,
+                "ui_settings": {}, "chat_template": self._template_source(),
+                "chat_template_caps": {}, "bos_token": piece(getattr(v, "bos", -1)),
+                "eos_token": piece(getattr(v, "eos", -1)), "build_info": S.BUILD_INFO,
+                "is_sleeping": False, "cors_proxy_enabled": False}
+
+    def _template_source(self) -> str:
+        try:
+            return getattr(self.template, "source", None) or ""
+        except Exception:  # noqa: BLE001 - props must answer even with a broken template
+            return ""
+
+    async def models(self, request: Request):
+        m, name = self.engine.model, self.model_name
+        meta = {"vocab_type": _vocab_type(m), "n_vocab": m.n_vocab, "n_ctx": self.engine.n_ctx_slot,
+                "n_ctx_train": getattr(m.hparams, "n_ctx_train", 0),
+                "n_embd": getattr(m.hparams, "n_embd", 0), "n_params": m.n_params,
+                "size": m.size_bytes, "ftype": _ftype(m)}
+        aliases = sorted(self.cfg.alias) or [name]
+        return json_response({
+            "models": [{"name": name, "model": name, "modified_at": "", "size": "", "digest": "",
+                        "type": "model", "description": "", "tags": [""],
+                        "capabilities": ["completion"], "parameters": "",
+                        "details": {"parent_model": "", "format": "gguf", "family": "",
+                                    "families": [""], "parameter_size": "",
+                                    "quantization_level": ""}}],
+            "object": "list",
+            "data": [{"id": name, "aliases": aliases, "tags": [], "object": "model",
+                      "created": int(time.time()), "owned_by": "llamacpp", "meta": meta}]})
+
+    async def tokenize_route(self, request: Request):
+        b = await self.body(request, S.TokenizeBody)
+        if b.content is msgspec.UNSET:
+            return json_response({"tokens": []})
+        ids = self._mixed_tokens(b.content, b.add_special, b.parse_special)
+        if not b.with_pieces:
+            return json_response({"tokens": ids})
+        out = []
+        for t in ids:
+            raw = self.engine.model.token_to_piece(t, True)
+            try:
+                piece = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                piece = list(raw)
+            out.append({"id": t, "piece": piece})
+        return json_response({"tokens": out})
+
+    def _mixed_tokens(self, content, add_special: bool, parse_special: bool) -> list[int]:
+        if isinstance(content, str):
+            return self.tokenize(content, add_special, parse_special)
+        if not isinstance(content, list):
+            raise invalid("\"content\" must be a string or an array of strings and tokens")
+        out: list[int] = []
+        for i, part in enumerate(content):
+            if isinstance(part, str):
+                out += self.tokenize(part, add_special and i == 0, parse_special)
+            elif isinstance(part, int) and not isinstance(part, bool):
+                out.append(part)
+            else:
+                raise invalid("prompt elements must be strings or token ids")
+        return out
+
+    async def detokenize(self, request: Request):
+        b = await self.body(request, S.DetokenizeBody)
+        self._check_ids(b.tokens)
+        raw = b"".join(self.engine.model.token_to_piece(t, True) for t in b.tokens)
+        return json_response({"content": raw.decode("utf-8", "replace")})
+
+    def _check_ids(self, ids) -> None:
+        n = self.engine.model.n_vocab
+        for t in ids:
+            if not 0 <= t < n:
+                raise invalid(f"invalid token id {t} (n_vocab = {n})")
+
+    async def apply_template(self, request: Request):
+        b = await self.body(request, S.ChatBody)
+        return json_response({"prompt": self._render(b)})
+
+    async def input_tokens(self, request: Request):
+        b = await self.body(request, S.ChatBody)
+        return json_response({"object": "response.input_tokens",
+                              "input_tokens": len(self.tokenize(self._render(b)))})
+
+    def _render(self, body) -> str:
+        if body.messages is msgspec.UNSET:
+            raise invalid("'messages' is required")
+        if body.tools and not self.cfg.jinja:
+            raise ServerError(500, "tools param requires --jinja flag")
+        v = self.engine.vocab
+        bos = self.engine.model.token_to_piece(v.bos, True).decode("utf-8", "replace") \
+            if getattr(v, "add_bos", False) and getattr(v, "bos", -1) >= 0 else None
+        return render_chat(self.template, body, self.cfg.chat_template_kwargs, bos)
+
+    async def unsupported(self, request: Request):
+        path = request.url.path
+        if "rerank" in path:
+            raise not_supported("This server does not support reranking. Start it with "
+                                "`--reranking`")
+        if "infill" in path:
+            raise not_supported("Infill is not supported by this server")
+        raise not_supported("This server does not support embeddings. Start it with "
+                            "`--embeddings`")
+
+    # -- slots and metrics --------------------------------------------------------------------------
+    async def slots(self, request: Request):
+        if not self.cfg.endpoint_slots:
+            raise not_supported("This server does not support slots endpoint. Start it with "
+                                "`--slots`")
+        if request.query_params.get("fail_on_no_slot") in ("1", "true") and \
+                self.engine.n_busy == len(self.engine.slots):
+            raise ServerError(503, "no slot available")
+        return json_response([s.to_json() for s in self.engine.slots])
+
+    async def slot_action(self, request: Request):
+        action = request.query_params.get("action", "")
+        try:
+            id_slot = int(request.path_params["id_slot"])
+        except ValueError:
+            raise invalid("Invalid slot id")
+        if action not in ("save", "restore", "erase"):
+            raise invalid("Invalid action")
+        if not self.cfg.slot_save_path:
+            raise not_supported("This server does not support slots action. Start it with "
+                                "`--slot-save-path`")
+        if not 0 <= id_slot < len(self.engine.slots):
+            raise invalid(f"Invalid slot id {id_slot}")
+        filename = ""
+        if action != "erase":
+            b = await self.body(request, S.SlotActionBody)
+            filename = b.filename or ""
+            if not _valid_filename(filename):
+                raise invalid("Invalid filename")
+        ch = Channel(asyncio.get_running_loop())
+        task = self.engine.submit(Task(action, ch, id_slot=id_slot, filename=filename))
+        res = await self._wait(request, ch, [task])
+        return json_response(res)
+
+    async def metrics(self, request: Request):
+        if not self.cfg.endpoint_metrics:
+            raise not_supported("This server does not support metrics endpoint. Start it with "
+                                "`--metrics`")
+        return Response(_metrics_text(self.engine), media_type="text/plain; version=0.0.4",
+                        headers={"Process-Start-Time-Unix": str(int(self.engine.metrics.t_start))})
+
+    # -- completions --------------------------------------------------------------------------------
+    async def completion(self, request: Request):
+        return await self._complete(request, "native")
+
+    async def oai_completion(self, request: Request):
+        return await self._complete(request, "oai")
+
+    async def chat(self, request: Request):
+        return await self._complete(request, "chat")
+
+    async def _complete(self, request: Request, mode: str):
+        chat = mode == "chat"
+        body = await self.body(request, S.ChatBody if chat else S.CompletionBody)
+        if chat:
+            prompts = [self.tokenize(self._render(body))]
+        else:
+            if body.prompt is msgspec.UNSET or body.prompt is None:
+                raise invalid("[json.exception.out_of_range.403] key 'prompt' not found")
+            prompts = self._prompts(body.prompt)
+        params = S.build_params(body, self.defaults, n_vocab=self.engine.model.n_vocab,
+                                tokenize=lambda s: self.tokenize(s, False, True), chat=chat)
+        n_cmpl = self._n_cmpl(body)
+        for p in prompts:
+            self._check_prompt(p)
+        if params.id_slot >= len(self.engine.slots):
+            raise invalid(f"Invalid slot id {params.id_slot}")
+        ch = Channel(asyncio.get_running_loop())
+        tasks = [self.engine.submit(Task("completion", ch, prompt=p, params=params,
+                                         index=i * n_cmpl + j))
+                 for i, p in enumerate(prompts) for j in range(n_cmpl)]
+        ctx = _Req(mode, params, S.completion_id(), self.model_name,
+                   bool(chat and body.tools and body.tool_choice != "none"), body)
+        if params.stream:
+            return StreamingResponse(self._stream(request, ch, tasks, ctx),
+                                     media_type="text/event-stream",
+                                     headers={"X-Accel-Buffering": "no",
+                                              "Cache-Control": "no-cache"})
+        finals = await self._wait(request, ch, tasks)
+        return json_response(self._final_body(ctx, finals))
+
+    def _n_cmpl(self, body) -> int:
+        name, n = S._first(body, "n_cmpl", "n")
+        if n is None:
+            return 1
+        S._check_range(name, n, 1, len(self.engine.slots))
+        return n
+
+    def _prompts(self, prompt) -> list[list[int]]:
+        if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and
+                                       isinstance(prompt[0], int)):
+            return [self._mixed_tokens(prompt, True, True)]
+        if isinstance(prompt, dict):
+            return [self._mixed_tokens(prompt.get("prompt_string", ""), True, True)]
+        if isinstance(prompt, list) and prompt:
+            return [p for x in prompt for p in self._prompts(x)]
+        raise invalid("\"prompt\" must be a string, a list of tokens, or a list of prompts")
+
+    def _check_prompt(self, tokens: list[int]) -> None:
+        if not tokens:
+            raise invalid("the prompt is empty")
+        self._check_ids(tokens)
+        n_ctx = self.engine.n_ctx_slot
+        if len(tokens) >= n_ctx:
+            raise S.exceed_context(len(tokens), n_ctx)
+
+    async def _wait(self, request: Request, ch: Channel, tasks: list[Task]):
+        """Gather one result per task; a client disconnect or --timeout cancels them all."""
+        results: dict[int, object] = {}
+        t0 = time.monotonic()
+        try:
+            while len(results) < len(tasks):
+                try:
+                    ev = await ch.get(timeout=0.25)
+                except asyncio.TimeoutError:
+                    if await request.is_disconnected():
+                        raise asyncio.CancelledError
+                    if time.monotonic() - t0 > self.cfg.timeout:
+                        raise ServerError(500, "request timed out")
+                    continue
+                if isinstance(ev, BaseException):
+                    raise ev
+                if isinstance(ev, S.Final):
+                    results[ev.index] = ev
+                elif isinstance(ev, dict):
+                    return ev
+        finally:
+            for t in tasks:
+                t.cancelled = True
+        return [results[i] for i in sorted(results)]
+
+    def _final_body(self, r: "_Req", finals: list[S.Final]):
+        if r.mode == "native":
+            fields = r.body.response_fields
+            out = [S.native_final(f, r.model, False, r.params, fields) for f in finals]
+            return out[0] if len(out) == 1 else out
+        if r.mode == "oai":
+            return S.oai_completion(finals, r.model, r.cid, r.params.n_probs)
+        results = []
+        for f in finals:
+            content, calls = parse_tool_calls(f.text) if r.tools else (f.text, [])
+            results.append((f, content, calls))
+        return S.chat_completion(results, r.model, r.cid, r.params.n_probs)
+
+    async def _stream(self, request: Request, ch: Channel, tasks: list[Task], r: "_Req"):
+        n_done, started = 0, set()
+        filters = {}
+        try:
+            while n_done < len(tasks):
+                try:
+                    ev = await ch.get(timeout=self.cfg.sse_ping_interval
+                                      if self.cfg.sse_ping_interval > 0 else None)
+                except asyncio.TimeoutError:
+                    yield b":\n\n"
+                    continue
+                if isinstance(ev, BaseException):
+                    err = ev if isinstance(ev, ServerError) else ServerError(500, str(ev))
+                    yield sse(err.body())
+                    return
+                if r.mode == "chat" and ev.index not in started:
+                    started.add(ev.index)
+                    yield sse(S.chat_chunk([S.chat_delta(ev.index, {"role": "assistant",
+                                                                    "content": None})],
+                                           r.model, r.cid))
+                if isinstance(ev, S.Partial):
+                    for chunk in self._partial_events(r, ev, filters):
+                        yield chunk
+                else:
+                    n_done += 1
+                    for chunk in self._final_events(r, ev, filters):
+                        yield chunk
+            if r.mode != "native":
+                yield b"data: [DONE]\n\n"
+        finally:
+            for t in tasks:
+                t.cancelled = True
+
+    def _partial_events(self, r: "_Req", p: S.Partial, filters: dict):
+        if r.mode == "native":
+            yield sse(S.native_partial(p, r.params.post_sampling_probs))
+        elif r.mode == "oai":
+            yield sse(S.oai_completion_chunk(p.index, p.text, r.model, r.cid, p.probs))
+        else:
+            text = p.text
+            if r.tools:
+                text = filters.setdefault(p.index, ToolCallStream()).push(text)
+            if text or p.probs:
+                extra = {"timings": p.timings.to_json()} if p.timings else {}
+                yield sse(S.chat_chunk([S.chat_delta(p.index, {"content": text}, p.probs)],
+                                       r.model, r.cid, **extra))
+
+    def _final_events(self, r: "_Req", f: S.Final, filters: dict):
+        if r.mode == "native":
+            yield sse(S.native_final(f, r.model, True, r.params))
+            return
+        if r.mode == "oai":
+            final = S.oai_completion([f], r.model, r.cid, 0)
+            final["choices"][0]["text"] = ""
+            yield sse(final)
+            return
+        finish = f.finish_reason
+        if r.tools:
+            rest, calls = filters.setdefault(f.index, ToolCallStream()).finish()
+            if rest:
+                yield sse(S.chat_chunk([S.chat_delta(f.index, {"content": rest})], r.model,
+                                       r.cid))
+            if calls:
+                finish = "tool_calls"
+                delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}
+                yield sse(S.chat_chunk([S.chat_delta(f.index, delta)], r.model, r.cid))
+        usage = r.body.stream_options is not None and r.body.stream_options.include_usage
+        extra = {} if usage else {"timings": f.timings.to_json()}
+        yield sse(S.chat_chunk([S.chat_delta(f.index, {}, finish=finish)], r.model, r.cid,
+                               **extra))
+        if usage:
+            yield sse(S.chat_chunk([], r.model, r.cid, usage=S.usage(f),
+                                   timings=f.timings.to_json()))
+
+
+class _Req:
+    """What a response builder needs to know about its request."""
+
+    def __init__(self, mode, params, cid, model, tools, body):
+        self.mode, self.params, self.cid, self.model = mode, params, cid, model
+        self.tools, self.body = tools, body
+
+
+def _valid_filename(name: str) -> bool:
+    return bool(name) and len(name) <= 255 and "/" not in name and "\\" not in name and \
+        name not in (".", "..") and not name.startswith(".") and name.isprintable()
+
+
+def _ftype(model) -> str:
+    desc = getattr(model, "desc", "")
+    parts = desc.split(" ", 2)
+    return parts[2] if len(parts) == 3 else desc
+
+
+def _vocab_type(model) -> int:
+    kind = model.metadata.get("tokenizer.ggml.model", "")
+    return {"llama": 1, "gpt2": 2, "bert": 3, "t5": 4, "rwkv": 5}.get(kind, 0)
+
+
+def _metrics_text(engine: Engine) -> str:
+    m = engine.metrics
+    pps, tps, busy = m.scrape()
+    rows = [
+        ("counter", "prompt_tokens_total", "Number of prompt tokens processed.",
+         m.prompt_tokens_total),
+        ("counter", "prompt_tokens_cached_total", "Number of prompt tokens taken from the cache.",
+         m.prompt_tokens_cached_total),
+        ("counter", "prompt_seconds_total", "Prompt process time", m.prompt_seconds_total),
+        ("counter", "tokens_predicted_total", "Number of generation tokens processed.",
+         m.tokens_predicted_total),
+        ("counter", "tokens_predicted_seconds_total", "Predict process time",
+         m.tokens_predicted_seconds_total),
+        ("counter", "n_decode_total", "Total number of llama_decode() calls", m.n_decode_total),
+        ("counter", "n_tokens_max", "Largest observed n_tokens.", m.n_tokens_max),
+        ("counter", "spec_decode_num_draft_tokens_total", "Number of draft tokens generated.", 0),
+        ("counter", "spec_decode_num_accepted_tokens_total", "Number of draft tokens accepted.",
+         0),
+        ("counter", "spec_decode_num_drafts_total", "Number of speculative verification steps.",
+         0),
+        ("gauge", "n_busy_slots_per_decode", "Average number of busy slots per llama_decode() "
+         "call", busy),
+        ("gauge", "prompt_tokens_seconds", "Average prompt throughput in tokens/s.", pps),
+        ("gauge", "predicted_tokens_seconds", "Average generation throughput in tokens/s.", tps),
+        ("gauge", "requests_processing", "Number of requests processing.", engine.n_busy),
+        ("gauge", "requests_deferred", "Number of requests deferred.", engine.n_deferred),
+    ]
+    lines = []
+    for kind, name, help_, value in rows:
+        lines += [f"# HELP llamacpp:{name} {help_}", f"# TYPE llamacpp:{name} {kind}",
+                  f"llamacpp:{name} {value}"]
+    return "\n".join(lines) + "\n"
+
+
+async def _server_error(request: Request, exc: ServerError):
+    return error_response(exc)
+
+
+async def _http_error(request: Request, exc: HTTPException):
+    if exc.status_code in (404, 405):
+        return error_response(ServerError(404, "File Not Found"))
+    return error_response(ServerError(exc.status_code, str(exc.detail)))
+
+
+async def _any_error(request: Request, exc: Exception):
+    log.error(f"srv  operator(): unhandled exception: {exc!r}")
+    return error_response(ServerError(500, str(exc) or type(exc).__name__))
+
+
+def create_app(cfg, engine: Engine) -> Gate:
+    """The ASGI application: routes inside the Gate middleware."""
+    s = Server(cfg, engine)
+    post, get = ["POST"], ["GET"]
+    routes = [
+        Route("/", s.index, methods=get), Route("/index.html", s.index, methods=get),
+        Route("/health", s.health, methods=get), Route("/v1/health", s.health, methods=get),
+        Route("/props", s.props, methods=["GET", "POST"]),
+        Route("/models", s.models, methods=get), Route("/v1/models", s.models, methods=get),
+        Route("/slots", s.slots, methods=get),
+        Route("/slots/{id_slot}", s.slot_action, methods=post),
+        Route("/metrics", s.metrics, methods=get),
+        Route("/tokenize", s.tokenize_route, methods=post),
+        Route("/detokenize", s.detokenize, methods=post),
+        Route("/apply-template", s.apply_template, methods=post),
+        Route("/completion", s.completion, methods=post),
+        Route("/completions", s.completion, methods=post),
+        Route("/v1/completions", s.oai_completion, methods=post),
+        Route("/chat/completions", s.chat, methods=post),
+        Route("/v1/chat/completions", s.chat, methods=post),
+        Route("/chat/completions/input_tokens", s.input_tokens, methods=post),
+        Route("/v1/chat/completions/input_tokens", s.input_tokens, methods=post),
+    ] + [Route(p, s.unsupported, methods=post) for p in (
+        "/embedding", "/embeddings", "/v1/embeddings", "/rerank", "/reranking", "/v1/rerank",
+        "/v1/reranking", "/infill")]
+    app = Starlette(routes=routes, exception_handlers={
+        ServerError: _server_error, HTTPException: _http_error, Exception: _any_error})
+    return Gate(app, s)

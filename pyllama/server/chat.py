@@ -1,0 +1,162 @@
+"""OpenAI chat requests → prompt text, and Qwen2.5/Hermes `<tool_call>{json}</tool_call>` output →
+OpenAI tool_calls. No I/O. llama.cpp counterpart: oaicompat_chat_params_parse (server-common.cpp)
+and the Hermes 2 Pro parser of common/chat.cpp.
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+import string
+
+from .schemas import ServerError, invalid
+
+TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
+_TOOL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+
+
+def normalize_messages(messages) -> list[dict]:
+    """Check the messages array as llama.cpp does; flatten text content parts; parse the JSON
+    `arguments` strings of assistant tool calls into objects (templates expect objects)."""
+    if messages is None or messages is ...:
+        raise invalid("'messages' is required")
+    if not isinstance(messages, list):
+        raise invalid("Expected 'messages' to be an array")
+    out = []
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise invalid("Missing 'role' in message")
+        m = dict(m)
+        if m["role"] == "assistant":
+            if m.get("content") is None and not m.get("tool_calls"):
+                raise invalid("Expected 'content' or 'tool_calls' in assistant message")
+            m["tool_calls"] = [_parse_call_args(c) for c in m.get("tool_calls") or []] or None
+            if m["tool_calls"] is None:
+                m.pop("tool_calls")
+        elif "content" not in m:
+            raise invalid("Missing 'content'")
+        m["content"] = _flatten(m.get("content"))
+        out.append(m)
+    return out
+
+
+def _flatten(content):
+    if content is None or isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise invalid("Invalid 'content' type")
+    texts = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") != "text":
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise invalid(f"unsupported content part type: {kind} (this server is text only)")
+        texts.append(str(part.get("text", "")))
+    return "\n".join(texts)
+
+
+def _parse_call_args(call):
+    if not isinstance(call, dict):
+        raise invalid("Invalid 'tool_calls' entry")
+    call = dict(call)
+    fn = dict(call.get("function") or {})
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            fn["arguments"] = json.loads(args)
+        except ValueError:
+            pass
+    call["function"] = fn
+    return call
+
+
+def render_chat(template, body, kwargs: dict, strip_bos: str | None) -> str:
+    """Render the conversation with the model's chat template (pyllama.vocab.chat.ChatTemplate)."""
+    from pyllama.errors import TemplateError
+    messages = normalize_messages(body.messages)
+    tools = body.tools if body.tools and body.tool_choice != "none" else None
+    extra = {**kwargs, **(body.chat_template_kwargs or {})}
+    add_gen = True if body.add_generation_prompt is None else body.add_generation_prompt
+    continue_final = (bool(messages) and messages[-1]["role"] == "assistant"
+                      and body.continue_final_message is not False)
+    try:
+        if continue_final:
+            text = _render_prefilled(template, messages, tools, extra)
+        else:
+            text = template.apply(messages, add_generation_prompt=add_gen, tools=tools, **extra)
+    except TemplateError as e:
+        raise ServerError(500, str(e))
+    if strip_bos and text.startswith(strip_bos):
+        text = text[len(strip_bos):]
+    return text
+
+
+def _render_prefilled(template, messages, tools, extra) -> str:
+    """Continue a trailing assistant message: render the rest with a generation prompt, then
+    append the partial assistant content (llama.cpp's prefill_assistant)."""
+    last = messages[-1]
+    head = template.apply(messages[:-1], add_generation_prompt=True, tools=tools, **extra)
+    return head + (last.get("content") or "")
+
+
+def new_call_id() -> str:
+    return "".join(random.choices(string.ascii_letters + string.digits, k=32))
+
+
+def parse_tool_calls(text: str) -> tuple[str, list[dict]]:
+    """Split model output into (content, tool_calls) in OpenAI's format; a block whose body is
+    not `{"name": ..., "arguments": ...}` JSON stays in the content."""
+    calls, spans = [], []
+    for m in _TOOL_RE.finditer(text):
+        try:
+            obj = json.loads(m.group(1))
+        except ValueError:
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            continue
+        args = obj.get("arguments", {})
+        calls.append({"type": "function", "id": new_call_id(), "function": {
+            "name": obj["name"],
+            "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}})
+        spans.append(m.span())
+    if not calls:
+        return text, []
+    content = text[:spans[0][0]]
+    for (_, e), (s, _) in zip(spans, spans[1:] + [(len(text), 0)]):
+        content += text[e:s]
+    return content.strip(), calls
+
+
+class ToolCallStream:
+    """Streams content deltas while holding back anything that may be a `<tool_call>` block;
+    the tool calls themselves are parsed once at the end."""
+
+    def __init__(self):
+        self.text, self.n_sent, self.in_call = "", 0, False
+
+    def push(self, delta: str) -> str:
+        self.text += delta
+        if self.in_call:
+            return ""
+        i = self.text.find(TOOL_OPEN, self.n_sent)
+        if i >= 0:
+            self.in_call = True
+            return self._emit(i)
+        hold = 0
+        for k in range(min(len(TOOL_OPEN) - 1, len(self.text)), 0, -1):
+            if self.text.endswith(TOOL_OPEN[:k]):
+                hold = k
+                break
+        return self._emit(len(self.text) - hold)
+
+    def _emit(self, end: int) -> str:
+        out = self.text[self.n_sent:end] if end > self.n_sent else ""
+        self.n_sent = max(self.n_sent, end)
+        return out
+
+    def finish(self) -> tuple[str, list[dict]]:
+        """(unsent content, tool calls) at the end of the stream."""
+        content, calls = parse_tool_calls(self.text)
+        if not calls:
+            return self._emit(len(self.text)), []
+        rest = content[self.n_sent:] if content.startswith(self.text[:self.n_sent]) else ""
+        return rest, calls

@@ -1,0 +1,64 @@
+"""Typed llama-server configuration: what tools/server.py turns the command line into.
+
+No argparse here and no engine logic; llama.cpp counterpart: the server half of `common_params`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ServerConfig:
+    """Everything llama-server needs; defaults are llama.cpp's (LLAMACPP_INTERFACE.md §1.3)."""
+    model: str | None = None
+    alias: list[str] = field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: int = 8080
+    api_keys: list[str] = field(default_factory=list)
+    timeout: float = 3600.0
+    # context
+    n_ctx: int = 0                  # 0 = the model's training context
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_parallel: int = -1            # -1 = auto: 4 slots, unified KV
+    n_threads: int | None = None
+    swa_full: bool = False
+    swa_extra: int = 0
+    type_k: str = "f16"
+    type_v: str = "f16"
+    kv_unified: bool | None = None  # None = on (like llama-server's auto)
+    # request defaults
+    n_predict: int = -1
+    n_keep: int = 0
+    cache_prompt: bool = True
+    reverse_prompts: list[str] = field(default_factory=list)
+    sampling: Any = None            # pyllama.sampling.SamplerParams or None for its defaults
+    slot_prompt_similarity: float = 0.10
+    # endpoints and chat
+    endpoint_metrics: bool = False
+    endpoint_slots: bool = True
+    endpoint_props: bool = False
+    slot_save_path: str | None = None
+    chat_template: str | None = None  # a built-in name or Jinja source
+    jinja: bool = True
+    chat_template_kwargs: dict = field(default_factory=dict)
+    cors_origins: str = "*"
+    cors_methods: str = "GET, POST, DELETE, OPTIONS"
+    cors_headers: str = "*"
+    cors_credentials: bool = True
+    api_prefix: str = ""
+    ui: bool = True
+    embeddings: bool = False
+    reranking: bool = False
+    warmup: bool = True
+    sse_ping_interval: float = 30.0
+    model_params: dict = field(default_factory=dict)  # extra load_model kwargs (e.g. n_gpu_layers)
+
+    @property
+    def n_slots(self) -> int:
+        return 4 if self.n_parallel < 0 else self.n_parallel
+
+    @property
+    def unified(self) -> bool:
+        return True if self.kv_unified is None else self.kv_unified

@@ -1,0 +1,622 @@
+"""The engine thread: owns Model and Context, runs -np slots with continuous batching.
+
+Every step puts the generation tokens of all generating slots and prompt chunks of the others into
+one pyllama.Batch (each slot is its own seq_id), decodes once, then samples per slot. Must not do
+HTTP. llama.cpp counterpart: tools/server/server-context.cpp (`update_slots`, `process_token`).
+"""
+from __future__ import annotations
+
+import codecs
+import os
+import queue
+import struct
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..log import get_logger
+from .schemas import Final, Partial, ServerError, TaskParams, Timings, TokenProb
+
+log = get_logger("server")
+
+SLOT_FILE_MAGIC = b"PYLSLOT1"
+
+
+class Channel:
+    """Engine thread → one asyncio handler: results are posted onto the handler's event loop."""
+
+    def __init__(self, loop):
+        import asyncio
+        self.loop, self.queue = loop, asyncio.Queue()
+
+    def put(self, item) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the handler's loop is gone (shutdown)
+            pass
+
+    async def get(self, timeout: float | None = None):
+        import asyncio
+        return await asyncio.wait_for(self.queue.get(), timeout)
+
+
+@dataclass
+class Task:
+    """One unit of work: a completion (one prompt, one result index) or a slot action."""
+    kind: str                    # completion | save | restore | erase
+    channel: Channel
+    prompt: list[int] = field(default_factory=list)
+    params: TaskParams = field(default_factory=TaskParams)
+    index: int = 0
+    id_slot: int = -1
+    filename: str = ""
+    id: int = 0
+    cancelled: bool = False
+    t_submit: float = field(default_factory=time.perf_counter)
+
+
+class Slot:
+    """One sequence of the shared context: its cached tokens and the task it runs."""
+
+    def __init__(self, engine: "Engine", id_: int, n_ctx: int):
+        self.engine, self.id, self.n_ctx = engine, id_, n_ctx
+        self.cache: list[int] = []          # tokens whose K/V the context holds for seq `id`
+        self.task: Task | None = None
+        self.t_last_used = 0.0
+        self.stats: dict = {}
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self.task is not None
+
+    @property
+    def prompting(self) -> bool:
+        return self.busy and self.n_prompt_done < len(self.prompt)
+
+    def start(self, task: Task) -> None:
+        e, p = self.engine, task.params
+        self.task, self.prompt, self.params = task, task.prompt, p
+        n_past = self._reusable_prefix(task.prompt) if p.cache_prompt else 0
+        e.memory.seq_rm(self.id, n_past, -1)
+        del self.cache[n_past:]
+        self.n_prompt_done, self.n_cached = n_past, n_past
+        self.sampler = e.new_sampler(p.sampling)
+        self.sampled: int | None = None
+        self.generated: list[int] = []
+        self.text, self.n_sent, self.n_decoded = "", 0, 0
+        self.utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.probs: list[TokenProb] = []
+        self.n_probs_sent = 0
+        self.t_start = time.perf_counter()
+        self.t_prompt_done = self.t_last = self.t_start
+        self.stats = {"id_task": task.id, "n_prompt_tokens": len(task.prompt),
+                      "n_prompt_tokens_cache": n_past,
+                      "n_prompt_tokens_processed": len(task.prompt) - n_past,
+                      "params": p.settings}
+
+    def _reusable_prefix(self, prompt: list[int]) -> int:
+        """Longest common prefix with the cache, less one so the last prompt token is re-evaluated,
+        and 0 when the SWA window of the first new token is no longer in the cache."""
+        n = 0
+        lim = min(len(self.cache), len(prompt) - 1)
+        while n < lim and self.cache[n] == prompt[n]:
+            n += 1
+        return n if n == 0 or self.engine.window_ok(self.id, n) else 0
+
+    def release(self) -> None:
+        self.task = None
+        self.t_last_used = time.perf_counter()
+
+    # -- batch building (the "step" hook: a speculative slot would propose several tokens) --
+    def propose(self) -> list[int]:
+        """Tokens to decode after the cache this step, all with logits (generation phase)."""
+        return [self.sampled]
+
+    def prompt_chunk(self, budget: int) -> list[int]:
+        return self.prompt[self.n_prompt_done:self.n_prompt_done + budget]
+
+    # -- results ------------------------------------------------------------------------------
+    def on_prompt_chunk(self, chunk: list[int]) -> None:
+        self.cache.extend(chunk)
+        self.n_prompt_done += len(chunk)
+
+    def on_generated_decoded(self, tokens: list[int]) -> None:
+        self.cache.extend(tokens)
+
+    def accept_logits(self, rows: list[np.ndarray]) -> list[int]:
+        """Sample from the logits of this step; returns the accepted tokens (one, for now)."""
+        logits = rows[-1]
+        tok = int(self.sampler.sample(logits))
+        self.sampler.accept(tok)
+        if self.params.n_probs:
+            self.probs.append(self.engine.token_probs(self, logits, tok))
+        return [tok]
+
+    def timings(self) -> Timings:
+        return Timings(cache_n=self.n_cached, prompt_n=len(self.prompt) - self.n_cached,
+                       prompt_ms=(self.t_prompt_done - self.t_start) * 1e3,
+                       predicted_n=self.n_decoded,
+                       predicted_ms=max((self.t_last - self.t_prompt_done) * 1e3,
+                                        1e-3 if self.n_decoded else 0.0))
+
+    def to_json(self) -> dict:
+        d = {"id": self.id, "n_ctx": self.n_ctx, "speculative": False, "is_processing": self.busy}
+        if self.stats:
+            d.update(self.stats)
+            d["next_token"] = [{"has_next_token": self.busy, "has_new_line": "\n" in
+                                getattr(self, "text", ""),
+                                "n_remain": self._n_remain(), "n_decoded":
+                                getattr(self, "n_decoded", 0)}]
+        return d
+
+    def _n_remain(self) -> int:
+        p = getattr(self, "params", None)
+        if p is None or p.n_predict < 0:
+            return -1
+        return max(p.n_predict - self.n_decoded, 0)
+
+
+def find_stop(text: str, stops: list[str], start: int) -> tuple[int, str]:
+    """Earliest full match of a stop string at or after `start`: (index, word) or (-1, "")."""
+    best, word = -1, ""
+    for s in stops:
+        i = text.find(s, max(0, start))
+        if i >= 0 and (best < 0 or i < best):
+            best, word = i, s
+    return best, word
+
+
+def partial_stop(text: str, stops: list[str]) -> int:
+    """Length of the longest text suffix that is a proper prefix of a stop string."""
+    n = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), n, -1):
+            if text.endswith(s[:k]):
+                n = k
+                break
+    return n
+
+
+class Metrics:
+    """llama.cpp's /metrics counters (server_metrics)."""
+
+    def __init__(self):
+        self.t_start = time.time()
+        self.prompt_tokens_total = self.prompt_tokens_cached_total = 0
+        self.prompt_seconds_total = self.tokens_predicted_total = 0.0
+        self.tokens_predicted_seconds_total = 0.0
+        self.n_decode_total = self.n_busy_slots_total = 0
+        self.n_tokens_max = 0
+        self.bucket = [0, 0.0, 0, 0.0]     # prompt n, prompt s, predicted n, predicted s
+
+    def on_task_done(self, t: Timings) -> None:
+        self.prompt_tokens_total += t.prompt_n
+        self.prompt_tokens_cached_total += t.cache_n
+        self.prompt_seconds_total += t.prompt_ms / 1e3
+        self.tokens_predicted_total += t.predicted_n
+        self.tokens_predicted_seconds_total += t.predicted_ms / 1e3
+        b = self.bucket
+        b[0] += t.prompt_n
+        b[1] += t.prompt_ms / 1e3
+        b[2] += t.predicted_n
+        b[3] += t.predicted_ms / 1e3
+
+    def scrape(self) -> tuple[float, float, float]:
+        """(prompt t/s, predicted t/s, busy slots per decode) since the previous scrape."""
+        b = self.bucket
+        pps = b[0] / b[1] if b[1] else 0.0
+        tps = b[2] / b[3] if b[3] else 0.0
+        busy = self.n_busy_slots_total / self.n_decode_total if self.n_decode_total else 0.0
+        self.bucket = [0, 0.0, 0, 0.0]
+        return pps, tps, busy
+
+
+class Engine:
+    """Owns Model and Context in one thread; handlers talk to it only through submit()/channels."""
+
+    def __init__(self, config):
+        self.cfg = config
+        self.tasks: queue.Queue = queue.Queue()
+        self.pending: list[Task] = []
+        self.ready = threading.Event()
+        self.finished = threading.Event()
+        self.load_error: BaseException | None = None
+        self.on_fatal = lambda: None
+        self.metrics = Metrics()
+        self.slots: list[Slot] = []
+        self._stop = False
+        self._next_id = 0
+        self.thread = threading.Thread(target=self._run, name="pyllama-engine", daemon=True)
+
+    # -- public (any thread) --------------------------------------------------------------------
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop = True
+        self.tasks.put(None)
+        if self.thread.is_alive():
+            self.thread.join(timeout)
+
+    def submit(self, task: Task) -> Task:
+        self._next_id += 1
+        task.id = self._next_id
+        self.tasks.put(task)
+        return task
+
+    @property
+    def n_busy(self) -> int:
+        return sum(s.busy for s in self.slots)
+
+    @property
+    def n_deferred(self) -> int:
+        return len(self.pending)
+
+    # -- loading ---------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Load the model, create the context (n_seq_max = slots) and the chat template."""
+        import pyllama
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        self.model = pyllama.load_model(cfg.model, **_accepted(pyllama.load_model, {
+            "n_threads": cfg.n_threads, **cfg.model_params}))
+        self.vocab = self.model.vocab
+        n = cfg.n_slots
+        self.ctx = pyllama.Context(self.model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch,
+                                   n_ubatch=cfg.n_ubatch, n_seq_max=n, swa_full=cfg.swa_full,
+                                   swa_extra=cfg.swa_extra, kv_unified=cfg.unified,
+                                   type_k=cfg.type_k, type_v=cfg.type_v,
+                                   n_threads=cfg.n_threads)
+        self.memory = self.ctx.memory
+        self.n_ctx_slot = self.ctx.n_ctx // n
+        self.slots = [Slot(self, i, self.n_ctx_slot) for i in range(n)]
+        self.sampling_defaults = self._sampling_defaults()
+        if cfg.warmup:
+            self._warmup()
+        log.info("srv  llama_server: model loaded")
+        log.info(f"srv  load_model: loaded {os.path.basename(self.model.path)} in "
+                 f"{time.perf_counter() - t0:.2f} s; n_slots = {n}, n_ctx = {self.ctx.n_ctx}, "
+                 f"n_ctx_slot = {self.n_ctx_slot}, kv_unified = {cfg.unified}")
+
+    def _sampling_defaults(self):
+        from pyllama.sampling import SamplerParams
+        base = self.cfg.sampling if self.cfg.sampling is not None else SamplerParams()
+        from_meta = getattr(SamplerParams, "from_gguf_metadata", None)
+        return base if from_meta is None else from_meta(self.model.metadata, base=base)
+
+    def _warmup(self) -> None:
+        bos = self.vocab.bos if getattr(self.vocab, "bos", -1) >= 0 else 0
+        self.ctx.eval([bos], seq_id=0)
+        self.memory.clear()
+
+    def new_sampler(self, params):
+        from pyllama.sampling import SamplerChain
+        return SamplerChain(params, self.model.n_vocab, eog_ids=tuple(self.vocab.eog_ids),
+                            token_pieces=self._piece_text, n_ctx=self.n_ctx_slot,
+                            n_ctx_train=getattr(self.model.hparams, "n_ctx_train", 0))
+
+    def _piece_text(self, tok: int) -> str:
+        return self.model.token_to_piece(tok, True).decode("utf-8", "replace")
+
+    def window_ok(self, seq: int, n_keep: int) -> bool:
+        from pyllama.generate import window_ok
+        return window_ok(self.ctx, seq, n_keep)
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self.load()
+        except BaseException as e:  # noqa: BLE001 - reported, then the server exits 1
+            self.load_error = e
+            log.error(f"srv  load_model: failed to load model: {e}")
+            log.error("srv  llama_server: exiting due to model loading error")
+            self.finished.set()
+            self.on_fatal()
+            return
+        self.ready.set()
+        while not self._stop:
+            self._collect(block=not (self.n_busy or self.pending))
+            if self._stop:
+                break
+            try:
+                self.step()
+            except Exception as e:  # noqa: BLE001 - one bad step must not kill the server
+                log.error(f"srv  update_slots: {e}\n{traceback.format_exc()}")
+                self._fail_busy(ServerError(500, str(e)))
+        self.finished.set()
+
+    def _collect(self, block: bool) -> None:
+        try:
+            item = self.tasks.get(timeout=0.5) if block else self.tasks.get_nowait()
+            while True:
+                if item is not None:
+                    self.pending.append(item)
+                item = self.tasks.get_nowait()
+        except queue.Empty:
+            pass
+
+    def step(self) -> None:
+        """One round: admit tasks, build one batch over all slots, decode, sample, emit."""
+        self._drop_cancelled()
+        self._admit()
+        plan, tokens, pos, seqs, outs = self._build_batch()
+        if not tokens:
+            return
+        import pyllama
+        batch = pyllama.Batch(np.asarray(tokens, np.int32), pos=np.asarray(pos, np.int32),
+                              seq_ids=seqs, logits=np.asarray(outs, bool))
+        rc = self.ctx.decode(batch)
+        if rc != 0:
+            msg = "failed to find a memory slot" if rc == 1 else f"decode failed ({rc})"
+            self._fail_slots([s for s, *_ in plan], ServerError(500, msg))
+            return
+        self.metrics.n_decode_total += 1
+        self.metrics.n_busy_slots_total += self.n_busy
+        self.metrics.n_tokens_max = max(self.metrics.n_tokens_max, len(tokens))
+        self._after_decode(plan)
+
+    def _build_batch(self):
+        plan, tokens, pos, seqs, outs = [], [], [], [], []
+        for s in self.slots:
+            if s.busy and not s.prompting and s.sampled is not None:
+                prop = s.propose()
+                plan.append((s, "gen", len(tokens), prop))
+                self._add(tokens, pos, seqs, outs, s, prop, [True] * len(prop))
+        budget = self.ctx.n_batch - len(tokens)
+        for s in self.slots:
+            if budget <= 0:
+                break
+            if s.prompting:
+                chunk = s.prompt_chunk(budget)
+                last = s.n_prompt_done + len(chunk) == len(s.prompt)
+                plan.append((s, "prompt", len(tokens), chunk))
+                self._add(tokens, pos, seqs, outs, s, chunk,
+                          [False] * (len(chunk) - 1) + [last])
+                budget -= len(chunk)
+        return plan, tokens, pos, seqs, outs
+
+    @staticmethod
+    def _add(tokens, pos, seqs, outs, slot: Slot, toks: list[int], flags: list[bool]) -> None:
+        p0 = len(slot.cache)
+        tokens.extend(toks)
+        pos.extend(range(p0, p0 + len(toks)))
+        seqs.extend([slot.id] * len(toks))
+        outs.extend(flags)
+
+    def _after_decode(self, plan) -> None:
+        for slot, kind, i0, toks in plan:
+            if kind == "gen":
+                slot.on_generated_decoded(toks)
+                rows = [self.ctx.get_logits_ith(i0 + k) for k in range(len(toks))]
+            else:
+                slot.on_prompt_chunk(toks)
+                if slot.prompting:
+                    continue
+                slot.t_prompt_done = time.perf_counter()
+                if slot.params.n_predict == 0:
+                    self._finish(slot, "limit")
+                    continue
+                rows = [self.ctx.get_logits_ith(i0 + len(toks) - 1)]
+            for tok in slot.accept_logits(rows):
+                if self._process_token(slot, tok):
+                    break
+
+    # -- per token (llama.cpp process_token) --------------------------------------------------------
+    def _process_token(self, slot: Slot, tok: int) -> bool:
+        """Append one sampled token; returns True when the slot's task ended."""
+        p = slot.params
+        slot.sampled = tok
+        slot.generated.append(tok)
+        slot.n_decoded += 1
+        slot.t_last = time.perf_counter()
+        eog = tok in self.vocab.eog_ids
+        prev = len(slot.text)
+        if not eog:
+            slot.text += slot.utf8.decode(self.model.token_to_piece(tok, False))
+        stop = None
+        if p.stop:
+            i, word = find_stop(slot.text, p.stop, prev - max(map(len, p.stop)))
+            if i >= 0:
+                slot.text, slot.stopping_word, stop = slot.text[:i], word, "word"
+        if stop is None and eog:
+            stop = "eos"
+        if stop is None and 0 <= p.n_predict <= slot.n_decoded:
+            stop = "limit"
+        slot.truncated = stop is None and len(slot.cache) + 1 >= slot.n_ctx
+        if slot.truncated:
+            stop = "limit"
+        if stop is None and self._timed_out(slot):
+            stop = "limit"
+        if stop is None:
+            self._send_partial(slot, hold=partial_stop(slot.text, p.stop) if p.stop else 0)
+            return False
+        self._finish(slot, stop)
+        return True
+
+    def _timed_out(self, slot: Slot) -> bool:
+        p = slot.params
+        if p.t_max_predict_ms > 0 and "\n" in slot.text:
+            return (slot.t_last - slot.t_prompt_done) * 1e3 > p.t_max_predict_ms
+        return time.perf_counter() - slot.task.t_submit > self.cfg.timeout
+
+    def _send_partial(self, slot: Slot, hold: int = 0) -> None:
+        if not slot.params.stream:
+            return
+        end = len(slot.text) - hold
+        text = slot.text[slot.n_sent:end] if end > slot.n_sent else ""
+        new_probs = slot.probs[slot.n_probs_sent:]
+        slot.n_sent = max(slot.n_sent, end)
+        slot.n_probs_sent = len(slot.probs)
+        slot.task.channel.put(Partial(
+            slot.task.index, text, [slot.generated[-1]] if slot.generated else [], new_probs,
+            slot.n_decoded, len(slot.prompt),
+            slot.timings() if slot.params.timings_per_token else None))
+
+    def _finish(self, slot: Slot, stop_type: str) -> None:
+        task, p = slot.task, slot.params
+        slot.text += slot.utf8.decode(b"", final=True)
+        if p.stream and slot.n_sent < len(slot.text):
+            self._send_partial(slot)
+        t = slot.timings()
+        self.metrics.on_task_done(t)
+        task.channel.put(Final(
+            index=task.index, text=slot.text, tokens=list(slot.generated), stop_type=stop_type,
+            stopping_word=getattr(slot, "stopping_word", "") if stop_type == "word" else "",
+            n_prompt=len(slot.prompt), n_decoded=slot.n_decoded,
+            n_cached=len(slot.cache), timings=t, probs=list(slot.probs), id_slot=slot.id,
+            truncated=getattr(slot, "truncated", False), settings=p.settings,
+            prompt=self.model.detokenize(slot.prompt)))
+        slot.release()
+
+    def token_probs(self, slot: Slot, logits: np.ndarray, tok: int) -> TokenProb:
+        """Top-n probabilities of this position: softmax of the raw logits (llama.cpp default) or
+        the sampler's final candidates with post_sampling_probs."""
+        n = slot.params.n_probs
+        post = slot.params.post_sampling_probs
+        cand = getattr(slot.sampler, "last_candidates", None) if post else None
+        if cand is not None:
+            ids, probs = (np.asarray(a) for a in cand)
+            vals = {int(i): float(p) for i, p in zip(ids, probs)}
+            top = sorted(vals.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+            chosen = vals.get(tok, 0.0)
+        else:
+            x = logits.astype(np.float64)
+            lse = np.log(np.sum(np.exp(x - x.max()))) + x.max()
+            k = min(n, len(x))
+            idx = np.argpartition(-x, k - 1)[:k]
+            idx = idx[np.lexsort((idx, -x[idx]))]
+            top = [(int(i), float(x[i] - lse)) for i in idx]
+            chosen = float(x[tok] - lse)
+        piece = self.model.token_to_piece
+        return TokenProb(tok, piece(tok, True), _finite(chosen),
+                         [(i, piece(i, True), _finite(v)) for i, v in top])
+
+    # -- admission -------------------------------------------------------------------------------
+    def _drop_cancelled(self) -> None:
+        self.pending = [t for t in self.pending if not t.cancelled]
+        for s in self.slots:
+            if s.busy and s.task.cancelled:
+                log.info(f"slot {s.id}: task {s.task.id} cancelled")
+                s.release()
+
+    def _admit(self) -> None:
+        keep = []
+        for task in self.pending:
+            slot = self._pick_slot(task)
+            if slot is None:
+                keep.append(task)
+                continue
+            try:
+                if task.kind == "completion":
+                    slot.start(task)
+                    log.info(f"slot {slot.id}: launching task {task.id}, n_prompt = "
+                             f"{len(task.prompt)}, n_cached = {slot.n_cached}")
+                else:
+                    self._slot_action(slot, task)
+            except Exception as e:  # noqa: BLE001
+                if slot.task is task:
+                    slot.release()
+                task.channel.put(e if isinstance(e, ServerError) else ServerError(500, str(e)))
+        self.pending = keep
+
+    def _pick_slot(self, task: Task) -> Slot | None:
+        want = task.params.id_slot if task.kind == "completion" else task.id_slot
+        if want is not None and want >= 0:
+            if want >= len(self.slots):   # checked by the handler; never wait forever
+                task.channel.put(ServerError(400, f"Invalid slot id {want}"))
+                task.cancelled = True
+                return None
+            s = self.slots[want]
+            return None if s.busy else s
+        idle = [s for s in self.slots if not s.busy]
+        if not idle:
+            return None
+        best, best_n = None, 0
+        for s in idle:
+            n = _lcp(s.cache, task.prompt)
+            if n > best_n and n / max(len(task.prompt), 1) > self.cfg.slot_prompt_similarity:
+                best, best_n = s, n
+        return best or min(idle, key=lambda s: s.t_last_used)
+
+    def _fail_busy(self, err: ServerError) -> None:
+        self._fail_slots([s for s in self.slots if s.busy], err)
+
+    def _fail_slots(self, slots, err: ServerError) -> None:
+        for s in set(slots):
+            if s.busy:
+                s.task.channel.put(err)
+                s.release()
+            self.memory.seq_rm(s.id, -1, -1)
+            s.cache.clear()
+
+    # -- slot save / restore / erase ---------------------------------------------------------------
+    def _slot_action(self, slot: Slot, task: Task) -> None:
+        t0 = time.perf_counter()
+        path = os.path.join(self.cfg.slot_save_path or "", task.filename)
+        if task.kind == "save":
+            state = self.ctx.state_seq_get(slot.id)
+            with open(path, "wb") as f:
+                f.write(SLOT_FILE_MAGIC + struct.pack("<I", len(slot.cache)))
+                f.write(np.asarray(slot.cache, np.int32).tobytes())
+                f.write(state)
+                n_written = f.tell()
+            res = {"id_slot": slot.id, "filename": task.filename, "n_saved": len(slot.cache),
+                   "n_written": n_written, "timings": {"save_ms": _ms(t0)}}
+        elif task.kind == "restore":
+            res = self._restore(slot, path, task.filename, t0)
+        else:
+            n = len(slot.cache)
+            self.memory.seq_rm(slot.id, -1, -1)
+            slot.cache.clear()
+            res = {"id_slot": slot.id, "n_erased": n}
+        task.channel.put(res)
+
+    def _restore(self, slot: Slot, path: str, filename: str, t0: float) -> dict:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            raise ServerError(400, f"failed to restore slot {slot.id}: cannot open {filename}")
+        if not data.startswith(SLOT_FILE_MAGIC) or len(data) < 12:
+            raise ServerError(400, f"failed to restore slot {slot.id}: not a slot file")
+        (n,) = struct.unpack_from("<I", data, 8)
+        tokens = np.frombuffer(data, np.int32, n, 12).tolist()
+        self.memory.seq_rm(slot.id, -1, -1)
+        slot.cache.clear()
+        try:
+            self.ctx.state_seq_set(data[12 + 4 * n:], slot.id)
+        except Exception as e:  # noqa: BLE001
+            self.memory.seq_rm(slot.id, -1, -1)
+            raise ServerError(400, f"failed to restore slot {slot.id}: {e}")
+        slot.cache.extend(tokens)
+        return {"id_slot": slot.id, "filename": filename, "n_restored": n,
+                "n_read": len(data), "timings": {"restore_ms": _ms(t0)}}
+
+
+def _accepted(fn, kwargs: dict) -> dict:
+    """The kwargs fn declares (load_model grows options over time: -ngl, backend, ...)."""
+    import inspect
+    params = inspect.signature(fn).parameters
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
+def _lcp(a: list[int], b: list[int]) -> int:
+    n, lim = 0, min(len(a), len(b))
+    while n < lim and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _finite(v: float) -> float:
+    return v if np.isfinite(v) else float(np.finfo(np.float32).min)

@@ -1,0 +1,543 @@
+"""Request validation (msgspec) and llama-server's JSON shapes; no I/O, no engine.
+
+llama.cpp counterpart: tools/server/server-schema.cpp (request fields, ranges, aliases) and the
+`to_json_*` functions of server-task.cpp / server-common.cpp (responses, errors, timings).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import string
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+INT_MAX = 2**31 - 1
+BUILD_INFO = "b1-pyllama"
+FINGERPRINT = BUILD_INFO
+
+
+class ServerError(Exception):
+    """An error answered as llama.cpp's `{"error": {"code", "message", "type"}}` body."""
+
+    def __init__(self, code: int, message: str, type_: str | None = None, **extra):
+        super().__init__(message)
+        self.code, self.message, self.extra = code, message, extra
+        self.type = type_ or ERROR_TYPES.get(code, "server_error")
+
+    def body(self) -> dict:
+        return {"error": {"code": self.code, "message": self.message, "type": self.type,
+                          **self.extra}}
+
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 500: "server_error", 501: "not_supported_error",
+               503: "unavailable_error"}
+
+
+def invalid(message: str) -> ServerError:
+    return ServerError(400, message)
+
+
+def not_supported(message: str) -> ServerError:
+    return ServerError(501, message)
+
+
+def exceed_context(n_prompt: int, n_ctx: int) -> ServerError:
+    return ServerError(400, f"request ({n_prompt} tokens) exceeds the available context size "
+                            f"({n_ctx} tokens), try increasing it", "exceed_context_size_error",
+                       n_prompt_tokens=n_prompt, n_ctx=n_ctx)
+
+
+# ----------------------------------------------------------------------------- requests
+class StreamOptions(msgspec.Struct):
+    include_usage: bool = False
+
+
+class CompletionBody(msgspec.Struct):
+    """Fields of llama.cpp's completion schema (§2.3); chat-only fields live in ChatBody."""
+    prompt: Any = msgspec.UNSET
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    n_predict: int | None = None
+    max_completion_tokens: int | None = None
+    max_tokens: int | None = None
+    n_keep: int | None = None
+    n_cmpl: int | None = None
+    n: int | None = None
+    cache_prompt: bool | None = None
+    id_slot: int | None = None
+    stop: str | list[str] | None = None
+    temperature: float | None = None
+    dynatemp_range: float | None = None
+    dynatemp_exponent: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    typical_p: float | None = None
+    top_n_sigma: float | None = None
+    xtc_probability: float | None = None
+    xtc_threshold: float | None = None
+    repeat_last_n: int | None = None
+    repeat_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    dry_multiplier: float | None = None
+    dry_base: float | None = None
+    dry_allowed_length: int | None = None
+    dry_penalty_last_n: int | None = None
+    dry_sequence_breakers: list[str] | None = None
+    mirostat: int | None = None
+    mirostat_tau: float | None = None
+    mirostat_eta: float | None = None
+    seed: int | None = None
+    n_probs: int | None = None
+    logprobs: bool | int | None = None
+    top_logprobs: int | None = None
+    post_sampling_probs: bool | None = None
+    min_keep: int | None = None
+    ignore_eos: bool | None = None
+    logit_bias: Any = None
+    samplers: list[str] | str | None = None
+    grammar: str | None = None
+    json_schema: Any = None
+    response_format: Any = None
+    return_tokens: bool | None = None
+    timings_per_token: bool | None = None
+    response_fields: list[str] | None = None
+    t_max_predict_ms: int | None = None
+    echo: bool | None = None
+    model: str | None = None
+
+
+class ChatBody(CompletionBody):
+    messages: Any = msgspec.UNSET
+    tools: list[dict] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool | None = None
+    chat_template_kwargs: dict | None = None
+    reasoning_format: str | None = None
+
+
+class TokenizeBody(msgspec.Struct):
+    content: Any = msgspec.UNSET
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeBody(msgspec.Struct):
+    tokens: list[int] = []
+
+
+class SlotActionBody(msgspec.Struct):
+    filename: str | None = None
+
+
+_JSON_TYPES = {"int": "number", "float": "number", "str": "string", "bool": "boolean",
+               "array": "array", "object": "object", "null": "null"}
+
+
+def _validation_message(e: msgspec.ValidationError) -> str:
+    """`Expected `int | null`, got `str` - at `$.n_predict`` → llama.cpp's "Field 'n_predict': ..."."""
+    text = str(e)
+    msg, _, where = text.partition(" - at `$")
+    name = where.rstrip("`").lstrip(".")
+    if msg.startswith("Expected") and ", got `" in msg:
+        want, got = msg[len("Expected `"):].split("`, got `")
+        want = _JSON_TYPES.get(want.split(" | ")[0], want.split(" | ")[0])
+        msg = f"type must be {want}, but is {_JSON_TYPES.get(got.rstrip('`'), got.rstrip('`'))}"
+    return f"Field '{name}': {msg}" if name else msg
+
+
+def decode_body(raw: bytes, kind: type):
+    """Parse a request body: malformed JSON / bad UTF-8 → 500 (as llama.cpp), wrong types → 400."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ServerError(500, f"[json.exception.parse_error.101] parse error: invalid UTF-8 byte "
+                               f"at index {e.start}")
+    if not raw.strip():
+        raw = b"{}"
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except msgspec.ValidationError as e:
+        if "got `" in str(e) and " - at `$" not in str(e):
+            raise ServerError(500, f"[json.exception.type_error.302] {e}")
+        raise invalid(_validation_message(e))
+    except msgspec.DecodeError as e:
+        raise ServerError(500, f"[json.exception.parse_error.101] parse error: {e}")
+
+
+# ----------------------------------------------------------------------------- task params
+@dataclass
+class TaskParams:
+    """What the engine needs to run one completion (after defaults, aliases and checks)."""
+    n_predict: int = -1
+    n_keep: int = 0
+    stop: list[str] = field(default_factory=list)
+    n_probs: int = 0
+    post_sampling_probs: bool = False
+    cache_prompt: bool = True
+    id_slot: int = -1
+    stream: bool = False
+    return_tokens: bool = False
+    timings_per_token: bool = False
+    ignore_eos: bool = False
+    t_max_predict_ms: int = -1
+    sampling: Any = None           # SamplerParams
+    settings: dict = field(default_factory=dict)  # generation_settings as reported
+
+
+def _check_range(name: str, value, lo, hi=INT_MAX):
+    if value is not None and not lo <= value <= hi:
+        raise invalid(f"Field '{name}': Value must be between {lo} <= value <= {hi}, "
+                      f"but got {value}")
+    return value
+
+
+def _first(body, *names):
+    for n in names:
+        v = getattr(body, n, None)
+        if v is not None:
+            return n, v
+    return names[0], None
+
+
+# request field -> SamplerParams field (llama.cpp common_params_sampling names)
+SAMPLING_FIELDS = {
+    "temperature": "temp", "dynatemp_range": "dynatemp_range",
+    "dynatemp_exponent": "dynatemp_exponent", "top_k": "top_k", "top_p": "top_p",
+    "min_p": "min_p", "typical_p": "typ_p", "top_n_sigma": "top_n_sigma",
+    "xtc_probability": "xtc_probability", "xtc_threshold": "xtc_threshold",
+    "repeat_last_n": "penalty_last_n", "repeat_penalty": "penalty_repeat",
+    "presence_penalty": "penalty_present", "frequency_penalty": "penalty_freq",
+    "dry_multiplier": "dry_multiplier", "dry_base": "dry_base",
+    "dry_allowed_length": "dry_allowed_length", "dry_penalty_last_n": "dry_penalty_last_n",
+    "dry_sequence_breakers": "dry_sequence_breakers", "mirostat": "mirostat",
+    "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta", "seed": "seed",
+    "min_keep": "min_keep", "ignore_eos": "ignore_eos",
+}
+
+
+def _clamped(body) -> dict:
+    """Request sampling values with llama.cpp's silent clamps applied."""
+    v = {k: getattr(body, k) for k in SAMPLING_FIELDS if getattr(body, k, None) is not None}
+    clamps = {"temperature": (0.0, math.inf), "top_k": (0, INT_MAX), "top_p": (0.0, 1.0),
+              "min_p": (0.0, 1.0), "xtc_probability": (0.0, 1.0), "xtc_threshold": (0.0, 1.0),
+              "mirostat": (0, 2)}
+    for k, (lo, hi) in clamps.items():
+        if k in v:
+            v[k] = min(max(v[k], lo), hi)
+    for k in ("repeat_last_n", "dry_allowed_length", "dry_penalty_last_n", "min_keep"):
+        _check_range(k, v.get(k), 0)
+    if v.get("dry_base") is not None and v["dry_base"] < 1.0:
+        del v["dry_base"]
+    if "seed" in v:
+        v["seed"] = v["seed"] & 0xFFFFFFFF
+    return v
+
+
+def _logit_bias(raw, n_vocab: int, tokenize) -> dict[int, float]:
+    """`[[tok_or_string, bias_or_false], ...]` or `{"tok_or_string": bias}` → {id: bias}."""
+    if raw is None:
+        return {}
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    out: dict[int, float] = {}
+    for pair in pairs:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise invalid("logit_bias: each entry must be [token, bias]")
+        tok, bias = pair
+        bias = -math.inf if bias is False else bias
+        if not isinstance(bias, (int, float)) or isinstance(bias, bool):
+            raise invalid("logit_bias: bias must be a number or false")
+        if isinstance(tok, str) and tok.lstrip("-").isdigit() and isinstance(raw, dict):
+            tok = int(tok)
+        ids = tokenize(tok) if isinstance(tok, str) else [tok]
+        for t in ids:
+            if isinstance(t, int) and 0 <= t < n_vocab:
+                out[t] = float(bias)
+    return out
+
+
+def build_params(body: CompletionBody, defaults: "RequestDefaults", *, n_vocab: int,
+                 tokenize, chat: bool = False) -> TaskParams:
+    """Apply llama.cpp's defaults, aliases, clamps and range checks to one request body."""
+    _reject_unsupported(body)
+    name, n_predict = _first(body, "n_predict", "max_completion_tokens", "max_tokens")
+    _check_range(name, n_predict, -1)
+    _check_range("n_keep", body.n_keep, -1)
+    _check_range("t_max_predict_ms", body.t_max_predict_ms, -1)
+    stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    p = TaskParams(
+        n_predict=defaults.n_predict if n_predict is None else n_predict,
+        n_keep=defaults.n_keep if body.n_keep is None else body.n_keep,
+        stop=[s for s in stop if s] or list(defaults.stop),
+        n_probs=_n_probs(body, chat), post_sampling_probs=bool(body.post_sampling_probs),
+        cache_prompt=defaults.cache_prompt if body.cache_prompt is None else body.cache_prompt,
+        id_slot=-1 if body.id_slot is None else body.id_slot, stream=bool(body.stream),
+        return_tokens=bool(body.return_tokens), timings_per_token=bool(body.timings_per_token),
+        ignore_eos=bool(body.ignore_eos),
+        t_max_predict_ms=-1 if body.t_max_predict_ms is None else body.t_max_predict_ms)
+    values = _clamped(body)
+    p.sampling = _sampler_params(defaults.sampling, values, body, n_vocab, tokenize)
+    p.settings = generation_settings(p, defaults)
+    return p
+
+
+def _n_probs(body: CompletionBody, chat: bool) -> int:
+    if chat:
+        if body.logprobs is True:
+            n = 20 if body.top_logprobs is None else body.top_logprobs
+            return max(1, _check_range("top_logprobs", n, 0, 20))
+        return 0
+    if body.n_probs is not None:
+        return _check_range("n_probs", body.n_probs, 0, 1024)
+    if body.logprobs is not None and not isinstance(body.logprobs, bool):
+        return _check_range("logprobs", body.logprobs, 0, 1024)
+    return 0
+
+
+def _sampler_params(base, values: dict, body, n_vocab: int, tokenize):
+    from pyllama.sampling import SamplerParams
+    base = base if base is not None else SamplerParams()
+    known = {f.name for f in dataclasses.fields(base)}
+    changes = {SAMPLING_FIELDS[k]: v for k, v in values.items() if SAMPLING_FIELDS[k] in known}
+    bias = _logit_bias(body.logit_bias, n_vocab, tokenize)
+    if bias and "logit_bias" in known:
+        changes["logit_bias"] = {**(base.logit_bias or {}), **bias}
+    if body.samplers is not None and "samplers" in known:
+        changes["samplers"] = _sampler_names(body.samplers)
+    return dataclasses.replace(base, **changes)
+
+
+def _sampler_names(value) -> list[str]:
+    """`samplers`: an array of names or a string of letters (llama.cpp's --sampling-seq)."""
+    from pyllama.sampling import parse_sampler_chars, parse_sampler_names
+    if isinstance(value, list):
+        return parse_sampler_names([str(s) for s in value])
+    return parse_sampler_chars(value)
+
+
+def _reject_unsupported(body: CompletionBody) -> None:
+    if body.grammar or body.json_schema is not None:
+        raise not_supported("grammar and json_schema are not supported by this server")
+    rf = body.response_format
+    if rf is not None and not (isinstance(rf, dict) and rf.get("type", "text") == "text"):
+        raise not_supported("response_format is not supported by this server "
+                            "(only {\"type\": \"text\"})")
+
+
+@dataclass
+class RequestDefaults:
+    """The server's per-request defaults (from the command line)."""
+    n_predict: int = -1
+    n_keep: int = 0
+    stop: list[str] = field(default_factory=list)
+    cache_prompt: bool = True
+    sampling: Any = None
+
+
+def generation_settings(p: TaskParams, defaults: RequestDefaults | None = None) -> dict:
+    """The `generation_settings` / `params` object llama.cpp reports for a task."""
+    s = p.sampling
+    g = (lambda name, d=None: getattr(s, name, d)) if s is not None else (lambda n, d=None: d)
+    seed = g("seed", 0xFFFFFFFF)
+    return {
+        "seed": 0xFFFFFFFF if seed is None or seed < 0 else seed,
+        "temperature": g("temp", 0.8), "dynatemp_range": g("dynatemp_range", 0.0),
+        "dynatemp_exponent": g("dynatemp_exponent", 1.0), "top_k": g("top_k", 40),
+        "top_p": g("top_p", 0.95), "min_p": g("min_p", 0.05), "top_n_sigma": g("top_n_sigma", -1.0),
+        "xtc_probability": g("xtc_probability", 0.0), "xtc_threshold": g("xtc_threshold", 0.1),
+        "typical_p": g("typ_p", 1.0), "repeat_last_n": g("penalty_last_n", 64),
+        "repeat_penalty": g("penalty_repeat", 1.0), "presence_penalty": g("penalty_present", 0.0),
+        "frequency_penalty": g("penalty_freq", 0.0), "dry_multiplier": g("dry_multiplier", 0.0),
+        "dry_base": g("dry_base", 1.75), "dry_allowed_length": g("dry_allowed_length", 2),
+        "dry_penalty_last_n": g("dry_penalty_last_n", 64), "mirostat": g("mirostat", 0),
+        "mirostat_tau": g("mirostat_tau", 5.0), "mirostat_eta": g("mirostat_eta", 0.1),
+        "max_tokens": p.n_predict, "n_predict": p.n_predict, "n_keep": p.n_keep,
+        "ignore_eos": bool(g("ignore_eos", p.ignore_eos)), "stream": p.stream,
+        "n_probs": p.n_probs, "min_keep": g("min_keep", 0), "chat_format": "Content-only",
+        "reasoning_format": "none", "samplers": list(g("samplers", []) or []),
+        "speculative.types": ["none"], "timings_per_token": p.timings_per_token,
+        "post_sampling_probs": p.post_sampling_probs, "lora": [], "stop": list(p.stop),
+    }
+
+
+# ----------------------------------------------------------------------------- results
+@dataclass
+class Timings:
+    cache_n: int = 0
+    prompt_n: int = 0
+    prompt_ms: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+
+    def to_json(self) -> dict:
+        d = max(self.predicted_n - 1, 0)
+        return {
+            "cache_n": self.cache_n, "prompt_n": self.prompt_n, "prompt_ms": self.prompt_ms,
+            "prompt_per_token_ms": self.prompt_ms / self.prompt_n if self.prompt_n else 0.0,
+            "prompt_per_second": 1e3 * self.prompt_n / self.prompt_ms if self.prompt_ms else 0.0,
+            "predicted_n": self.predicted_n, "predicted_ms": self.predicted_ms,
+            "predicted_per_token_ms": self.predicted_ms / d if d else 0.0,
+            "predicted_per_second": 1e3 * d / self.predicted_ms if d and self.predicted_ms else 0.0,
+        }
+
+
+@dataclass
+class TokenProb:
+    """One generated token with its top candidates (log-probabilities or probabilities)."""
+    id: int
+    piece: bytes
+    value: float                         # logprob (or prob with post_sampling_probs)
+    top: list[tuple[int, bytes, float]]
+
+    def to_json(self, post: bool = False) -> dict:
+        key, top_key = ("prob", "top_probs") if post else ("logprob", "top_logprobs")
+        return {**_tok_json(self.id, self.piece), key: self.value,
+                top_key: [{**_tok_json(i, b), key: v} for i, b, v in self.top]}
+
+
+def _tok_json(i: int, piece: bytes) -> dict:
+    return {"id": i, "token": piece.decode("utf-8", "replace"), "bytes": list(piece)}
+
+
+@dataclass
+class Partial:
+    index: int
+    text: str
+    tokens: list[int]
+    probs: list[TokenProb]
+    n_decoded: int
+    n_prompt: int
+    timings: Timings | None = None
+
+
+@dataclass
+class Final:
+    index: int
+    text: str
+    tokens: list[int]
+    stop_type: str             # eos | limit | word | none
+    stopping_word: str
+    n_prompt: int
+    n_decoded: int
+    n_cached: int
+    timings: Timings
+    probs: list[TokenProb]
+    id_slot: int
+    truncated: bool = False
+    prompt: str = ""
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def finish_reason(self) -> str:
+        return "stop" if self.stop_type in ("eos", "word") else "length"
+
+
+def completion_id() -> str:
+    return "chatcmpl-" + "".join(random.choices(string.ascii_letters + string.digits, k=32))
+
+
+def native_partial(p: Partial, post: bool) -> dict:
+    d = {"index": p.index, "content": p.text, "tokens": p.tokens, "stop": False, "id_slot": -1,
+         "tokens_predicted": p.n_decoded, "tokens_evaluated": p.n_prompt}
+    if p.probs:
+        d["completion_probabilities"] = [x.to_json(post) for x in p.probs]
+    if p.timings is not None:
+        d["timings"] = p.timings.to_json()
+    return d
+
+
+def native_final(f: Final, model: str, stream: bool, params: TaskParams,
+                 fields: list[str] | None = None) -> dict:
+    d = {"index": f.index, "content": "" if stream else f.text,
+         "tokens": [] if stream or not params.return_tokens else f.tokens,
+         "id_slot": f.id_slot, "stop": True, "model": model, "tokens_predicted": f.n_decoded,
+         "tokens_evaluated": f.n_prompt, "generation_settings": f.settings, "prompt": f.prompt,
+         "has_new_line": "\n" in f.text, "truncated": f.truncated, "stop_type": f.stop_type,
+         "stopping_word": f.stopping_word, "tokens_cached": f.n_cached,
+         "timings": f.timings.to_json()}
+    if params.n_probs and not stream:
+        d["completion_probabilities"] = [x.to_json(params.post_sampling_probs) for x in f.probs]
+    return _filter_fields(d, fields) if fields else d
+
+
+def _filter_fields(d: dict, fields: list[str]) -> dict:
+    out = {}
+    for name in fields:
+        cur: Any = d
+        for part in name.split("/"):
+            cur = cur.get(part) if isinstance(cur, dict) else None
+        if cur is not None:
+            out[name.split("/")[-1] if "/" in name else name] = cur
+    return out
+
+
+def usage(f: Final) -> dict:
+    return {"completion_tokens": f.n_decoded, "prompt_tokens": f.n_prompt,
+            "total_tokens": f.n_decoded + f.n_prompt,
+            "prompt_tokens_details": {"cached_tokens": f.timings.cache_n}}
+
+
+def oai_logprobs(probs: list[TokenProb]) -> dict:
+    return {"content": [p.to_json(False) for p in probs]}
+
+
+def oai_completion(finals: list[Final], model: str, cid: str, n_probs: int) -> dict:
+    f0 = finals[0]
+    return {"choices": [{"text": f.text, "index": f.index,
+                         "logprobs": oai_logprobs(f.probs) if n_probs else None,
+                         "finish_reason": f.finish_reason} for f in finals],
+            "created": int(time.time()), "model": model, "system_fingerprint": FINGERPRINT,
+            "object": "text_completion", "usage": usage(f0), "id": cid,
+            "timings": f0.timings.to_json()}
+
+
+def oai_completion_chunk(index: int, text: str, model: str, cid: str, probs=None,
+                         finish=None) -> dict:
+    return {"choices": [{"text": text, "index": index,
+                         "logprobs": oai_logprobs(probs) if probs else None,
+                         "finish_reason": finish}],
+            "created": int(time.time()), "model": model, "system_fingerprint": FINGERPRINT,
+            "object": "text_completion", "id": cid}
+
+
+def chat_message(f: Final, content: str, tool_calls: list[dict]) -> dict:
+    msg: dict = {"role": "assistant", "content": content if content or not tool_calls else None}
+    if tool_calls:
+        msg["tool_calls"] = tool_calls
+    return msg
+
+
+def chat_completion(results: list[tuple[Final, str, list[dict]]], model: str, cid: str,
+                    n_probs: int) -> dict:
+    choices = []
+    for f, content, calls in results:
+        c = {"finish_reason": "tool_calls" if calls else f.finish_reason, "index": f.index,
+             "message": chat_message(f, content, calls)}
+        if n_probs:
+            c["logprobs"] = oai_logprobs(f.probs)
+        choices.append(c)
+    f0 = results[0][0]
+    return {"choices": choices, "created": int(time.time()), "model": model,
+            "system_fingerprint": FINGERPRINT, "object": "chat.completion", "usage": usage(f0),
+            "id": cid, "timings": f0.timings.to_json()}
+
+
+def chat_chunk(choices: list[dict], model: str, cid: str, **extra) -> dict:
+    return {"choices": choices, "created": int(time.time()), "id": cid, "model": model,
+            "system_fingerprint": FINGERPRINT, "object": "chat.completion.chunk", **extra}
+
+
+def chat_delta(index: int, delta: dict, probs=None, finish=None) -> dict:
+    c = {"finish_reason": finish, "index": index, "delta": delta}
+    if probs:
+        c["logprobs"] = oai_logprobs(probs)
+    return c

@@ -1,0 +1,66 @@
+"""llama-server: flags (tools/_args.py, llama.cpp spellings) → ServerConfig → pyllama.server.serve."""
+from __future__ import annotations
+
+import json
+import sys
+
+from ._common import guard, parse_or_exit
+
+
+def _api_keys(params) -> list[str]:
+    keys = list(params.api_keys or [])
+    if isinstance(keys, str):
+        keys = [k for k in keys.split(",") if k]
+    if params.api_key_file:
+        with open(params.api_key_file, encoding="utf-8") as f:
+            keys += [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+    return keys
+
+
+def to_config(params):
+    """The typed server config for parsed llama.cpp flags."""
+    from pyllama import models
+    from pyllama.server import ServerConfig
+    alias = params.alias
+    kwargs = json.loads(params.chat_template_kwargs) if params.chat_template_kwargs else {}
+    model_kw = {k: v for k, v in params.model_kwargs().items() if k != "n_threads"}
+    return ServerConfig(
+        model=models.resolve(params.model or None), host=params.hostname, port=params.port,
+        alias=[a for a in (alias.split(",") if isinstance(alias, str) else alias or []) if a],
+        api_keys=_api_keys(params), timeout=float(params.timeout), n_ctx=params.n_ctx,
+        n_batch=params.n_batch, n_ubatch=params.n_ubatch, n_parallel=params.n_parallel,
+        n_threads=params.n_threads if params.n_threads > 0 else None,
+        swa_full=params.swa_full, swa_extra=params.swa_extra, type_k=params.cache_type_k,
+        type_v=params.cache_type_v,
+        kv_unified=True if params.n_parallel < 0 or params.kv_unified else None,
+        n_predict=params.n_predict, n_keep=params.n_keep, cache_prompt=params.cache_prompt,
+        reverse_prompts=list(params.antiprompt), sampling=_sampling(params),
+        slot_prompt_similarity=getattr(params, "slot_prompt_similarity", 0.10),
+        endpoint_metrics=params.endpoint_metrics, endpoint_slots=params.endpoint_slots,
+        endpoint_props=params.endpoint_props, slot_save_path=params.slot_save_path or None,
+        chat_template=params.chat_template or None, jinja=params.use_jinja,
+        chat_template_kwargs=kwargs, api_prefix=params.api_prefix, ui=params.webui,
+        warmup=params.warmup, sse_ping_interval=float(params.sse_ping_interval),
+        model_params=model_kw)
+
+
+def _sampling(params):
+    """SamplerParams from the sampling flags; None (= the model's general.sampling.* defaults
+    over llama.cpp's) when no sampling flag was given."""
+    if not params.sampling.user_set:
+        return None
+    return params.sampler_params()
+
+
+def run(argv) -> int:
+    params = parse_or_exit("server", argv)
+    from pyllama.server import serve
+    return serve(to_config(params))
+
+
+def main(argv=None) -> int:
+    return guard(run, sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
