@@ -1,0 +1,111 @@
+"""CPU matmul / get_rows on GGUF weights (llama.cpp numerics, batch- and thread-invariant).
+
+`matmul(w, x, out=None)`: y [n, rows] = x [n, k] @ W^T. The n activation rows are quantized once
+into the weight type's vec_dot type, then tiles of weight rows x tokens are computed in Cython
+(_matmul.pyx + pyl_matmul.h). Row i of the result is bit-identical whatever n and the number of
+threads. With `out` given no array is allocated (scratch buffers are cached by size).
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import numpy as np  # noqa: E402
+
+from ...errors import BackendError  # noqa: E402
+from ...gguf import GGML_BLOCK  # noqa: E402
+from . import _matmul  # noqa: E402
+
+_state = {"threads": max(1, _matmul.max_threads())}
+_local = threading.local()
+_DUMMY_Q = np.zeros((1, 1), np.int8)
+_DUMMY_F = np.zeros((1, 1), np.float32)
+_DUMMY_S = np.zeros((1, 1), np.int16)
+
+
+def set_num_threads(n: int) -> None:
+    """Threads used by matmul (>= 1). Results do not depend on it."""
+    _state["threads"] = max(1, int(n))
+
+
+def get_num_threads() -> int:
+    return _state["threads"]
+
+
+def _buf(name: str, nbytes: int) -> np.ndarray:
+    """A per-thread cached uint8 buffer of at least nbytes (grows, never shrinks)."""
+    cache = getattr(_local, "bufs", None)
+    if cache is None:
+        cache = _local.bufs = {}
+    b = cache.get(name)
+    if b is None or b.nbytes < nbytes:
+        b = cache[name] = np.empty(max(nbytes, 64), np.uint8)
+    return b
+
+
+def _view(name: str, shape: tuple, dtype) -> np.ndarray:
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape)) * dt.itemsize
+    return _buf(name, n)[:n].view(dt).reshape(shape)
+
+
+def _raw2d(w) -> tuple[np.ndarray, int]:
+    """(raw as uint8 [rows, row_bytes], k)"""
+    if _matmul.family(int(w.type)) < 0:
+        raise BackendError(f"{w.name}: matmul for type {w.type.name} is not supported")
+    raw = w.raw
+    rows = raw.shape[0] if raw.ndim > 1 else 1
+    raw = raw.reshape(rows, -1).view(np.uint8)
+    be, bb = GGML_BLOCK[w.type]
+    return raw, raw.shape[1] // bb * be
+
+
+def _quantize(wtype: int, x: np.ndarray, k: int, nth: int):
+    """Activations in the weight type's vec_dot form, in cached buffers."""
+    n = x.shape[0]
+    kind = _matmul.act_kind(wtype)
+    q, d, s, bs, f = _DUMMY_Q, _DUMMY_F, _DUMMY_F, _DUMMY_S, _DUMMY_F
+    if kind == _matmul.ACT_Q8_0:
+        q = _view("q", (n, k), np.int8)
+        d, s = _view("d", (n, k // 32), np.float32), _view("s", (n, k // 32), np.float32)
+    elif kind == _matmul.ACT_Q8_K:
+        q, d = _view("q", (n, k), np.int8), _view("d", (n, k // 256), np.float32)
+        bs = _view("bs", (n, k // 16), np.int16)
+    else:
+        f = _view("f", (n, k), np.float32)
+    _matmul.quantize_acts(kind, x, q, d, s, bs, f, nth)
+    return q, d, s, bs, f
+
+
+def matmul(w, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """y [n, rows] = x [n, k] @ W[rows, k]^T (x float32; a 1-D x gives a 1-D y)."""
+    raw, k = _raw2d(w)
+    x2 = np.ascontiguousarray(x, dtype=np.float32)
+    squeeze = x2.ndim == 1
+    x2 = x2.reshape(-1, k) if x2.ndim < 2 else x2
+    if x2.shape[1] != k:
+        raise BackendError(f"{w.name}: x has {x2.shape[1]} columns, weight rows have {k}")
+    n, rows = x2.shape[0], raw.shape[0]
+    if out is None:
+        out = np.empty((n, rows), np.float32)
+    o2 = out.reshape(n, rows) if out.ndim == 1 else out
+    nth = _state["threads"]
+    wtype = int(w.type)
+    q, d, s, bs, f = _quantize(wtype, x2, k, nth)
+    scratch = _view("scratch", (nth, _matmul.row_scratch_bytes(k)), np.uint8)
+    _matmul.matmul_rows(wtype, raw, k, q, d, s, bs, f, o2, scratch, nth)
+    return out.reshape(rows) if squeeze and out.ndim == 2 else out
+
+
+def get_rows(w, ids) -> np.ndarray:
+    """Dequantized rows W[ids] -> [len(ids), k] float32."""
+    raw, k = _raw2d(w)
+    ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
+    if ids.size and (ids.min() < 0 or ids.max() >= raw.shape[0]):
+        raise BackendError(f"{w.name}: row id out of range [0, {raw.shape[0]})")
+    out = np.empty((ids.size, k), np.float32)
+    scratch = _buf("rows", _matmul.row_scratch_bytes(k))
+    _matmul.dequant_rows(int(w.type), raw, k, ids, out, scratch)
+    return out

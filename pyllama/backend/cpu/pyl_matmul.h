@@ -1,0 +1,615 @@
+/* Quantized mat-vec / mat-mat kernels (llama.cpp numerics), used by _matmul.pyx.
+ *
+ * Plan (ARCHITECTURE decisions 6-7):
+ * - activations x [n, k] f32 are quantized once per call into the weight type's vec_dot type
+ *   (q8_0 / q8_1 for 32-blocks, q8_K for K-quants, f16/bf16/f32 for float weights);
+ * - a tile of PYL_R weight rows is decoded once into a per-thread scratch ("decoded rows":
+ *   int8 values + integer sub-scales + float block scales), then multiplied with every token in
+ *   tiles of up to PYL_T tokens;
+ * - each output element y[t, r] is produced by the same sequence of operations whatever the tile
+ *   shape, the number of tokens or threads: 8 lanes of exact integer partial sums per block,
+ *   acc_lane = fma(d_w * d_x, (float)lane, acc_lane) over blocks in order, then one fixed
+ *   horizontal sum.  Threads split row tiles only.
+ * A portable scalar path (no __AVX2__) keeps the same structure with one scalar accumulator.
+ */
+#ifndef PYL_MATMUL_H
+#define PYL_MATMUL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define PYL_AVX2 1
+#else
+#define PYL_AVX2 0
+#endif
+
+#define PYL_R 4 /* weight rows per tile */
+#define PYL_T 4 /* tokens per tile */
+
+/* ggml type ids */
+enum {
+    PYL_F32 = 0, PYL_F16 = 1, PYL_Q4_0 = 2, PYL_Q4_1 = 3, PYL_Q5_0 = 6, PYL_Q5_1 = 7,
+    PYL_Q8_0 = 8, PYL_Q2_K = 10, PYL_Q3_K = 11, PYL_Q4_K = 12, PYL_Q5_K = 13, PYL_Q6_K = 14,
+    PYL_BF16 = 30
+};
+/* activation kinds (the vec_dot type) */
+enum { PYL_ACT_Q8_0 = 0, PYL_ACT_Q8_K = 1, PYL_ACT_F16 = 2, PYL_ACT_BF16 = 3, PYL_ACT_F32 = 4 };
+
+/* ---------------------------------------------------------------- fp16 / bf16 ------------ */
+static inline uint32_t pyl_fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float pyl_bitsf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static inline float pyl_f16_to_f32(uint16_t h) {
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
+    const uint32_t w = (uint32_t)h << 16, sign = w & 0x80000000u, two_w = w + w;
+    const float norm = pyl_bitsf((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+    const float denorm = pyl_bitsf((two_w >> 17) | (126u << 23)) - 0.5f;
+    return pyl_bitsf(sign | (two_w < (1u << 27) ? pyl_fbits(denorm) : pyl_fbits(norm)));
+#endif
+}
+
+static inline uint16_t pyl_f32_to_f16(float f) {
+#if defined(__F16C__)
+    return _cvtss_sh(f, 0);
+#else
+    float base = (fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
+    const uint32_t w = pyl_fbits(f), shl1_w = w + w, sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xFF000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u;
+    base = pyl_bitsf((bias >> 1) + 0x07800000u) + base;
+    const uint32_t bits = pyl_fbits(base);
+    const uint32_t nonsign = ((bits >> 13) & 0x7C00u) + (bits & 0x0FFFu);
+    return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+#endif
+}
+
+static inline float pyl_rd_f16(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return pyl_f16_to_f32(h); }
+static inline float pyl_round_f16(float f) { return pyl_f16_to_f32(pyl_f32_to_f16(f)); }
+
+static inline float pyl_round_bf16(float f) { /* ggml_compute_fp32_to_bf16, back to f32 */
+    uint32_t u = pyl_fbits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return pyl_bitsf(((u >> 16) | 64u) << 16);
+    return pyl_bitsf(((u + (0x7fffu + ((u >> 16) & 1u))) >> 16) << 16);
+}
+
+/* ---------------------------------------------------------------- activation quantizers -- */
+/* q8_0 / q8_1 row (llama.cpp x86 quantize_row_q8_0/q8_1): d = amax/127 (stored as f16),
+ * q = round_half_even(x * (127/amax)); s = f16(d * sum(q)).  d, s are written as f32 values. */
+static inline void pyl_quant_q8_0(const float *x, int k, int8_t *q, float *d, float *s) {
+    for (int b = 0; b < k / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            const int v = (int)nearbyintf(xb[j] * id);
+            q[32 * b + j] = (int8_t)v;
+            sum += v;
+        }
+        const float dd = amax / 127.f;
+        d[b] = pyl_round_f16(dd);
+        s[b] = pyl_round_f16(dd * (float)sum);
+    }
+}
+
+/* q8_K row (quantize_row_q8_K_ref): iscale = -127/max (max = the first value of largest |x|),
+ * q = min(127, nearest_int(iscale*x)), bsums per 16, d = 1/iscale (f32). */
+static inline void pyl_quant_q8_K(const float *x, int k, int8_t *q, float *d, int16_t *bs) {
+    for (int b = 0; b < k / 256; b++) {
+        const float *xb = x + 256 * b;
+        int8_t *qb = q + 256 * b;
+        float amax = 0.0f, mx = 0.0f;
+        for (int j = 0; j < 256; j++) {
+            const float ax = fabsf(xb[j]);
+            if (ax > amax) { amax = ax; mx = xb[j]; }
+        }
+        if (amax == 0.0f) {
+            d[b] = 0.0f;
+            memset(qb, 0, 256);
+            memset(bs + 16 * b, 0, 32);
+            continue;
+        }
+        const float iscale = -127.f / mx;
+        for (int j = 0; j < 256; j++) {
+            const int v = (int)nearbyintf(iscale * xb[j]);
+            qb[j] = (int8_t)(v < 127 ? v : 127);
+        }
+        for (int j = 0; j < 16; j++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++) sum += qb[16 * j + i];
+            bs[16 * b + j] = (int16_t)sum;
+        }
+        d[b] = 1.0f / iscale;
+    }
+}
+
+/* ---------------------------------------------------------------- decoded rows ----------- */
+/* One decoded weight row inside a scratch buffer of PYL_ROWB(k) bytes.
+ * family A (32-blocks): w int8[k] (signed values), aw uint8[k] (|w|), d f32[k/32], m f32[k/32]
+ * family K (256-blocks): w uint8[k] (values + offset, 0..63), sc int16[k/2] (per 32-chunk c:
+ *   16 int16, positions 0-7 the scale of elements 0-15, 8-15 of 16-31), mn int16[k/16]
+ *   (per 16 elements: the min, or offset*scale for offset types), d f32[k/256], dm f32[k/256]
+ * family F: f f32[k] */
+#define PYL_ROWB(k) (4 * (int64_t)(k) + 256)
+
+typedef struct {
+    int8_t *w; uint8_t *aw; float *d; float *m;
+    int16_t *sc; int16_t *mn; float *dm;
+    float *f;
+} pyl_wrow;
+
+static inline void pyl_wrow_init(pyl_wrow *W, uint8_t *buf, int k) {
+    W->w = (int8_t *)buf;
+    W->aw = buf + k;
+    W->sc = (int16_t *)(buf + k);                  /* K family uses this slot for scales */
+    W->mn = (int16_t *)(buf + 2 * (int64_t)k);
+    W->d = (float *)(buf + 2 * (int64_t)k + k / 4 + 32);
+    W->m = W->d + k / 32 + 8;
+    W->dm = W->m;                                   /* K family: d[k/256], dmin[k/256] */
+    W->f = (float *)buf;
+}
+
+/* family of a weight type: 0 = A (q8_0 activations), 1 = K (q8_K), 2 = float; -1 unsupported */
+static inline int pyl_family(int t) {
+    switch (t) {
+    case PYL_Q4_0: case PYL_Q4_1: case PYL_Q5_0: case PYL_Q5_1: case PYL_Q8_0: return 0;
+    case PYL_Q2_K: case PYL_Q3_K: case PYL_Q4_K: case PYL_Q5_K: case PYL_Q6_K: return 1;
+    case PYL_F32: case PYL_F16: case PYL_BF16: return 2;
+    default: return -1;
+    }
+}
+static inline int pyl_act_kind(int t) {
+    switch (pyl_family(t)) {
+    case 0: return PYL_ACT_Q8_0;
+    case 1: return PYL_ACT_Q8_K;
+    default: return t == PYL_F16 ? PYL_ACT_F16 : t == PYL_BF16 ? PYL_ACT_BF16 : PYL_ACT_F32;
+    }
+}
+/* K family: offset types (the -off*sc*bsum term folds into the integer sum) vs min types */
+static inline int pyl_has_min(int t) { return t == PYL_Q2_K || t == PYL_Q4_K || t == PYL_Q5_K; }
+static inline int pyl_has_m(int t) { return t == PYL_Q4_1 || t == PYL_Q5_1; }
+
+/* ---- family A decoders: one 32-block -> w[32] signed */
+static inline void pyl_dec_q4_0(const uint8_t *x, int8_t *w, float *d, float *m) {
+    *d = pyl_rd_f16(x); *m = 0.0f;
+    for (int j = 0; j < 16; j++) {
+        w[j] = (int8_t)((x[2 + j] & 0xF) - 8);
+        w[j + 16] = (int8_t)((x[2 + j] >> 4) - 8);
+    }
+}
+static inline void pyl_dec_q4_1(const uint8_t *x, int8_t *w, float *d, float *m) {
+    *d = pyl_rd_f16(x); *m = pyl_rd_f16(x + 2);
+    for (int j = 0; j < 16; j++) {
+        w[j] = (int8_t)(x[4 + j] & 0xF);
+        w[j + 16] = (int8_t)(x[4 + j] >> 4);
+    }
+}
+static inline void pyl_qh_bits(const uint8_t *qh, uint8_t *hb) { /* hb[j] = bit j of qh, 0/16 */
+#if PYL_AVX2
+    uint32_t x32; memcpy(&x32, qh, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                           0x0101010101010101, 0x0000000000000000);
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf);
+    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    bytes = _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+    _mm256_storeu_si256((__m256i *)hb, _mm256_and_si256(bytes, _mm256_set1_epi8(16)));
+#else
+    for (int j = 0; j < 32; j++) hb[j] = (uint8_t)(((qh[j >> 3] >> (j & 7)) & 1) << 4);
+#endif
+}
+static inline void pyl_dec_q5_0(const uint8_t *x, int8_t *w, float *d, float *m) {
+    uint8_t hb[32];
+    *d = pyl_rd_f16(x); *m = 0.0f;
+    pyl_qh_bits(x + 2, hb);
+    for (int j = 0; j < 16; j++) {
+        w[j] = (int8_t)(((x[6 + j] & 0xF) | hb[j]) - 16);
+        w[j + 16] = (int8_t)(((x[6 + j] >> 4) | hb[j + 16]) - 16);
+    }
+}
+static inline void pyl_dec_q5_1(const uint8_t *x, int8_t *w, float *d, float *m) {
+    uint8_t hb[32];
+    *d = pyl_rd_f16(x); *m = pyl_rd_f16(x + 2);
+    pyl_qh_bits(x + 4, hb);
+    for (int j = 0; j < 16; j++) {
+        w[j] = (int8_t)((x[8 + j] & 0xF) | hb[j]);
+        w[j + 16] = (int8_t)((x[8 + j] >> 4) | hb[j + 16]);
+    }
+}
+static inline void pyl_dec_q8_0(const uint8_t *x, int8_t *w, float *d, float *m) {
+    *d = pyl_rd_f16(x); *m = 0.0f;
+    memcpy(w, x + 2, 32);
+}
+
+static inline int pyl_block_bytes(int t) {
+    switch (t) {
+    case PYL_Q4_0: return 18; case PYL_Q4_1: return 20; case PYL_Q5_0: return 22;
+    case PYL_Q5_1: return 24; case PYL_Q8_0: return 34; case PYL_Q2_K: return 84;
+    case PYL_Q3_K: return 110; case PYL_Q4_K: return 144; case PYL_Q5_K: return 176;
+    case PYL_Q6_K: return 210; case PYL_F32: return 4; default: return 2;
+    }
+}
+
+static inline void pyl_decode_A(int t, const uint8_t *src, int k, pyl_wrow *W) {
+    const int bb = pyl_block_bytes(t);
+    for (int b = 0; b < k / 32; b++) {
+        const uint8_t *x = src + (int64_t)bb * b;
+        int8_t *w = W->w + 32 * b;
+        switch (t) {
+        case PYL_Q4_0: pyl_dec_q4_0(x, w, W->d + b, W->m + b); break;
+        case PYL_Q4_1: pyl_dec_q4_1(x, w, W->d + b, W->m + b); break;
+        case PYL_Q5_0: pyl_dec_q5_0(x, w, W->d + b, W->m + b); break;
+        case PYL_Q5_1: pyl_dec_q5_1(x, w, W->d + b, W->m + b); break;
+        default: pyl_dec_q8_0(x, w, W->d + b, W->m + b); break;
+        }
+        for (int j = 0; j < 32; j++) W->aw[32 * b + j] = (uint8_t)(w[j] < 0 ? -w[j] : w[j]);
+    }
+}
+
+/* ---- family K decoders: one 256-superblock -> u[256] unsigned, s16[16] scale per 16 elements,
+ * mn[16] per 16 elements (min, or offset*scale), d, dmin */
+static inline void pyl_scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
+    if (j < 4) { *sc = q[j] & 63; *m = q[j + 4] & 63; }
+    else { *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4); *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4); }
+}
+static inline void pyl_dec_q4_K(const uint8_t *x, uint8_t *u, int *s16, int *mn, float *d, float *dm) {
+    *d = pyl_rd_f16(x); *dm = pyl_rd_f16(x + 2);
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        pyl_scale_min_k4(j, x + 4, &sc, &m);
+        s16[2 * j] = s16[2 * j + 1] = sc;
+        mn[2 * j] = mn[2 * j + 1] = m;
+    }
+    const uint8_t *qs = x + 16;
+    for (int i = 0; i < 4; i++)
+        for (int l = 0; l < 32; l++) {
+            u[64 * i + l] = qs[32 * i + l] & 0xF;
+            u[64 * i + 32 + l] = qs[32 * i + l] >> 4;
+        }
+}
+static inline void pyl_dec_q5_K(const uint8_t *x, uint8_t *u, int *s16, int *mn, float *d, float *dm) {
+    *d = pyl_rd_f16(x); *dm = pyl_rd_f16(x + 2);
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        pyl_scale_min_k4(j, x + 4, &sc, &m);
+        s16[2 * j] = s16[2 * j + 1] = sc;
+        mn[2 * j] = mn[2 * j + 1] = m;
+    }
+    const uint8_t *qh = x + 16, *qs = x + 48;
+    for (int i = 0; i < 4; i++)
+        for (int l = 0; l < 32; l++) {
+            u[64 * i + l] = (uint8_t)((qs[32 * i + l] & 0xF) | (((qh[l] >> (2 * i)) & 1) << 4));
+            u[64 * i + 32 + l] = (uint8_t)((qs[32 * i + l] >> 4) | (((qh[l] >> (2 * i + 1)) & 1) << 4));
+        }
+}
+static inline void pyl_dec_q6_K(const uint8_t *x, uint8_t *u, int *s16, int *mn, float *d, float *dm) {
+    const uint8_t *ql = x, *qh = x + 128;
+    const int8_t *sc = (const int8_t *)(x + 192);
+    *d = pyl_rd_f16(x + 208); *dm = 0.0f;
+    for (int j = 0; j < 16; j++) { s16[j] = sc[j]; mn[j] = 32 * sc[j]; }
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *l0 = ql + 64 * h, *hh = qh + 32 * h;
+        uint8_t *o = u + 128 * h;
+        for (int l = 0; l < 32; l++) {
+            o[l] = (uint8_t)((l0[l] & 0xF) | ((hh[l] & 3) << 4));
+            o[l + 32] = (uint8_t)((l0[l + 32] & 0xF) | (((hh[l] >> 2) & 3) << 4));
+            o[l + 64] = (uint8_t)((l0[l] >> 4) | (((hh[l] >> 4) & 3) << 4));
+            o[l + 96] = (uint8_t)((l0[l + 32] >> 4) | (((hh[l] >> 6) & 3) << 4));
+        }
+    }
+}
+static inline void pyl_dec_q2_K(const uint8_t *x, uint8_t *u, int *s16, int *mn, float *d, float *dm) {
+    const uint8_t *sc = x, *qs = x + 16;
+    *d = pyl_rd_f16(x + 80); *dm = pyl_rd_f16(x + 82);
+    for (int j = 0; j < 16; j++) { s16[j] = sc[j] & 0xF; mn[j] = sc[j] >> 4; }
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++)
+                u[128 * h + 32 * j + l] = (qs[32 * h + l] >> (2 * j)) & 3;
+}
+static inline void pyl_dec_q3_K(const uint8_t *x, uint8_t *u, int *s16, int *mn, float *d, float *dm) {
+    const uint8_t *hm = x, *qs = x + 32, *sc = x + 96;
+    *d = pyl_rd_f16(x + 108); *dm = 0.0f;
+    for (int s = 0; s < 16; s++) {
+        const int lo = s < 8 ? (sc[s] & 0xF) : (sc[s - 8] >> 4);
+        const int hi = (sc[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
+        s16[s] = (lo | (hi << 4)) - 32;
+        mn[s] = 4 * s16[s];
+    }
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++) {
+            const int m = 1 << (4 * h + j);
+            for (int l = 0; l < 32; l++)
+                u[128 * h + 32 * j + l] = (uint8_t)(((qs[32 * h + l] >> (2 * j)) & 3) + ((hm[l] & m) ? 4 : 0));
+        }
+}
+
+static inline void pyl_decode_K(int t, const uint8_t *src, int k, pyl_wrow *W) {
+    const int bb = pyl_block_bytes(t);
+    for (int b = 0; b < k / 256; b++) {
+        const uint8_t *x = src + (int64_t)bb * b;
+        uint8_t *u = (uint8_t *)W->w + 256 * b;
+        int s16[16], mn[16];
+        float *d = W->d + b, *dm = W->dm + b;
+        switch (t) {
+        case PYL_Q2_K: pyl_dec_q2_K(x, u, s16, mn, d, dm); break;
+        case PYL_Q3_K: pyl_dec_q3_K(x, u, s16, mn, d, dm); break;
+        case PYL_Q4_K: pyl_dec_q4_K(x, u, s16, mn, d, dm); break;
+        case PYL_Q5_K: pyl_dec_q5_K(x, u, s16, mn, d, dm); break;
+        default: pyl_dec_q6_K(x, u, s16, mn, d, dm); break;
+        }
+        int16_t *sc = W->sc + 128 * b;
+        for (int c = 0; c < 8; c++)
+            for (int i = 0; i < 16; i++) sc[16 * c + i] = (int16_t)s16[2 * c + (i >> 3)];
+        for (int j = 0; j < 16; j++) W->mn[16 * b + j] = (int16_t)mn[j];
+    }
+}
+
+static inline void pyl_decode_F(int t, const uint8_t *src, int k, pyl_wrow *W) {
+    if (t == PYL_F32) { memcpy(W->f, src, 4 * (size_t)k); return; }
+    const uint16_t *h = (const uint16_t *)src;
+    if (t == PYL_F16) { for (int i = 0; i < k; i++) W->f[i] = pyl_f16_to_f32(h[i]); return; }
+    for (int i = 0; i < k; i++) W->f[i] = pyl_bitsf((uint32_t)h[i] << 16);
+}
+
+static inline void pyl_decode(int t, const uint8_t *src, int k, pyl_wrow *W) {
+    switch (pyl_family(t)) {
+    case 0: pyl_decode_A(t, src, k, W); break;
+    case 1: pyl_decode_K(t, src, k, W); break;
+    default: pyl_decode_F(t, src, k, W); break;
+    }
+}
+
+/* ---------------------------------------------------------------- dequantize (get_rows) --- */
+/* ggml's dequantize_row_* float expressions, without contraction into fma */
+__attribute__((optimize("fp-contract=off")))
+static void pyl_dequant_row(int t, const uint8_t *src, int k, uint8_t *scratch, float *y) {
+    pyl_wrow W;
+    pyl_wrow_init(&W, scratch, k);
+    pyl_decode(t, src, k, &W);
+    const int fam = pyl_family(t);
+    if (fam == 2) { memcpy(y, W.f, 4 * (size_t)k); return; }
+    if (fam == 0) {
+        for (int i = 0; i < k; i++) {
+            const float v = (float)W.w[i] * W.d[i / 32];
+            y[i] = pyl_has_m(t) ? v + W.m[i / 32] : v;
+        }
+        return;
+    }
+    const int off = t == PYL_Q6_K ? 32 : t == PYL_Q3_K ? 4 : 0;
+    const uint8_t *u = (const uint8_t *)W.w;
+    for (int i = 0; i < k; i++) {
+        const int b = i / 256, c = i / 32, s = (i % 32) / 16;
+        const float dl = W.d[b] * (float)W.sc[16 * c + 8 * s];
+        if (off) y[i] = dl * (float)(u[i] - off);
+        else y[i] = dl * (float)u[i] - W.dm[b] * (float)W.mn[i / 16];
+    }
+}
+
+/* ---------------------------------------------------------------- activations ------------ */
+typedef struct {
+    const int8_t *q; const float *d; const float *s; const int16_t *bs; const float *f;
+    int64_t sq, sd, sbs, sf; /* row strides in elements */
+} pyl_acts;
+
+typedef struct { const int8_t *q; const float *d; const float *s; const int16_t *bs; const float *f; } pyl_arow;
+
+static inline pyl_arow pyl_act_row(const pyl_acts *A, int64_t t) {
+    pyl_arow a;
+    a.q = A->q ? A->q + t * A->sq : 0;
+    a.d = A->d ? A->d + t * A->sd : 0;
+    a.s = A->s ? A->s + t * A->sd : 0;
+    a.bs = A->bs ? A->bs + t * A->sbs : 0;
+    a.f = A->f ? A->f + t * A->sf : 0;
+    return a;
+}
+
+/* ---------------------------------------------------------------- tile kernels ----------- */
+#if PYL_AVX2
+static inline float pyl_hsum8(__m256 x) {
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* family A: per 32-block, lanes = madd(maddubs(|w|, sign(y, w)), 1) */
+static inline __attribute__((always_inline)) void
+pyl_tileA(const int NR, const int NT, const int HAS_M, int nb, const pyl_wrow *W,
+          const pyl_arow *A, float *out, int64_t os) {
+    __m256 acc[PYL_R][PYL_T];
+    float accm[PYL_R][PYL_T];
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < NT; t++) { acc[r][t] = _mm256_setzero_ps(); accm[r][t] = 0.0f; }
+    for (int b = 0; b < nb; b++) {
+        for (int t = 0; t < NT; t++) {
+            const __m256i y = _mm256_loadu_si256((const __m256i *)(A[t].q + 32 * b));
+            const __m256 dy = _mm256_broadcast_ss(A[t].d + b);
+            for (int r = 0; r < NR; r++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(W[r].w + 32 * b));
+                const __m256i aw = _mm256_loadu_si256((const __m256i *)(W[r].aw + 32 * b));
+                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(y, w)), ones);
+                const __m256 dd = _mm256_mul_ps(_mm256_broadcast_ss(W[r].d + b), dy);
+                acc[r][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[r][t]);
+                if (HAS_M) accm[r][t] = fmaf(W[r].m[b], A[t].s[b], accm[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < NT; t++) out[t * os + r] = pyl_hsum8(acc[r][t]) + accm[r][t];
+}
+
+/* family K: per 256-superblock, lanes = sum_c madd(maddubs(u_c, y_c), scale_c) [- madd(mn, bsums)]
+ * then acc = fma(d*dy, lanes, acc) [; acc = fma(-dmin*dy, madd(mn, bsums), acc)] */
+static inline __attribute__((always_inline)) void
+pyl_tileK(const int NR, const int NT, const int HAS_MIN, int nsb, const pyl_wrow *W,
+          const pyl_arow *A, float *out, int64_t os) {
+    __m256 acc[PYL_R][PYL_T];
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nsb; b++) {
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *u = (const uint8_t *)W[r].w + 256 * b;
+            const int16_t *sc = W[r].sc + 128 * b;
+            const __m256i mn = _mm256_loadu_si256((const __m256i *)(W[r].mn + 16 * b));
+            const float dw = W[r].d[b], dmw = W[r].dm[b];
+            for (int t = 0; t < NT; t++) {
+                const int8_t *y = A[t].q + 256 * b;
+                __m256i sumi = _mm256_setzero_si256();
+                for (int c = 0; c < 8; c++) {
+                    const __m256i p = _mm256_maddubs_epi16(
+                        _mm256_loadu_si256((const __m256i *)(u + 32 * c)),
+                        _mm256_loadu_si256((const __m256i *)(y + 32 * c)));
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p,
+                        _mm256_loadu_si256((const __m256i *)(sc + 16 * c))));
+                }
+                const __m256i ms = _mm256_madd_epi16(mn, _mm256_loadu_si256((const __m256i *)(A[t].bs + 16 * b)));
+                const float dy = A[t].d[b];
+                if (HAS_MIN) {
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dy), _mm256_cvtepi32_ps(sumi), acc[r][t]);
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(-(dmw * dy)), _mm256_cvtepi32_ps(ms), acc[r][t]);
+                } else {
+                    sumi = _mm256_sub_epi32(sumi, ms);
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dy), _mm256_cvtepi32_ps(sumi), acc[r][t]);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < NT; t++) out[t * os + r] = pyl_hsum8(acc[r][t]);
+}
+
+/* family F: acc = fma(w, x, acc) per 8 elements, hsum, then the k % 8 tail in order */
+static inline __attribute__((always_inline)) void
+pyl_tileF(const int NR, const int NT, int k, const pyl_wrow *W, const pyl_arow *A, float *out,
+          int64_t os) {
+    __m256 acc[PYL_R][PYL_T];
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
+    const int k8 = k & ~7;
+    for (int i = 0; i < k8; i += 8) {
+        __m256 x[PYL_T];
+        for (int t = 0; t < NT; t++) x[t] = _mm256_loadu_ps(A[t].f + i);
+        for (int r = 0; r < NR; r++) {
+            const __m256 w = _mm256_loadu_ps(W[r].f + i);
+            for (int t = 0; t < NT; t++) acc[r][t] = _mm256_fmadd_ps(w, x[t], acc[r][t]);
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < NT; t++) {
+            float s = pyl_hsum8(acc[r][t]);
+            for (int i = k8; i < k; i++) s = fmaf(W[r].f[i], A[t].f[i], s);
+            out[t * os + r] = s;
+        }
+}
+
+#else /* portable scalar path: one accumulator per output, blocks in order */
+static inline void pyl_tileA(const int NR, const int NT, const int HAS_M, int nb, const pyl_wrow *W,
+                             const pyl_arow *A, float *out, int64_t os) {
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < NT; t++) {
+            float acc = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                int sum = 0;
+                for (int j = 0; j < 32; j++) sum += W[r].w[32 * b + j] * A[t].q[32 * b + j];
+                acc += (W[r].d[b] * A[t].d[b]) * (float)sum;
+                if (HAS_M) acc += W[r].m[b] * A[t].s[b];
+            }
+            out[t * os + r] = acc;
+        }
+}
+static inline void pyl_tileK(const int NR, const int NT, const int HAS_MIN, int nsb, const pyl_wrow *W,
+                             const pyl_arow *A, float *out, int64_t os) {
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < NT; t++) {
+            float acc = 0.0f;
+            for (int b = 0; b < nsb; b++) {
+                const uint8_t *u = (const uint8_t *)W[r].w + 256 * b;
+                const int8_t *y = A[t].q + 256 * b;
+                int sumi = 0, ms = 0;
+                for (int j = 0; j < 16; j++) {
+                    int s = 0;
+                    for (int i = 0; i < 16; i++) s += u[16 * j + i] * y[16 * j + i];
+                    sumi += W[r].sc[128 * b + 16 * (j / 2) + 8 * (j % 2)] * s;
+                    ms += W[r].mn[16 * b + j] * A[t].bs[16 * b + j];
+                }
+                const float dy = A[t].d[b];
+                if (HAS_MIN) acc += (W[r].d[b] * dy) * (float)sumi - (W[r].dm[b] * dy) * (float)ms;
+                else acc += (W[r].d[b] * dy) * (float)(sumi - ms);
+            }
+            out[t * os + r] = acc;
+        }
+}
+static inline void pyl_tileF(const int NR, const int NT, int k, const pyl_wrow *W, const pyl_arow *A,
+                             float *out, int64_t os) {
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < NT; t++) {
+            float acc = 0.0f;
+            for (int i = 0; i < k; i++) acc += W[r].f[i] * A[t].f[i];
+            out[t * os + r] = acc;
+        }
+}
+#endif
+
+/* specialisations: full tiles (NR = PYL_R, NT = 1..PYL_T) get constant loop bounds; partial
+ * tiles take the same code with runtime bounds (identical per-element operations) */
+#define PYL_SPECIALISE(NAME, FLAGNAME)                                                            \
+    static void NAME##_full1_##FLAGNAME(int nb, const pyl_wrow *W, const pyl_arow *A, float *o, int64_t os) { NAME(PYL_R, 1, FLAGNAME, nb, W, A, o, os); } \
+    static void NAME##_full2_##FLAGNAME(int nb, const pyl_wrow *W, const pyl_arow *A, float *o, int64_t os) { NAME(PYL_R, 2, FLAGNAME, nb, W, A, o, os); } \
+    static void NAME##_full3_##FLAGNAME(int nb, const pyl_wrow *W, const pyl_arow *A, float *o, int64_t os) { NAME(PYL_R, 3, FLAGNAME, nb, W, A, o, os); } \
+    static void NAME##_full4_##FLAGNAME(int nb, const pyl_wrow *W, const pyl_arow *A, float *o, int64_t os) { NAME(PYL_R, 4, FLAGNAME, nb, W, A, o, os); } \
+    static void NAME##_part_##FLAGNAME(int nr, int nt, int nb, const pyl_wrow *W, const pyl_arow *A, float *o, int64_t os) { NAME(nr, nt, FLAGNAME, nb, W, A, o, os); }
+
+#define pyl_tileF3(NR, NT, FLAG, K, W, A, O, OS) pyl_tileF(NR, NT, K, W, A, O, OS)
+PYL_SPECIALISE(pyl_tileA, 0)
+PYL_SPECIALISE(pyl_tileA, 1)
+PYL_SPECIALISE(pyl_tileK, 0)
+PYL_SPECIALISE(pyl_tileK, 1)
+PYL_SPECIALISE(pyl_tileF3, 0)
+
+typedef void (*pyl_full_fn)(int, const pyl_wrow *, const pyl_arow *, float *, int64_t);
+typedef void (*pyl_part_fn)(int, int, int, const pyl_wrow *, const pyl_arow *, float *, int64_t);
+
+static inline void pyl_tile_fns(int t, pyl_full_fn full[PYL_T], pyl_part_fn *part) {
+#define PYL_SET(NAME, F) full[0] = NAME##_full1_##F; full[1] = NAME##_full2_##F; \
+    full[2] = NAME##_full3_##F; full[3] = NAME##_full4_##F; *part = NAME##_part_##F;
+    switch (pyl_family(t)) {
+    case 0: if (pyl_has_m(t)) { PYL_SET(pyl_tileA, 1) } else { PYL_SET(pyl_tileA, 0) } break;
+    case 1: if (pyl_has_min(t)) { PYL_SET(pyl_tileK, 1) } else { PYL_SET(pyl_tileK, 0) } break;
+    default: PYL_SET(pyl_tileF3, 0) break;
+    }
+#undef PYL_SET
+}
+
+/* ---------------------------------------------------------------- one row tile ----------- */
+/* rows r0..r0+nr of W (row stride wstride bytes) times all n activation rows; out[t, r] with
+ * row stride os.  scratch: PYL_R * PYL_ROWB(k) bytes, private to the calling thread. */
+static inline void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr,
+                               int k, const pyl_acts *A, int64_t n, uint8_t *scratch,
+                               float *out, int64_t os) {
+    pyl_wrow W[PYL_R];
+    pyl_arow X[PYL_T];
+    pyl_full_fn full[PYL_T];
+    pyl_part_fn part;
+    pyl_tile_fns(t, full, &part);
+    for (int r = 0; r < nr; r++) {
+        pyl_wrow_init(&W[r], scratch + (int64_t)r * PYL_ROWB(k), k);
+        pyl_decode(t, wsrc + (r0 + r) * wstride, k, &W[r]);
+    }
+    const int fam = pyl_family(t);
+    const int nb = fam == 0 ? k / 32 : fam == 1 ? k / 256 : k;
+    for (int64_t t0 = 0; t0 < n; t0 += PYL_T) {
+        const int nt = n - t0 < PYL_T ? (int)(n - t0) : PYL_T;
+        for (int i = 0; i < nt; i++) X[i] = pyl_act_row(A, t0 + i);
+        float *o = out + t0 * os + r0;
+        if (nr == PYL_R) full[nt - 1](nb, W, X, o, os);
+        else part(nr, nt, nb, W, X, o, os);
+    }
+}
+
+#endif
