@@ -742,7 +742,7 @@ OPTIONS += [
        env="LLAMA_ARG_MODELS_DIR", tools={S}, status=UNSUP, note="router mode", **_EX),
     # ---- llama-perplexity --------------------------------------------------------------------
     _O("--ppl-stride", "int", "ppl_stride", "stride for perplexity calculation (default: 0)",
-       tools={P}, **_EX),
+       tools={P}, status=UNSUP, note="strided perplexity", **_EX),
     _O("--ppl-output-type", "int", "ppl_output_type", "output type for perplexity calculation "
        "(default: 0)", hint="<0|1>", tools={P}, **_EX),
     _O("--chunks", "int", "n_chunks", "max number of chunks to process (default: -1, -1 = all)",

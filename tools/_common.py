@@ -206,3 +206,54 @@ def guard(main_fn, argv, prefix: str = "error") -> int:
     except KeyboardInterrupt:
         print("\nInterrupted by user", file=sys.stderr)
         return 130
+
+
+class Output:
+    """llama.cpp's LOG(): tool output on stdout (suppressed by --log-disable); INFO/WARN/ERR lines
+    go through the pyllama logger to stderr."""
+
+    def __init__(self, params: Params):
+        self.enabled = not params.log_disable
+
+    def __call__(self, text: str) -> None:
+        if self.enabled:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def raw(self, data: bytes) -> None:
+        if self.enabled:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+
+
+def log():
+    from pyllama.log import get_logger
+    return get_logger("tools")
+
+
+def vocab_bos(vocab) -> int | None:
+    """The BOS id when the vocab adds BOS (llama_vocab_get_add_bos), else None."""
+    add = getattr(vocab, "add_bos", None)
+    if callable(add):
+        add = add()
+    bos = getattr(vocab, "bos_id", getattr(vocab, "bos", None))
+    return int(bos) if add and bos is not None and bos >= 0 else None
+
+
+def print_perf(logger, t_load: float, n_prompt: int, t_prompt: float, n_eval: int,
+               t_eval: float, t_sample: float = 0.0, n_sample: int = 0) -> None:
+    """common_perf_print lines (stderr); times in seconds."""
+    total = t_load + t_prompt + t_eval + t_sample
+    def per(n, t):  # noqa: E306 - (ms per token, tokens per second)
+        return (1e3 * t / n if n else 0.0, n / t if t > 0 else 0.0)
+    pp, ev = per(n_prompt, t_prompt), per(n_eval, t_eval)
+    logger.info(f"common_perf_print:    sampling time = {1e3 * t_sample:10.2f} ms")
+    logger.info(f"common_perf_print:    samplers time = {1e3 * t_sample:10.2f} ms / {n_sample:5d} tokens")
+    logger.info(f"common_perf_print:        load time = {1e3 * t_load:10.2f} ms")
+    logger.info(f"common_perf_print: prompt eval time = {1e3 * t_prompt:10.2f} ms / {n_prompt:5d} "
+                f"tokens ({pp[0]:8.2f} ms per token, {pp[1]:8.2f} tokens per second)")
+    logger.info(f"common_perf_print:        eval time = {1e3 * t_eval:10.2f} ms / {n_eval:5d} runs"
+                f"   ({ev[0]:8.2f} ms per token, {ev[1]:8.2f} tokens per second)")
+    logger.info(f"common_perf_print:       total time = {1e3 * total:10.2f} ms / "
+                f"{n_prompt + n_eval:5d} tokens")

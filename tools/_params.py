@@ -92,6 +92,7 @@ class Params:
     n_ubatch: int = 512
     n_parallel: int = 1
     n_threads: int = -1
+    n_threads_batch: int = -1
     swa_full: bool = False
     swa_extra: int = 0
     kv_unified: bool = False
@@ -152,6 +153,8 @@ class Params:
     slot_save_path: str = ""
     api_prefix: str = ""
     webui: bool = True
+    slot_prompt_similarity: float = 0.10
+    tags: str = ""
     reasoning_format: str = "auto"
     reasoning_budget: int = -1
     # perplexity

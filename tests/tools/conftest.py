@@ -27,3 +27,12 @@ def run_tool(tool, *args, env=None, stdin=None, timeout=120):
 @pytest.fixture
 def tool():
     return run_tool
+
+
+def real_model_path_or_skip(alias):
+    from pyllama.errors import PyllamaError
+    from pyllama.models import resolve
+    try:
+        return resolve(alias, progress=False)
+    except PyllamaError as e:
+        pytest.skip(f"bundled model {alias} unavailable: {e}")
