@@ -206,6 +206,12 @@ def guard(main_fn, argv, prefix: str = "error") -> int:
     except KeyboardInterrupt:
         print("\nInterrupted by user", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - a bug still gets one line, never a traceback
+        if os.environ.get("PYLLAMA_DEBUG"):
+            raise
+        print(f"{prefix}: internal error: {type(e).__name__}: {e} (set PYLLAMA_DEBUG=1 for a "
+              f"traceback)", file=sys.stderr)
+        return 1
 
 
 class Output:

@@ -42,10 +42,10 @@ def run(argv) -> int:
         print("error: must specify one of: --stdin, --file or --prompt", file=sys.stderr)
         return 1
     text = read_prompt(params)
-    from pyllama.gguf import GGUFReader
-    from pyllama.vocab import Vocab
     path = resolve_model(params)
     try:
+        from pyllama.gguf import GGUFReader
+        from pyllama.vocab import Vocab
         vocab = Vocab.from_gguf(GGUFReader(path))
     except Exception as e:  # noqa: BLE001 - any load failure is llama.cpp's one message
         print(f"error: could not load model from file '{path}'.", file=sys.stderr)
