@@ -6,12 +6,12 @@ so (ggml/src/ggml-cpu/ops.cpp, vec.h):
   and (a separate ggml_mul) * w, each rounded to f32;
 - rope: ggml's rope cache: theta starts at (float)pos and is multiplied by theta_scale =
   base^(-2/n_rot) in f32 once per pair; cos/sin of freq_scale * theta (ext_factor 0, mscale 1);
-- gelu: the exact tanh formula with ggml's constants (ggml's CPU build looks GELU up in an f16 table
-  indexed by f16(x); we do not, so values differ from llama.cpp by up to the f16 step of x);
-- silu x / (1 + exp(-x)); softcap tanh(x * (1/c)) * c (ggml_scale by the reciprocal, as llama.cpp
-  builds it).
-Transcendentals are evaluated in double and rounded once to f32 (correctly rounded, like glibc's
-f32 functions in practice). Attention works in double and rounds the result to f32.
+- gelu: the tanh formula with ggml's constants, as x * sigmoid(2u), in double, rounded once (ggml's
+  CPU build looks GELU up in an f16 table indexed by f16(x); we do not, so values differ from
+  llama.cpp by up to the f16 step of x);
+- silu x / (1 + exp(-x)) in double, rounded once; softcap tanh(x * (1/c)) * c (ggml_scale by the
+  reciprocal, as llama.cpp builds it; the product in f32, tanh in double).
+Attention works in double and rounds the result to f32.
 """
 from __future__ import annotations
 
@@ -77,15 +77,16 @@ class RefBackend(Backend):
         return y if w is None else y * _f32(w)
 
     def gelu(self, x):
-        x = _f32(x)
-        inner = SQRT_2_OVER_PI * x * (_F32(1.0) + GELU_COEF_A * x * x)
-        t = np.tanh(inner.astype(np.float64)).astype(np.float32)
-        return _F32(0.5) * x * (_F32(1.0) + t)
+        x = _f32(x).astype(np.float64)
+        inner = float(SQRT_2_OVER_PI) * x * (1.0 + float(GELU_COEF_A) * x * x)
+        # 0.5 x (1 + tanh(u)) == x / (1 + exp(-2u)); the latter has no cancellation for x << 0
+        with np.errstate(over="ignore", invalid="ignore"):
+            return (x / (1.0 + np.exp(-2.0 * inner))).astype(np.float32)
 
     def silu(self, x):
-        x = _f32(x)
-        e = np.exp(-x.astype(np.float64)).astype(np.float32)
-        return x / (_F32(1.0) + e)
+        x = _f32(x).astype(np.float64)
+        with np.errstate(over="ignore"):
+            return (x / (1.0 + np.exp(-x))).astype(np.float32)
 
     def softcap(self, x, cap):
         x = _f32(x)

@@ -6,13 +6,12 @@ fixed order, so a row's result does not depend on the batch (ARCHITECTURE decisi
 Numerics follow ggml's CPU ops (see pyllama/backend/ref.py for the oracle and the notes).
 """
 from cython.parallel cimport prange
-from libc.math cimport cosf, expf, sinf, sqrtf, tanhf
+from libc.stdint cimport int64_t
+from libc.math cimport cosf, sinf, sqrtf, tanhf
 
 cdef extern from "omp_shim.h" nogil:
     int pyl_omp_max_threads()
 
-cdef float GELU_COEF_A = 0.044715
-cdef float SQRT_2_OVER_PI = 0.79788456080286535587989211986876
 cdef Py_ssize_t CHUNK = 2048      # elementwise work unit (elements)
 
 
@@ -101,34 +100,80 @@ def rope(const float[:, :, ::1] x, const int[::1] pos, int n_rot, float theta_sc
 
 
 # -- elementwise ---------------------------------------------------------------------------------
-cdef inline float _gelu(float x) noexcept nogil:
-    cdef float inner = SQRT_2_OVER_PI * x * (<float>1.0 + GELU_COEF_A * x * x)
-    return <float>0.5 * x * (<float>1.0 + tanhf(inner))
+# GELU and SiLU are evaluated as x * sigmoid(z) (GELU: z = 2 * sqrt(2/pi) * x * (1 + 0.044715 x^2),
+# the same function as 0.5 x (1 + tanh(z/2)) without its cancellation for negative x), with our own
+# 8-lane exp (pyl_vmath.h: reduction by ln2, degree-7 Taylor polynomial, < 2 ulp). Tails shorter
+# than 8 go through the same vector code via a padded buffer, so an element's value never depends
+# on where it sits in the array. Without AVX2/FMA/F16C the scalar libm formulas are used.
+cdef extern from *:
+    """
+    #include "pyl_vmath.h"
+    #if PYL_VM_SIMD
+    /* x / (1 + exp(-z)) */
+    static inline __m256 pyl_xsig8(__m256 x, __m256 z) {
+        __m256 e = pyl_exp8(_mm256_sub_ps(_mm256_setzero_ps(), z));
+        return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    }
+    static inline __m256 pyl_act8(int kind, __m256 x) {
+        if (kind == 1)
+            return pyl_xsig8(x, x);
+        __m256 x2 = _mm256_mul_ps(x, x);
+        __m256 z = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(1.5957691216057308f), x),
+                                 _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x2, _mm256_set1_ps(1.0f)));
+        return pyl_xsig8(x, z);
+    }
+    #endif
+
+    static inline float pyl_act1(int kind, float x) {
+        if (kind == 1)
+            return x / (1.0f + expf(-x));
+        return 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+    }
+
+    /* kind 0 gelu, 1 silu; g (optional) multiplies the result: y = act(x) * g */
+    static void pyl_act(int kind, const float *x, const float *g, float *y, int64_t n) {
+        int64_t i = 0;
+    #if PYL_VM_SIMD
+        for (; i + 8 <= n; i += 8) {
+            __m256 v = pyl_act8(kind, _mm256_loadu_ps(x + i));
+            if (g) v = _mm256_mul_ps(v, _mm256_loadu_ps(g + i));
+            _mm256_storeu_ps(y + i, v);
+        }
+        if (i < n) {
+            float bx[8] = {0}, bg[8] = {0}, by[8];
+            memcpy(bx, x + i, sizeof(float) * (size_t)(n - i));
+            if (g) memcpy(bg, g + i, sizeof(float) * (size_t)(n - i));
+            __m256 v = pyl_act8(kind, _mm256_loadu_ps(bx));
+            if (g) v = _mm256_mul_ps(v, _mm256_loadu_ps(bg));
+            _mm256_storeu_ps(by, v);
+            memcpy(y + i, by, sizeof(float) * (size_t)(n - i));
+        }
+    #else
+        for (; i < n; i++)
+            y[i] = g ? pyl_act1(kind, x[i]) * g[i] : pyl_act1(kind, x[i]);
+    #endif
+    }
+    """
+    int PYL_VM_SIMD
+    void pyl_act(int kind, const float* x, const float* g, float* y, int64_t n) noexcept nogil
 
 
-cdef inline float _silu(float x) noexcept nogil:
-    return x / (<float>1.0 + expf(-x))
+def simd():
+    """True when the AVX2/FMA activation kernels were compiled in."""
+    return bool(PYL_VM_SIMD)
 
 
 # kind: 0 gelu, 1 silu, 2 softcap (a = 1/cap, b = cap), 3 geglu, 4 swiglu
 cdef inline void _unary_chunk(int kind, const float* x, const float* g, float* y, Py_ssize_t n,
                               float a, float b) noexcept nogil:
     cdef Py_ssize_t i
-    if kind == 0:
-        for i in range(n):
-            y[i] = _gelu(x[i])
-    elif kind == 1:
-        for i in range(n):
-            y[i] = _silu(x[i])
-    elif kind == 2:
+    if kind == 2:
         for i in range(n):
             y[i] = tanhf(x[i] * a) * b
-    elif kind == 3:
-        for i in range(n):
-            y[i] = _gelu(x[i]) * g[i]
+    elif kind >= 3:
+        pyl_act(kind - 3, x, g, y, n)
     else:
-        for i in range(n):
-            y[i] = _silu(x[i]) * g[i]
+        pyl_act(kind, x, NULL, y, n)
 
 
 def unary(int kind, const float[::1] x, const float[::1] g, float[::1] out, float a, float b,
