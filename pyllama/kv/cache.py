@@ -5,6 +5,8 @@ Bookkeeping lives in `KVCells` (one per stream); the K/V arrays are only indexed
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ..batch import UBatch, split_equal, split_simple
@@ -14,6 +16,7 @@ from .state import read_state, write_state
 from .swa import SWA_NONE, is_masked_swa, window_start
 
 DTYPES = {"f16": np.float16, "f32": np.float32}
+_STATE_IDS = itertools.count()
 
 
 def _range(p0, p1):
@@ -42,8 +45,9 @@ class KVCache:
                 self.k[il] = alloc(n_stream * n_cells, self.n_embd_k[il], type_k)
                 self.v[il] = alloc(n_stream * n_cells, self.n_embd_v[il], type_v)
         self._copies: list[tuple[int, int]] = []
-        self._version = 0
-        self._plan = (None, None)
+        self._version = next(_STATE_IDS)
+        self._plan = (None, None, None)
+        self._slots: dict = {}
         self.last_cells = np.zeros(0, dtype=np.int32)
 
     # -- geometry -----------------------------------------------------------------------------
@@ -93,8 +97,10 @@ class KVCache:
             head = 0
         if n_tokens > cells.size:
             return None
-        order = np.concatenate((np.arange(head, cells.size), np.arange(0, head)))
-        sel = order[self._usable(cells)[order]][:n_tokens]
+        usable = self._usable(cells)        # walk order: head .. size-1, then 0 .. head-1
+        sel = np.flatnonzero(usable[head:])[:n_tokens] + head
+        if len(sel) < n_tokens:
+            sel = np.concatenate((sel, np.flatnonzero(usable[:head])[:n_tokens - len(sel)]))
         return sel if len(sel) == n_tokens else None
 
     def _groups(self, ub: UBatch):
@@ -111,13 +117,19 @@ class KVCache:
         return [(streams.pop(), 0, ub.n_tokens)]
 
     def find_slot(self, ub: UBatch):
-        """[(stream, a, b, cell idx int[b-a])] or None when some stream has no room."""
+        """[(stream, a, b, cell idx int[b-a])] or None when some stream has no room. Slots found
+        by `prepare` are reused while the cells are in the same state (same version)."""
+        key = (id(ub), self._version)
+        hit = self._slots.get(key)
+        if hit is not None and hit[0] is ub:
+            return hit[1]
         out = []
         for st, a, b in self._groups(ub):
             idx = self._find_slot_stream(st, b - a)
             if idx is None:
                 return None
             out.append((st, a, b, idx))
+        self._slots[key] = (ub, out)
         return out
 
     # -- batch placement --------------------------------------------------------------------------
@@ -139,6 +151,7 @@ class KVCache:
     def prepare(self, ubatches) -> bool:
         """Simulate find_slot + apply of every ubatch in order, then undo everything."""
         snap = self._snapshot()
+        self._slots.clear()
         try:
             for ub in ubatches:
                 slot = self.find_slot(ub)
@@ -162,8 +175,12 @@ class KVCache:
         for st, a, b, idx in slot:
             self._apply_group(st, idx, ub, a, b)
             out[a:b] = st * self.n_cells + idx
-        self._version += 1
+        self._version = hash((self._version, id(ub)))   # same chain in prepare and for real
         return out
+
+    def _bump(self) -> None:
+        """New state id after any change other than placing a ubatch."""
+        self._version = next(_STATE_IDS)
 
     def _apply_group(self, st, idx, ub, a, b):
         cells = self.cells[st]
@@ -197,8 +214,8 @@ class KVCache:
         kv_cells[q_start[i]:q_end[i]], its first seq's cells with pos <= its pos inside the
         n_swa window, in ascending position order; one sorted list per sequence."""
         key = (id(ub), self._version)
-        if self._plan[0] == key:
-            return self._plan[1]
+        if self._plan[0] == key and self._plan[1] is ub:
+            return self._plan[2]
         first = np.array([ids[0] for ids in ub.seq_ids], dtype=np.int64)
         qs = np.empty(ub.n_tokens, dtype=np.int32)
         qe = np.empty(ub.n_tokens, dtype=np.int32)
@@ -213,7 +230,7 @@ class KVCache:
             parts.append(st * self.n_cells + c)
             off += len(c)
         kv = np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, np.int32)
-        self._plan = (key, (kv, qs, qe))
+        self._plan = (key, ub, (kv, qs, qe))
         return kv, qs, qe
 
     # -- sequence operations (half-open [p0, p1), negative = unbounded) ----------------------------
@@ -236,7 +253,7 @@ class KVCache:
         p0, p1 = _range(p0, p1)
         for st in self._streams_of(seq_id):
             self._seq_rm_stream(st, seq_id, p0, p1)
-        self._version += 1
+        self._bump()
         return True
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
@@ -249,7 +266,7 @@ class KVCache:
             cells.has[dst, cells.has[src] & cells.in_range(p0, p1)] = True
         else:
             self._seq_cp_stream(src, dst, s0, s1, p0, p1)
-        self._version += 1
+        self._bump()
 
     def _seq_cp_stream(self, src, dst, s0, s1, p0, p1):
         if (p0, p1) != (0, INF_POS):
@@ -273,7 +290,7 @@ class KVCache:
         cells.has[seq_id, keep] = True
         if len(freed) and freed[0] < self.head[st]:
             self.head[st] = int(freed[0])
-        self._version += 1
+        self._bump()
 
     def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
         p0, p1 = _range(p0, p1)
@@ -288,7 +305,7 @@ class KVCache:
         freed = np.flatnonzero(m & (cells.pos < 0))
         cells.clear_cells(freed)
         self.head[st] = int(freed[0]) if len(freed) else 0
-        self._version += 1
+        self._bump()
 
     def seq_div(self, seq_id: int, p0: int, p1: int, d: int) -> None:
         """pos //= d. The K-shift delta recorded is new - old (llama.cpp records old - new, a
@@ -302,7 +319,7 @@ class KVCache:
         cells.pos[m] = old // d
         cells.shift[m] += cells.pos[m] - old
         cells.has_shift |= bool(m.any())
-        self._version += 1
+        self._bump()
 
     def seq_pos_min(self, seq_id: int) -> int:
         return self.cells[self.seq_to_stream(seq_id)].seq_pos_min(seq_id)
@@ -318,7 +335,7 @@ class KVCache:
         if data:
             for buf in (*self.k.values(), *self.v.values()):
                 buf[...] = 0
-        self._version += 1
+        self._bump()
 
     # -- update: K-shift and stream copies --------------------------------------------------------
     def update(self) -> bool:
@@ -350,7 +367,7 @@ class KVCache:
                 k[g] = np.asarray(self.rope(rows, cells.shift[idx].copy(), il)).reshape(len(g), -1)
         cells.shift[:] = 0
         cells.has_shift = False
-        self._version += 1
+        self._bump()
 
     # -- state ---------------------------------------------------------------------------------
     def state_cells(self, st: int, seq_id: int) -> np.ndarray:

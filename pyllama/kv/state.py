@@ -116,6 +116,7 @@ def _restore_whole(cache, records) -> None:
             cells.has[list(ss), i] = True
         _copy_rows(cache, rows, st * cache.n_cells + np.arange(len(pos)))
     cache.head = [0] * cache.n_stream
+    cache._bump()
 
 
 def _restore_seq(cache, records, seq_id) -> None:
