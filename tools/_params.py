@@ -101,7 +101,7 @@ class Params:
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     flash_attn: str = "auto"
-    no_perf: bool = False
+    perf: bool = True
     warmup: bool = True
     n_gpu_layers: str = "auto"
     devices: str = ""

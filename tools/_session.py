@@ -1,0 +1,129 @@
+"""Shared by the generating tools: Context and sampler from Params, a streamed generation with
+UTF-8-safe text, reverse prompts and timings, and a chat session over the model's template.
+Only library calls: pyllama.Context, pyllama.sampling, pyllama.generate, pyllama.vocab.chat.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ._params import Params
+
+
+def make_context(model, params: Params, n_seq: int = 1, n_ctx: int | None = None):
+    import pyllama
+    kw = params.context_kwargs(model.hparams.n_ctx_train)
+    if n_ctx is not None:
+        kw["n_ctx"] = n_ctx
+    kw["n_ctx"] = max(8, kw["n_ctx"])
+    kw["n_seq_max"] = max(1, n_seq)
+    return pyllama.Context(model, **kw)
+
+
+def make_sampler(model, params: Params, ctx=None, **overrides):
+    """SamplerChain: the user's flags over the model's general.sampling.* over llama.cpp's."""
+    from pyllama.sampling import SamplerChain, SamplerParams
+    sp = SamplerParams.from_gguf_metadata(model.metadata, base=params.sampler_params(**overrides))
+    vocab = model.vocab
+    pieces = None
+    if sp.dry_multiplier > 0:
+        pieces = [vocab.token_to_piece(i, True).decode("utf-8", "replace")
+                  for i in range(model.n_vocab)]
+    return SamplerChain(sp, model.n_vocab, eog_ids=tuple(vocab.eog_ids), token_pieces=pieces,
+                        tokenize=lambda s: model.tokenize(s, False, False),
+                        n_ctx=ctx.n_ctx if ctx is not None else 0,
+                        n_ctx_train=model.hparams.n_ctx_train)
+
+
+@dataclass
+class GenStats:
+    n_prompt: int = 0
+    t_prompt: float = 0.0
+    n_eval: int = 0
+    t_eval: float = 0.0
+    stop: str = ""          # eog | limit | antiprompt | context
+    text: str = ""
+    tokens: list = field(default_factory=list)
+
+    def speeds(self) -> tuple[float, float]:
+        return (self.n_prompt / self.t_prompt if self.t_prompt > 0 else 0.0,
+                self.n_eval / self.t_eval if self.t_eval > 0 else 0.0)
+
+
+def stream(ctx, model, prompt_ids: list[int], sampler, n_predict: int, on_text: Callable,
+           special: bool = False, antiprompts=(), ignore_eos: bool = False,
+           print_eog: bool = False) -> GenStats:
+    """Generate after prompt_ids, calling on_text with whole UTF-8 characters as they come.
+    The EOG token's piece is printed only with print_eog; stops on a reverse prompt."""
+    from pyllama.generate import TokenStreamDecoder, generate
+    st = GenStats(n_prompt=len(prompt_ids))
+    dec = TokenStreamDecoder(model.vocab, special=special)
+    eog = set(model.vocab.eog_ids)
+    t = time.perf_counter()
+    for i, tok in enumerate(generate(ctx, prompt_ids, sampler, n_predict=n_predict,
+                                     stop_tokens=() if ignore_eos else eog)):
+        now = time.perf_counter()
+        if i == 0:
+            st.t_prompt = now - t
+        else:
+            st.t_eval += now - t
+            st.n_eval += 1
+        t = now
+        st.tokens.append(tok)
+        if tok in eog and not ignore_eos:
+            st.stop = "eog"
+            piece = dec.push(tok) if print_eog else ""
+        else:
+            piece = dec.push(tok)
+        st.text += piece
+        on_text(piece)
+        if st.stop:
+            break
+        if any(a and st.text.endswith(a) for a in antiprompts):
+            st.stop = "antiprompt"
+            break
+    tail = dec.flush()
+    if tail:
+        st.text += tail
+        on_text(tail)
+    if not st.stop:
+        st.stop = "limit" if n_predict >= 0 and len(st.tokens) >= n_predict else "context"
+    return st
+
+
+class ChatSession:
+    """Messages rendered through the model's chat template (ChatML when it has none); each turn
+    re-renders the whole conversation and generate() reuses the cached common prefix."""
+
+    def __init__(self, model, ctx, params: Params, sampler):
+        from pyllama.vocab.chat import ChatTemplate
+        self.model, self.ctx, self.params, self.sampler = model, ctx, params, sampler
+        self.template = ChatTemplate.for_model(model.vocab, override=params.chat_template or None)
+        self.messages: list[dict] = []
+        if params.system_prompt:
+            self.messages.append({"role": "system", "content": params.system_prompt})
+
+    def prompt_ids(self) -> list[int]:
+        text = self.template.render(self.messages, add_generation_prompt=True)
+        vocab = self.model.vocab
+        bos_text = vocab.token_to_piece(vocab.bos, True).decode("utf-8", "replace") \
+            if getattr(vocab, "bos", -1) >= 0 else None
+        add_special = not (bos_text and text.startswith(bos_text))
+        return self.model.tokenize(text, add_special=add_special, parse_special=True)
+
+    def turn(self, user: str, on_text: Callable, n_predict: int) -> GenStats:
+        self.messages.append({"role": "user", "content": user})
+        st = stream(self.ctx, self.model, self.prompt_ids(), self.sampler, n_predict, on_text,
+                    special=self.params.special, antiprompts=self.params.antiprompt)
+        self.messages.append({"role": "assistant", "content": st.text})
+        return st
+
+    def regen(self, on_text: Callable, n_predict: int) -> GenStats | None:
+        if len(self.messages) < 2 or self.messages[-1]["role"] != "assistant":
+            return None
+        self.messages.pop()
+        return self.turn(self.messages.pop()["content"], on_text, n_predict)
+
+    def clear(self) -> None:
+        self.messages = [m for m in self.messages if m["role"] == "system"]
