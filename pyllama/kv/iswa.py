@@ -41,6 +41,9 @@ class ISWACache:
     def n_cells(self) -> int:
         return self.base.n_cells
 
+    def seq_to_stream(self, s: int) -> int:
+        return self.base.seq_to_stream(s)
+
     def cache_for(self, layer) -> KVCache:
         return self._route[layer]
 
