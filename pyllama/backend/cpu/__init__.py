@@ -119,7 +119,8 @@ class CpuBackend(Backend):
     # -- KV and attention --------------------------------------------------------------------
     def set_rows(self, cache, cells, rows):
         rows = np.asarray(rows).reshape(len(cells), cache.shape[1])
-        cache[np.asarray(cells, dtype=np.int64)] = rows.astype(cache.dtype)
+        with np.errstate(over="ignore"):                  # |x| > 65504 -> inf, as in ggml
+            cache[np.asarray(cells, dtype=np.int64)] = rows.astype(cache.dtype)
 
     def attention(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
         q = _c32(q)
