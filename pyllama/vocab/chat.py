@@ -1,0 +1,172 @@
+"""Chat templates: tokenizer.chat_template rendered with jinja2 (ARCHITECTURE decision 3).
+
+Mirrors llama.cpp's `--jinja` path (common/chat.cpp + minja): an
+ImmutableSandboxedEnvironment with trim_blocks/lstrip_blocks and loop controls, the extras
+templates call (raise_exception, strftime_now, a tojson that keeps key order and non-ASCII),
+ChatML when the model has no template, tool-call arguments given as JSON strings turned into
+objects when the template only renders objects (minja's requires_object_arguments), and
+llama.cpp's built-in template names for --chat-template.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ..errors import TemplateError
+
+CHATML = (
+    "{%- for message in messages -%}\n"
+    "  {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "  {{- '<|im_start|>assistant\\n' -}}\n"
+    "{%- endif -%}")
+
+# llama.cpp's built-in formats (src/llama-chat.cpp), written as templates
+BUILTIN = {
+    "chatml": CHATML,
+    "llama3": (
+        "{%- for m in messages -%}"
+        "{{- '<|start_header_id|>' + m.role + '<|end_header_id|>\\n\\n' + m.content | trim"
+        " + '<|eot_id|>' -}}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}"
+        "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}{%- endif -%}"),
+    "gemma": (
+        "{%- set ns = namespace(sys='') -%}"
+        "{%- for m in messages -%}"
+        "{%- if m.role == 'system' -%}{%- set ns.sys = ns.sys + m.content | trim -%}"
+        "{%- else -%}"
+        "{%- set role = 'model' if m.role == 'assistant' else m.role -%}"
+        "{{- '<start_of_turn>' + role + '\\n' -}}"
+        "{%- if ns.sys and role != 'model' -%}{{- ns.sys + '\\n\\n' -}}"
+        "{%- set ns.sys = '' -%}{%- endif -%}"
+        "{{- m.content | trim + '<end_of_turn>\\n' -}}"
+        "{%- endif -%}{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}"),
+    "phi3": (
+        "{%- for m in messages -%}"
+        "{{- '<|' + m.role + '|>\\n' + m.content + '<|end|>\\n' -}}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}"),
+    "zephyr": (
+        "{%- for m in messages -%}"
+        "{{- '<|' + m.role + '|>\\n' + m.content + '<|endoftext|>\\n' -}}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}"),
+    "vicuna": (
+        "{%- for m in messages -%}"
+        "{%- if m.role == 'system' -%}{{- m.content + '\\n' -}}"
+        "{%- elif m.role == 'user' -%}{{- 'USER: ' + m.content + '\\n' -}}"
+        "{%- elif m.role == 'assistant' -%}{{- 'ASSISTANT: ' + m.content + '</s>\\n' -}}"
+        "{%- endif -%}{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- 'ASSISTANT:' -}}{%- endif -%}"),
+}
+
+_NEEDLE = "argument_needle"
+_PROBE_ARGS = {_NEEDLE: "print('Hello, World!')"}
+
+
+def _tojson(value, indent=None, separators=None, sort_keys=False, ensure_ascii=False):
+    return json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys,
+                      ensure_ascii=ensure_ascii)
+
+
+def _raise(message):
+    raise TemplateError(f"chat template raised: {message}")
+
+
+def _strftime_now(fmt):
+    return datetime.now().strftime(fmt)
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+class ChatTemplate:
+    """A compiled chat template. `source=None` gives llama.cpp's fallback (ChatML)."""
+
+    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = ""):
+        self.source = CHATML if source is None else source
+        self.bos_token, self.eos_token = bos_token, eos_token
+        try:
+            self._template = _environment().from_string(self.source)
+        except jinja2.TemplateSyntaxError as e:
+            raise TemplateError(f"chat template syntax error, line {e.lineno}: {e.message}") \
+                from None
+        self.requires_object_arguments = self._probe_object_arguments()
+
+    @classmethod
+    def for_model(cls, vocab, override: str | None = None) -> "ChatTemplate":
+        """The model's template, or `override`: a built-in NAME (see BUILTIN) or jinja source."""
+        source = vocab.chat_template if override is None else BUILTIN.get(override, override)
+        return cls(source, _text(vocab, vocab.bos), _text(vocab, vocab.eos))
+
+    def apply(self, messages: list[dict], add_generation_prompt: bool = True, tools=None,
+              **kwargs) -> str:
+        """Render a conversation (OpenAI-style message dicts) to the prompt text."""
+        if self.requires_object_arguments:
+            messages = [_object_arguments(m) for m in messages]
+        ctx = dict(kwargs, messages=messages, add_generation_prompt=add_generation_prompt,
+                   bos_token=self.bos_token, eos_token=self.eos_token)
+        if tools:
+            ctx["tools"] = tools
+        return self._render(ctx)
+
+    def _render(self, ctx: dict) -> str:
+        try:
+            return self._template.render(**ctx)
+        except TemplateError:
+            raise
+        except jinja2.TemplateError as e:
+            raise TemplateError(f"chat template error: {type(e).__name__}: {e}") from None
+        except Exception as e:  # templates can fail in any way (bad types in messages...)
+            raise TemplateError(f"chat template failed: {type(e).__name__}: {e}") from None
+
+    def _probe_object_arguments(self) -> bool:
+        """minja's capability probe: tool-call arguments render only when given as objects."""
+        def render(args) -> str:
+            call = {"id": "call_1___", "type": "function",
+                    "function": {"arguments": args, "name": "ipython"}}
+            msgs = [{"role": "user", "content": "Hey"},
+                    {"role": "assistant", "content": None, "tool_calls": [call]}]
+            try:
+                return self._template.render(messages=msgs, add_generation_prompt=False,
+                                             bos_token="", eos_token="")
+            except Exception:
+                return ""
+
+        def shows(out: str) -> bool:
+            return f'"{_NEEDLE}":' in out or f"'{_NEEDLE}':" in out
+
+        return not shows(render(json.dumps(_PROBE_ARGS))) and shows(render(_PROBE_ARGS))
+
+
+def _text(vocab, id: int) -> str:
+    return vocab.token_text(id) if id is not None and id >= 0 else ""
+
+
+def _object_arguments(message: dict) -> dict:
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    out = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        args = fn.get("arguments") if isinstance(fn, dict) else None
+        if isinstance(args, str):
+            try:
+                call = {**call, "function": {**fn, "arguments": json.loads(args)}}
+            except ValueError:
+                pass
+        out.append(call)
+    return {**message, "tool_calls": out}
