@@ -13,7 +13,7 @@ import numpy as np
 
 
 class Candidates:
-    __slots__ = ("ids", "logits", "p", "sorted", "selected", "identity")
+    __slots__ = ("ids", "logits", "p", "sorted", "selected", "identity", "ascending")
 
     def __init__(self, ids: np.ndarray, logits: np.ndarray, *, identity: bool = False):
         self.ids = ids
@@ -21,7 +21,8 @@ class Candidates:
         self.p = None  # set by a softmax
         self.sorted = False
         self.selected = -1
-        self.identity = identity  # ids == arange(n): ids[i] == i, so a token's index is its id
+        self.identity = identity  # ids[i] == i: a token's position is its id
+        self.ascending = identity  # ids strictly increasing (cheaper tie-breaking sorts)
 
     @classmethod
     def from_logits(cls, logits: np.ndarray) -> "Candidates":
@@ -32,12 +33,18 @@ class Candidates:
     def size(self) -> int:
         return len(self.ids)
 
-    def keep(self, idx) -> None:
-        """Keep the candidates at `idx` (an index array or slice), in that order."""
+    def keep(self, idx, in_order: bool = False) -> None:
+        """Keep the candidates at `idx` (index array or slice), in that order. in_order: idx is
+        increasing (a filter that keeps the current order)."""
+        if isinstance(idx, slice):
+            in_order, prefix = True, not idx.start
+        else:
+            prefix = in_order and (len(idx) == 0 or idx[-1] == len(idx) - 1)
         self.ids = self.ids[idx]
         self.logits = self.logits[idx]
         self.p = None if self.p is None else self.p[idx]
-        self.identity = False
+        self.identity = self.identity and prefix
+        self.ascending = self.ascending and in_order
 
     def positions_of(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(positions in the arrays, mask into `tokens`) of those `tokens` present here."""
@@ -45,19 +52,14 @@ class Candidates:
         if self.identity:
             found = (tokens >= 0) & (tokens < self.size)
             return tokens[found], found
-        order = np.argsort(self.ids, kind="stable")
-        sorted_ids = self.ids[order]
-        at = np.searchsorted(sorted_ids, tokens)
-        at_c = np.minimum(at, max(self.size - 1, 0))
-        found = (at < self.size) & (sorted_ids[at_c] == tokens) if self.size else np.zeros(
-            len(tokens), dtype=bool)
-        return order[at_c[found]], found
-
-    def copy(self) -> "Candidates":
-        c = Candidates(self.ids.copy(), self.logits.copy(), identity=self.identity)
-        c.p = None if self.p is None else self.p.copy()
-        c.sorted, c.selected = self.sorted, self.selected
-        return c
+        if self.size == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(len(tokens), dtype=bool)
+        order = None if self.ascending else np.argsort(self.ids, kind="stable")
+        sorted_ids = self.ids if order is None else self.ids[order]
+        at = np.minimum(np.searchsorted(sorted_ids, tokens), self.size - 1)
+        found = sorted_ids[at] == tokens
+        at = at[found]
+        return (at if order is None else order[at]), found
 
 
 _ARANGE: dict[int, np.ndarray] = {}
@@ -73,22 +75,35 @@ def _arange(n: int) -> np.ndarray:
     return a
 
 
-def descending_order(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
+def descending_order(logits: np.ndarray, ids: np.ndarray, ids_ascending: bool = False) -> np.ndarray:
     """Indices sorting by logit descending, then id ascending."""
-    return np.lexsort((ids, -logits.astype(np.float64)))
+    if ids_ascending:
+        return np.argsort(-logits, kind="stable")
+    return np.lexsort((ids, -logits))
 
 
 def sort_descending(cur: Candidates) -> None:
-    if not cur.sorted:
-        cur.keep(descending_order(cur.logits, cur.ids))
-        cur.sorted = True
+    """Full sort; -inf candidates (masked) only go to the end, in id order, unsorted further."""
+    if cur.sorted:
+        return
+    masked = cur.logits == -np.inf
+    if masked.any():
+        live, dead = np.flatnonzero(~masked), np.flatnonzero(masked)
+        live = live[descending_order(cur.logits[live], cur.ids[live], cur.ascending)]
+        if not cur.ascending:
+            dead = dead[np.argsort(cur.ids[dead], kind="stable")]
+        order = np.concatenate([live, dead])
+    else:
+        order = descending_order(cur.logits, cur.ids, cur.ascending)
+    cur.keep(order)
+    cur.sorted = True
 
 
 def top_k_indices(logits: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k best (logit desc, id asc) without a full sort: argpartition + tie fix."""
     n = len(logits)
     if k >= n:
-        return descending_order(logits, ids)
+        return descending_order(logits, ids)  # ids may be in any order here
     part = np.argpartition(logits, n - k)[n - k:]
     thr = logits[part].min()
     n_eq_all = np.count_nonzero(logits == thr)
@@ -98,8 +113,7 @@ def top_k_indices(logits: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
         eq = np.flatnonzero(logits == thr)
         eq = eq[np.argsort(ids[eq], kind="stable")][: k - len(above)]
         part = np.concatenate([above, eq])
-    sub = descending_order(logits[part], ids[part])
-    return part[sub]
+    return part[descending_order(logits[part], ids[part])]
 
 
 def softmax(cur: Candidates, do_sort: bool) -> None:

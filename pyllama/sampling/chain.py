@@ -17,7 +17,7 @@ from pyllama.sampling.candidates import Candidates, descending_order, dist_selec
 from pyllama.sampling.dry import DRY, process_breakers
 from pyllama.sampling.params import DEFAULT_SEED, SamplerParams
 from pyllama.sampling.samplers import (
-    XTC, AdaptiveP, LogitBias, MinP, Mirostat, MirostatV2, Penalties, Temp, TempExt, TopK,
+    XTC, AdaptiveP, Infill, LogitBias, MinP, Mirostat, MirostatV2, Penalties, Temp, TempExt, TopK,
     TopNSigma, TopP, Typical, _copy_rng)
 
 XTC_STREAM = 0x787463  # "xtc": XTC's generator is seeded (seed, XTC_STREAM), apart from dist's
@@ -38,17 +38,20 @@ def resolve_seed(seed: int) -> int:
 
 class SamplerChain:
     def __init__(self, params: SamplerParams, n_vocab: int, *, eog_ids=(), token_pieces=None,
-                 tokenize=None, n_ctx: int = 0, n_ctx_train: int = 0):
-        """token_pieces: id -> str, needed when DRY is on (sequence breakers); tokenize: str ->
-        ids for multi-character breakers (else a longest-piece match over the pieces);
-        n_ctx resolves penalty_last_n == -1; n_ctx_train bounds DRY (0: unbounded)."""
+                 tokenize=None, n_ctx: int = 0, n_ctx_train: int = 0, eot_id=None):
+        """eog_ids: end-of-generation tokens (ignore_eos, infill); token_pieces: id -> str, needed
+        by DRY (sequence breakers) and infill; tokenize: str -> ids for multi-character DRY
+        breakers (else a longest-piece match over the pieces); n_ctx resolves
+        penalty_last_n == -1; n_ctx_train bounds DRY (0: unbounded); eot_id: infill's fallback
+        token (default: the first EOG id)."""
         self.params, self.n_vocab = params, int(n_vocab)
         self.eog_ids = tuple(int(t) for t in eog_ids)
+        self.eot_id = eot_id if eot_id is not None else (self.eog_ids[0] if self.eog_ids else None)
         self.seed = resolve_seed(params.seed)
         self.rng = np.random.default_rng(self.seed)
         self.prev: deque = deque(maxlen=max(32, params.n_prev))
         self.samplers = self._build(params, token_pieces, tokenize, n_ctx, n_ctx_train)
-        self.last_candidates = (np.zeros(0, np.int32), np.zeros(0, np.float32))
+        self._last = None  # Candidates of the last sample(), ordered on demand
         self.last_selected = -1
 
     # -- construction -------------------------------------------------------------------------
@@ -103,6 +106,10 @@ class SamplerChain:
             return simple[name]()
         if name == "adaptive_p":
             return None  # placed at the end of the chain, in place of dist
+        if name == "infill":
+            if token_pieces is None or self.eot_id is None:
+                raise ValueError("infill needs token_pieces and an end-of-text token (eog_ids)")
+            return Infill(self.eog_ids, token_pieces, self.eot_id)
         raise ValueError(f"sampler '{name}' is not supported")
 
     # -- sampling -----------------------------------------------------------------------------
@@ -123,10 +130,21 @@ class SamplerChain:
     def sample(self, logits, u: float | None = None) -> int:
         """One token from the chain (not accepted). `u` in [0, 1) replaces the RNG draw."""
         cur = self.apply(logits, u)
-        order = np.lexsort((cur.ids, -cur.p.astype(np.float64)))  # by p desc, like the server
-        self.last_candidates = (cur.ids[order], cur.p[order])
+        self._last = cur
         self.last_selected = int(cur.ids[cur.selected])
         return self.last_selected
+
+    @property
+    def last_candidates(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, p) after the chain of the last sample(), by p descending (ties: lowest id), as
+        the server's post-sampling probabilities; includes zero-probability candidates."""
+        cur = self._last
+        if cur is None:
+            return np.zeros(0, np.int32), np.zeros(0, np.float32)
+        if not isinstance(cur, tuple):
+            order = _by_p(cur)
+            self._last = cur = (cur.ids[order], cur.p[order])
+        return cur
 
     def draw_uniform(self) -> float:
         """One uniform double in [0, 1) from the chain's RNG (the draw `sample` makes)."""
@@ -152,10 +170,11 @@ class SamplerChain:
         """An independent copy with the full state: history, mirostat mu, RNG positions."""
         c = object.__new__(SamplerChain)
         c.params, c.n_vocab, c.eog_ids, c.seed = self.params, self.n_vocab, self.eog_ids, self.seed
+        c.eot_id = self.eot_id
         c.rng = _copy_rng(self.rng)
         c.prev = deque(self.prev, maxlen=self.prev.maxlen)
         c.samplers = [s.clone() for s in self.samplers]
-        c.last_candidates, c.last_selected = self.last_candidates, self.last_selected
+        c._last, c.last_selected = self._last, self.last_selected
         return c
 
     # -- probabilities ------------------------------------------------------------------------
@@ -166,7 +185,7 @@ class SamplerChain:
         if not post_sampling:
             return softmax_top_n(logits, n)
         cur = self.clone().apply(logits, u=0.5)
-        order = np.lexsort((cur.ids, -cur.p.astype(np.float64)))[:n]
+        order = _by_p(cur, n)
         return [(int(cur.ids[i]), float(cur.p[i])) for i in order]
 
     def probs_full(self, logits) -> np.ndarray:
@@ -183,6 +202,13 @@ class SamplerChain:
         if not any(isinstance(s, (Mirostat, AdaptiveP)) for s in self.samplers):
             names.append("dist")
         return "logits " + "".join(f"-> {n} " for n in names)
+
+
+def _by_p(cur: Candidates, n: int | None = None) -> np.ndarray:
+    """Positions by p descending, ties by id; only the best n when n is given."""
+    if n is not None and n < cur.size:
+        return top_k_indices(cur.p, cur.ids, n)
+    return descending_order(cur.p, cur.ids)
 
 
 def softmax_top_n(logits, n: int) -> list[tuple[int, float]]:

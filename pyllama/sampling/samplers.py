@@ -67,26 +67,29 @@ class TopP(Sampler):
         if self.p >= 1.0:
             return
         softmax(cur, do_sort=False)
-        order = self._order(cur)
-        cum = np.cumsum(cur.p[order], dtype=np.float32)
         n = cur.size
-        ok = (cum >= self.p) & (np.arange(1, len(cum) + 1) >= self.min_keep)
-        hit = np.flatnonzero(ok)
-        if len(hit) == 0 and len(order) < n:  # the 256-candidate guess was not enough
-            order = descending_order(cur.logits, cur.ids)
-            cum = np.cumsum(cur.p[order], dtype=np.float32)
-            hit = np.flatnonzero((cum >= self.p) & (np.arange(1, n + 1) >= self.min_keep))
-        last = int(hit[0]) + 1 if len(hit) else n
-        cur.keep(order[:last] if not cur.sorted else slice(0, last))
+        if cur.sorted:
+            last = self._cut(cur.p)
+            cur.keep(slice(0, last if last else n))
+            return
+        # llama.cpp sorts the best 256 first and everything when they do not reach p; growing
+        # the partial sort 256, 2048, ... gives the same prefix without sorting the whole vocab
+        k = 256 if n > 1024 else n
+        while True:
+            order = top_k_indices(cur.logits, cur.ids, k)
+            last = self._cut(cur.p[order])
+            if last or k == n:
+                break
+            k = min(n, k * 8)
+        cur.keep(order[:last] if last else order)
         cur.sorted = True
 
-    @staticmethod
-    def _order(cur: Candidates) -> np.ndarray:
-        if cur.sorted:
-            return np.arange(cur.size)
-        if cur.size > 1024:  # adaptive guess, like llama.cpp: the best 256 usually suffice
-            return top_k_indices(cur.logits, cur.ids, 256)
-        return descending_order(cur.logits, cur.ids)
+    def _cut(self, p_desc: np.ndarray) -> int:
+        """Length of the kept prefix, 0 when these candidates never reach top_p."""
+        cum = np.cumsum(p_desc, dtype=np.float32)
+        ok = (cum >= self.p) & (np.arange(1, len(cum) + 1) >= self.min_keep)
+        hit = np.flatnonzero(ok)
+        return int(hit[0]) + 1 if len(hit) else 0
 
 
 class MinP(Sampler):
@@ -103,9 +106,7 @@ class MinP(Sampler):
             min_logit = F32(cur.logits.max() + F32(math.log(self.p)))
             keep = np.flatnonzero(cur.logits >= min_logit)
             if len(keep) and len(keep) >= self.min_keep:
-                prefix = cur.identity and keep[-1] == len(keep) - 1
-                cur.keep(keep)
-                cur.identity = prefix  # a kept prefix of 0..n-1 still has ids[i] == i
+                cur.keep(keep, in_order=True)
                 return
             sort_descending(cur)
         min_logit = F32(cur.logits[0] + F32(math.log(self.p)))
@@ -291,7 +292,6 @@ class XTC(Sampler):
         pos_last = n_above - 1 if n_above > 0 else 0
         if cur.size - pos_last >= self.min_keep and pos_last > 0:
             cur.keep(slice(pos_last, None))
-            cur.sorted = True
 
     def clone(self) -> "XTC":
         return XTC(self.probability, self.threshold, self.min_keep, _copy_rng(self.rng))
@@ -306,16 +306,16 @@ class Mirostat(Sampler):
         self.mu = F32(2 * self.tau)
 
     def apply(self, cur: Candidates, u: float) -> None:
-        softmax(cur, do_sort=True)
+        softmax(cur, do_sort=False)  # the m best suffice: no need to sort the whole vocabulary
+        best = cur.p[top_k_indices(cur.logits, cur.ids, min(self.m, cur.size))]
         n = min(self.m - 1, cur.size - 1)
         i = np.arange(n, dtype=np.float32)
         t = np.log((i + 2) / (i + 1), dtype=np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
-            b = np.log(cur.p[:n] / cur.p[1:n + 1], dtype=np.float32)
-        s_hat = F32(np.cumsum(t * b, dtype=np.float32)[-1] / np.cumsum(t * t, dtype=np.float32)[-1]) \
-            if n > 0 else F32(np.nan)
-        eps = F32(s_hat - 1)
-        with np.errstate(all="ignore"):
+            b = np.log(best[:n] / best[1:n + 1], dtype=np.float32)
+            s_hat = F32(np.cumsum(t * b, dtype=np.float32)[-1] / np.cumsum(t * t, dtype=np.float32)[-1]) \
+                if n > 0 else F32(np.nan)
+            eps = F32(s_hat - 1)
             k = F32((eps * F32(2.0) ** self.mu) / (1 - F32(self.n_vocab) ** -eps)) ** (1 / s_hat)
         top_k(cur, max(_c_int(k), 1))
         softmax(cur, do_sort=True)
@@ -343,11 +343,12 @@ class MirostatV2(Mirostat):
 
     def apply(self, cur: Candidates, u: float) -> None:
         """Drop candidates whose surprise -log2 p exceeds mu (keep at least one), draw."""
-        softmax(cur, do_sort=True)
+        softmax(cur, do_sort=False)
         with np.errstate(divide="ignore"):
-            over = np.flatnonzero(-np.log2(cur.p) > self.mu)
-        cur.keep(slice(0, max(int(over[0]) if len(over) else cur.size, 1)))
-        cur.sorted = True
+            keep = np.flatnonzero(~(-np.log2(cur.p) > self.mu))  # the sorted prefix, as a set
+        if len(keep) == 0:
+            keep = top_k_indices(cur.logits, cur.ids, 1)
+        cur.keep(keep, in_order=True)
         softmax(cur, do_sort=True)
         cur.selected = discrete_select(cur, u)
         self._update(cur)
@@ -412,3 +413,56 @@ def _c_int(x) -> int:
     if np.isfinite(x) and -2.0 ** 31 <= x < 2.0 ** 31:
         return int(x)
     return -2 ** 31
+
+
+class Infill(Sampler):
+    """llama.cpp's infill sampler (for FIM): prefer end-of-generation when text tokens are weak,
+    merge tokens whose text is a prefix of another's, drop low-probability text tokens."""
+    name = "infill"
+
+    def __init__(self, eog_ids, token_pieces, eot_id: int):
+        self.eog = frozenset(int(t) for t in eog_ids)
+        self.pieces, self.eot_id = token_pieces, int(eot_id)
+
+    def apply(self, cur: Candidates) -> None:
+        softmax(cur, do_sort=True)
+        is_eog = np.fromiter((int(t) in self.eog for t in cur.ids), dtype=bool, count=cur.size)
+        p_eog = np.cumsum(np.where(is_eog, cur.p, 0), dtype=np.float32)[-1]
+        p_txt = np.cumsum(np.where(is_eog, 0, cur.p), dtype=np.float32)[-1]
+        if 3 * p_eog * cur.size > p_txt:  # text too unlikely: keep only the EOG tokens
+            self._keep(cur, np.flatnonzero(is_eog))
+            return
+        self._merge_prefixes(cur)
+        keep = np.flatnonzero((cur.p >= F32(0.2)) | is_eog)
+        n_text = int(np.count_nonzero(~is_eog[keep]))
+        if n_text == 0:  # nothing but EOG left: a single end-of-text token
+            cur.ids = np.array([self.eot_id], dtype=np.int32)
+            cur.logits = np.ones(1, dtype=np.float32)
+            cur.p = cur.p[:1].copy()
+            cur.identity = cur.ascending = False
+            return
+        self._keep(cur, keep)
+        is_eog = is_eog[keep]
+        self._keep(cur, np.flatnonzero((cur.p >= F32(1.0 / (n_text + 1))) | is_eog))
+
+    @staticmethod
+    def _keep(cur: Candidates, idx: np.ndarray) -> None:
+        cur.keep(idx, in_order=True)
+        if cur.size:
+            cur.p = (cur.p / np.cumsum(cur.p, dtype=np.float32)[-1]).astype(np.float32)
+
+    def _merge_prefixes(self, cur: Candidates) -> None:
+        """Token i0's text a prefix of token i1's: the likelier of the two takes the other's p."""
+        text = [self.pieces(int(t)) for t in cur.ids]
+        logits, p = cur.logits.copy(), cur.p.copy()
+        for i0 in range(cur.size):
+            for i1 in range(cur.size):
+                if logits[i0] == -np.inf:
+                    break
+                if i0 == i1 or logits[i1] == -np.inf:
+                    continue
+                if text[i0] and text[i1].startswith(text[i0]):
+                    dst, src = (i1, i0) if p[i1] > p[i0] else (i0, i1)
+                    p[dst] += p[src]
+                    logits[src], p[src] = -np.inf, 0.0
+        cur.logits, cur.p = logits, p

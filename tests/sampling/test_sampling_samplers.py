@@ -241,3 +241,45 @@ def test_dry_breaker_processing_heads_and_tails():
     brk = process_breakers(["ab", "\n"], len(pieces), pieces.__getitem__)
     # "ab" inside token 2; token 0 ends with "a", the rest "b" tokenises to [1]; "\n" in token 4
     assert brk == {2: [()], 0: [(1,)], 4: [()]}
+
+
+def _infill(p, pieces, eog=(3,), eot=3):
+    from pyllama.sampling.samplers import Infill
+    cur = cands(LN(np.array(p)))
+    Infill(eog, pieces.__getitem__, eot).apply(cur)
+    return kept(cur), cur.p
+
+
+def test_infill_prefers_eog_when_text_is_weak():
+    # p_eog 0.3: 3 * 0.3 * 4 = 3.6 > p_txt 0.7 -> only the EOG token is left
+    ids, p = _infill([0.3, 0.3, 0.1, 0.3], ["a", "ab", "x", ""])
+    assert ids == [3] and p == pytest.approx([1.0])
+
+
+def test_infill_merges_prefixes_and_thresholds():
+    # sorted a .4, ab .3, x .25, eos .05; "a" prefixes "ab": a takes .3 -> .7, ab dropped;
+    # p >= 0.2 or EOG keeps a, x, eos (2 text tokens); then p >= 1/3 or EOG: a .7, eos .05
+    ids, p = _infill([0.4, 0.3, 0.25, 0.05], ["a", "ab", "x", ""])
+    assert ids == [0, 3] and p == pytest.approx([0.7 / 0.75, 0.05 / 0.75], rel=1e-5)
+
+
+def test_infill_falls_back_to_end_of_text():
+    # ten text tokens of .099 (none reaches 0.2), eos .01 (3 * .01 * 11 < .99): only eot is left
+    pieces = list("abcdefghij") + [""]
+    ids, _ = _infill([0.099] * 10 + [0.01], pieces, eog=(10,), eot=10)
+    assert ids == [10]
+
+
+def test_adaptive_p_reshapes_around_the_target():
+    from pyllama.sampling.samplers import AdaptiveP
+    # target .5, decay .9: EMA 5 / 10 -> adapted target 2 * .5 - .5 = .5
+    # p .5 .3 .2: d = |p - .5| / .3 = 0, 2/3, 1; logit = 5 - 10 d^2 / (1 + d) = 5, 2.333, 0
+    a = AdaptiveP(0.5, 0.9)
+    cur = cands(LN([0.5, 0.3, 0.2]))
+    a.apply(cur, u=0.99)
+    assert cur.logits == pytest.approx([5, 5 - 10 * (4 / 9) / (5 / 3), 0], rel=1e-5)
+    e = np.exp([5, 5 - 8 / 3, 0])
+    assert cur.p == pytest.approx(e / e.sum(), rel=1e-5)
+    assert cur.ids[cur.selected] == 1  # cumulative .929, .994 > .99
+    a.accept(1)  # EMA takes the original p .3: 0.3 + 0.9 * 5 = 4.8, weight 1 + 0.9 * 10 = 10
+    assert (a.weighted_sum, a.total_weight) == (pytest.approx(4.8), pytest.approx(10.0))
