@@ -209,3 +209,29 @@ def test_default_chain_speed_large_vocab():
         c.sample(x)
     per = (time.perf_counter() - t0) / 20
     assert per < 0.02  # budget 2 ms; loose here because the test machine is shared
+
+
+def test_rejection_sampling_emits_the_target_distribution():
+    from pyllama.sampling.rejection import accept_draft, residual, sample_probs
+    p = np.array([0.5, 0.3, 0.2, 0.0])  # target
+    q = np.array([0.2, 0.2, 0.3, 0.3])  # draft
+    # exact: P(t) = q(t) min(1, p/q) + (1 - sum_s q(s) min(1, p(s)/q(s))) * residual(t)
+    acc = q * np.minimum(1, p / q)
+    assert acc + (1 - acc.sum()) * residual(p, q) == pytest.approx(p)
+    # the same through the functions, with seeded uniforms (20k rounds)
+    rng = np.random.default_rng(0)
+    counts = np.zeros(4)
+    for _ in range(20000):
+        t = sample_probs(q, rng.random())
+        if not accept_draft(p, q, t, rng.random()):
+            t = sample_probs(residual(p, q), rng.random())
+        counts[t] += 1
+    assert counts / counts.sum() == pytest.approx(p, abs=0.015) and counts[3] == 0
+
+
+def test_chain_probs_full_drives_rejection_sampling():
+    from pyllama.sampling.rejection import accept_draft
+    x = random_logits(200, 1, seed=8)[0]
+    target = chain(200, seed=1, temp=0.7)
+    p = target.probs_full(x)
+    assert accept_draft(p, p, int(np.argmax(p)), 0.999)  # identical models always accept
