@@ -155,3 +155,33 @@ def test_swa_extra_single_sequence_rollback_capacity():
     assert mem.seq_pos_min(0) == 1600 - 1280
     kv, qs, qe = mem.attn_plan(one(mem, 1600)[0], 0)
     assert (qe - qs).tolist() == [512]
+
+
+def test_iswa_non_unified_streams():
+    mem = gemma(n_ubatch=64, n_ctx=4096, n_seq_max=4, kv_unified=False)
+    assert mem.n_stream == 4 and mem.swa.n_cells == 768 and not mem.can_shift()
+    owners = [i % 3 for i in range(300)]
+    b = Batch(np.zeros(300, np.int32), seq_ids=[[s] for s in owners])
+    ubs = decode(mem, b, 64)
+    assert all(u.equal_seqs for u in ubs)
+    for s in range(3):
+        assert (mem.seq_pos_min(s), mem.seq_pos_max(s)) == (0, 99)
+        assert mem.swa.cells[s].has[s].sum() == 100 and mem.swa.cells[s].has.sum() == 100
+    cells = mem.apply_ubatch(decode_one_more(mem))
+    assert cells["swa"][0] // mem.swa.n_cells == 2 and cells["base"][0] // mem.base.n_cells == 2
+
+
+def decode_one_more(mem):
+    b = Batch.one(1, 100, seq_id=2)
+    from pyllama.batch import validate
+    assert validate(b, 1000, 4, mem)[0] == 0
+    return mem.init_batch(b, 64)[0]
+
+
+def test_iswa_unified_coupled_prefix_shared():
+    mem = gemma(n_ubatch=64, n_seq_max=2, kv_unified=True)
+    b = Batch(np.zeros(10, np.int32), seq_ids=[[0, 1]] * 10)
+    decode(mem, b, 64)
+    assert mem.swa.used_cells() == 10 and mem.seq_pos_max(1) == 9
+    ubs = decode(mem, Batch([1, 2], [10, 10], [[0], [1]]), 64)
+    assert visible(mem, ubs[0], 0, 0) == list(range(11)) and visible(mem, ubs[0], 0, 1) == list(range(11))

@@ -65,3 +65,12 @@ def test_no_swa_layers_gives_plain_cache():
     mem = make_memory(lay, n_ctx=600)
     assert isinstance(mem, KVCache) and mem.n_cells == 768 and mem.layers == list(range(18))
     assert mem.cache_for(3) is mem and mem.can_shift()
+
+
+def test_gemma3_12b_base_layers():
+    from pyllama.kv import KVLayout
+    lay = KVLayout(n_embd_k_gqa=[2048] * 48, n_embd_v_gqa=[2048] * 48, n_head_kv=[8] * 48,
+                   is_swa=[il % 6 != 5 for il in range(48)], swa_type=1, n_swa=1024)
+    mem = make_memory(lay, n_ctx=8192, n_ubatch=512)
+    assert mem.base.layers == [5, 11, 17, 23, 29, 35, 41, 47] and mem.swa.n_cells == 1536
+    assert mem.memory_breakdown()["swa"]["k_bytes"] * 2 // 1536 == 320 * 1024    # 320 KiB per cell

@@ -1,0 +1,85 @@
+"""Random operation sequences on a small SWA cache: every position in [pos_min, pos_max] of
+every sequence stays present (the llama.h promise), attention plans match the brute-force mask,
+and failed decodes leave the cache untouched."""
+import numpy as np
+from hypothesis import settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from pyllama.batch import Batch, validate
+from pyllama.kv import KVCache
+
+from conftest import N_VOCAB, oracle_plan, plan_lists, seq_positions
+
+N_SEQ = 3
+seqs = st.integers(0, N_SEQ - 1)
+
+
+class SWACacheMachine(RuleBasedStateMachine):
+    @initialize(n_cells=st.integers(8, 24), n_swa=st.integers(2, 6), extra=st.integers(0, 3),
+                swa_type=st.sampled_from([1, 2]))
+    def setup(self, n_cells, n_swa, extra, swa_type):
+        self.mem = KVCache(n_cells=n_cells, layers=[0], n_embd_k=[4], n_embd_v=[4], n_seq_max=N_SEQ,
+                           n_stream=1, swa_type=swa_type, n_swa=n_swa, swa_extra=extra)
+
+    def snapshot(self):
+        c = self.mem.cells[0]
+        return c.pos.copy(), c.has.copy(), list(self.mem.head)
+
+    @rule(owners=st.lists(seqs, min_size=1, max_size=7), n_ubatch=st.integers(1, 5))
+    def decode(self, owners, n_ubatch):
+        b = Batch(np.zeros(len(owners), np.int32), seq_ids=[[s] for s in owners])
+        assert validate(b, N_VOCAB, N_SEQ, self.mem)[0] == 0
+        before = self.snapshot()
+        ubs = self.mem.init_batch(b, n_ubatch)
+        after = self.snapshot()
+        assert all((x == y).all() if isinstance(x, np.ndarray) else x == y for x, y in zip(before, after))
+        if ubs is None:
+            return
+        for ub in ubs:
+            self.mem.apply_ubatch(ub)
+            assert plan_lists(self.mem, ub) == oracle_plan(self.mem, ub)
+
+    @rule(s=seqs, r=st.integers(1, 6))
+    def rollback(self, s, r):
+        self.mem.seq_rm(s, max(0, self.mem.seq_pos_max(s) + 1 - r), -1)
+
+    @rule(s=seqs)
+    def remove(self, s):
+        self.mem.seq_rm(s, -1, -1)
+
+    @rule(src=seqs, dst=seqs)
+    def copy(self, src, dst):
+        if self.mem.seq_pos_max(dst) < 0:
+            self.mem.seq_cp(src, dst)
+
+    @rule(s=seqs)
+    def keep(self, s):
+        self.mem.seq_keep(s)
+
+    @rule(s=seqs, p=st.integers(0, 30))
+    def bad_position(self, s, p):
+        if p != self.mem.seq_pos_max(s) + 1 and self.mem.seq_pos_max(s) >= 0:
+            before = self.snapshot()
+            assert validate(Batch([1], [p], [[s]]), N_VOCAB, N_SEQ, self.mem)[0] == -1
+            assert (before[0] == self.snapshot()[0]).all()
+
+    @invariant()
+    def contiguous(self):
+        if not hasattr(self, "mem"):
+            return
+        for s in range(N_SEQ):
+            p = seq_positions(self.mem, s).tolist()
+            lo, hi = self.mem.seq_pos_min(s), self.mem.seq_pos_max(s)
+            assert p == (list(range(lo, hi + 1)) if hi >= 0 else [])
+
+    @invariant()
+    def consistent_cells(self):
+        if not hasattr(self, "mem"):
+            return
+        c = self.mem.cells[0]
+        assert ((c.pos >= 0) == c.has.any(axis=0)).all()
+        assert (c.shift[c.pos < 0] == 0).all()
+
+
+SWACacheMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=25, deadline=None)
+TestSWACache = SWACacheMachine.TestCase
