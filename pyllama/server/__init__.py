@@ -5,6 +5,8 @@ loads), loads the model in the engine thread, and stops gracefully on SIGINT/SIG
 """
 from __future__ import annotations
 
+import os
+
 from .config import ServerConfig
 
 __all__ = ["ServerConfig", "serve"]
@@ -23,7 +25,7 @@ def serve(cfg: ServerConfig) -> int:
     app = create_app(cfg, engine)
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
                             access_log=False, timeout_graceful_shutdown=3,
-                            lifespan="off", ws="none")
+                            lifespan="off", ws="none", server_header=False)
     server = _Uvicorn(config)
     engine.on_fatal = lambda: setattr(server, "should_exit", True)
     if cfg.port == 8080:
@@ -31,11 +33,22 @@ def serve(cfg: ServerConfig) -> int:
     if not cfg.api_keys and cfg.cors_origins == "*":
         log.warning("srv  llama_server: no API key set and CORS allows every origin")
     engine.start()
+    _quiet_signals()
     try:
         server.run()
     finally:
         engine.stop()
     return 1 if engine.load_error is not None or not server.started else 0
+
+
+def _quiet_signals() -> None:
+    """uvicorn re-raises the signal that stopped it once it has shut down; with these handlers in
+    place that re-raise is a no-op, so a graceful SIGINT/SIGTERM stop exits 0 like llama.cpp."""
+    import signal
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: None)
 
 
 class _Uvicorn:
@@ -53,4 +66,13 @@ class _Uvicorn:
                         host, port = sock.getsockname()[:2]
                         get_logger("server").info(
                             f"srv  llama_server: listening on http://{host}:{port}")
+            def handle_exit(self, sig, frame):
+                import signal
+                import sys
+                if self.should_exit and sig == signal.SIGINT:
+                    print("Received second interrupt, terminating immediately.", file=sys.stderr)
+                    os._exit(1)
+                from ..log import get_logger
+                get_logger("server").info("srv  operator(): received signal, shutting down")
+                super().handle_exit(sig, frame)
         return Server(config)

@@ -464,6 +464,7 @@ class Engine:
             self._send_partial(slot)
         t = slot.timings()
         self.metrics.on_task_done(t)
+        slot.release()   # before the result goes out: a client may ask /slots right after
         task.channel.put(Final(
             index=task.index, text=slot.text, tokens=list(slot.generated), stop_type=stop_type,
             stopping_word=getattr(slot, "stopping_word", "") if stop_type == "word" else "",
@@ -471,7 +472,6 @@ class Engine:
             n_cached=len(slot.cache), timings=t, probs=list(slot.probs), id_slot=slot.id,
             truncated=getattr(slot, "truncated", False), settings=p.settings,
             prompt=self.model.detokenize(slot.prompt)))
-        slot.release()
 
     def token_probs(self, slot: Slot, logits: np.ndarray, tok: int) -> TokenProb:
         """Top-n probabilities of this position: softmax of the raw logits (llama.cpp default) or
