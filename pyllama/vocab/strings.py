@@ -36,7 +36,7 @@ def strings(sa) -> list[str]:
     """All entries as str (invalid UTF-8 decoded with U+FFFD, as `StringArray` does)."""
     sp = _span(sa)
     if sp is None:
-        return list(sa.tolist())
+        return list(sa.tolist() if hasattr(sa, "tolist") else sa)
     raw, offs, lens, _ = sp
     keep = np.ones(raw.shape[0], dtype=bool)
     keep[(offs[:, None] - 8 + np.arange(8)).ravel()] = False
