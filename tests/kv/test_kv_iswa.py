@@ -1,5 +1,7 @@
 """iSWA retention on Gemma 3 270M geometry (LLAMACPP_INTERNALS §3.5-3.6, §4.9, §6 items 8-13) and
 swa_extra (ARCHITECTURE decision 10). Bookkeeping only."""
+import copy
+
 import numpy as np
 import pytest
 
@@ -35,12 +37,18 @@ def test_pos_min_after_prompt(n_prompt, n_ubatch, swa_full, pos_min):
     assert seq_positions(mem.swa, 0).tolist() == list(range(pos_min, n_prompt))   # contiguous
 
 
+_STEADY = []
+
+
 def steady_state():
-    mem = gemma()
-    decode(mem, prompt(1000), 512)
-    for p in range(1000, 1319):
-        one(mem, p)
-    return mem
+    """Gemma defaults, 1000-token prompt then single tokens up to pos 1318 (a fresh copy)."""
+    if not _STEADY:
+        mem = gemma()
+        decode(mem, prompt(1000), 512)
+        for p in range(1000, 1319):
+            one(mem, p)
+        _STEADY.append(mem)
+    return copy.deepcopy(_STEADY[0])
 
 
 def test_steady_state_ring():
