@@ -1,8 +1,8 @@
 """numpy reference dequantizers for every supported ggml type (the oracle for all kernels).
 
-Mirrors `dequantize_row_*` in ggml-quants.c, vectorised over blocks: each function takes a
-structured array of blocks (layout.BLOCK_LAYOUT[type].dtype) and returns float32 [n_blocks,
-block_elems]. Float operations happen in the same order as ggml's reference code so results are
+Mirrors `dequantize_row_*` in ggml-quants.c, vectorised over blocks: each function takes the
+block fields (layout.BLOCK_LAYOUT[type], as contiguous arrays [n_blocks, ...] by name) and returns
+float32 [n_blocks, block_elems]. Float operations happen in the same order as ggml's reference code so results are
 bit-identical to it (and to gguf.quants) without FMA contraction.
 """
 from __future__ import annotations
@@ -14,8 +14,6 @@ from .layout import BLOCK_LAYOUT, QK_K
 
 _LO_HI = np.array([0, 4], dtype=np.uint8)
 _CRUMBS = np.array([0, 2, 4, 6], dtype=np.uint8)
-_BITS8 = np.arange(8, dtype=np.uint8)
-_BITS32 = np.arange(32, dtype=np.uint32)
 
 
 def _f16(b: np.ndarray) -> np.ndarray:
@@ -30,8 +28,12 @@ def _nibbles(qs: np.ndarray) -> np.ndarray:
 
 def _qh_bits(qh: np.ndarray) -> np.ndarray:
     """Q5_0/Q5_1 qh (4 bytes, little-endian u32) -> [n, 32] fifth bits, value j at bit j."""
-    h = qh.copy().view("<u4").reshape(-1, 1)
-    return ((h >> _BITS32) & 1).astype(np.uint8)
+    return np.unpackbits(qh, axis=1, bitorder="little")
+
+
+def _bit_planes(h: np.ndarray) -> np.ndarray:
+    """[n, 32] bytes -> [n, 8, 32]: plane b holds bit b of each byte."""
+    return np.unpackbits(h[:, :, None], axis=2, bitorder="little").transpose(0, 2, 1)
 
 
 def _deq_q4_0(b):
@@ -76,7 +78,7 @@ def _crumbs_k(qs: np.ndarray) -> np.ndarray:
 
 
 def _deq_q2_k(b):
-    n, sc = len(b), b["scales"]
+    n, sc = len(b["d"]), b["scales"]
     dl = _per16(_f16(b["d"]) * (sc & 0xF).astype(np.float32))
     ml = _per16(_f16(b["dmin"]) * (sc >> 4).astype(np.float32))
     q = _crumbs_k(b["qs"]).astype(np.float32).reshape(n, 16, 16)
@@ -92,10 +94,10 @@ def q3_k_scales(scales: np.ndarray) -> np.ndarray:
 
 
 def _deq_q3_k(b):
-    n = len(b)
+    n = len(b["d"])
     dl = _per16(_f16(b["d"]) * q3_k_scales(b["scales"]).astype(np.float32))
     # high bit of value 128h + 32j + l is bit (4h + j) of hmask[l]; set means "no -4"
-    hb = (b["hmask"][:, None, :] >> _BITS8[None, :, None]) & 1        # [n, 8, 32]
+    hb = _bit_planes(b["hmask"])                                      # [n, 8, 32]
     q = _crumbs_k(b["qs"]).astype(np.int8) - ((hb ^ 1) << 2).reshape(n, QK_K).astype(np.int8)
     return (dl * q.astype(np.float32).reshape(n, 16, 16)).reshape(n, QK_K)
 
@@ -111,7 +113,7 @@ def k4_scale_min(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _k4_affine(b, q: np.ndarray) -> np.ndarray:
     """value = d*sc[j] * q - dmin*m[j] per 32-value sub-block j; q is [n, 256] integers."""
-    n = len(b)
+    n = len(b["d"])
     sc, mn = k4_scale_min(b["scales"])
     d = (_f16(b["d"]) * sc.astype(np.float32))[:, :, None]
     m = (_f16(b["dmin"]) * mn.astype(np.float32))[:, :, None]
@@ -129,12 +131,12 @@ def _deq_q4_k(b):
 
 
 def _deq_q5_k(b):
-    hb = (b["qh"][:, None, :] >> _BITS8[None, :, None]) & 1           # [n, 8, 32]
-    return _k4_affine(b, _nibbles_k(b["qs"]) | (hb.reshape(len(b), QK_K) << 4))
+    hb = _bit_planes(b["qh"])                                         # [n, 8, 32]
+    return _k4_affine(b, _nibbles_k(b["qs"]) | (hb.reshape(len(b["d"]), QK_K) << 4))
 
 
 def _deq_q6_k(b):
-    n = len(b)
+    n = len(b["d"])
     # value 128h + 32k + l: low nibble of ql[64h + 32(k%2) + l] >> 4(k//2), high bits of
     # qh[32h + l] >> 2k
     ql = b["ql"].reshape(n, 2, 1, 2, 32) >> _LO_HI[None, None, :, None, None]
@@ -176,4 +178,6 @@ def dequantize(raw: np.ndarray, qtype, shape) -> np.ndarray:
         return flat.view(np.float16).astype(np.float32).reshape(shape)
     if qtype == GGMLType.BF16:
         return bf16_to_f32(flat.view("<u2")).reshape(shape)
-    return _DEQUANT[qtype](flat.view(lay.dtype)).reshape(shape)
+    blocks = flat.view(lay.dtype)
+    fields = {name: np.ascontiguousarray(blocks[name]) for name, _, _ in lay.fields}
+    return _DEQUANT[qtype](fields).reshape(shape)
