@@ -1,0 +1,157 @@
+"""Small vocabularies written with the `gguf` package: the SPM tokenizer against llama.cpp's SPM
+loop (pyllama.vocab.spm, an independent Python port), flags from the GGUF, the cache, errors."""
+import os
+
+import gguf
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pyllama.errors import TokenizerError
+from pyllama.gguf import GGUFReader
+from pyllama.vocab import Vocab, build
+from pyllama.vocab.spm import merge_symbols
+
+SP = "\u2581"
+PIECES = ["a", "b", "c", "é", SP, "ab", "bc", "ca", "abc", SP + "a", SP + "ab", "aa", "aaa",
+          "aaaa", SP + SP, "bca", "cab", "é" + SP, "ba", "cc", "ccc"]
+CONTROL = ["<unk>", "<s>", "</s>", "<|im_end|>"]
+USER = ["<tag>", "  "]
+BYTES = [f"<0x{i:02X}>" for i in range(256)]
+
+
+def spm_tokens():
+    tokens = CONTROL + BYTES + PIECES + USER
+    types = [3] * len(CONTROL) + [6] * 256 + [1] * len(PIECES) + [4] * len(USER)
+    types[0] = 2
+    scores = [0.0] * (len(CONTROL) + 256) + [-float(i) for i in range(len(PIECES))] + \
+        [0.0] * len(USER)
+    scores[len(CONTROL) + 256 + PIECES.index("bc")] = -5.0       # tie with "ab": leftmost wins
+    return tokens, types, scores
+
+
+def write_spm(path, **kv):
+    tokens, types, scores = spm_tokens()
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_scores(scores)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    for k, v in kv.items():
+        w.add_bool(f"tokenizer.ggml.{k}", v)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def oracle(text: str, space_prefix: bool) -> list[int]:
+    """llama.cpp's SPM path: split out user-defined tokens, escape spaces, merge, byte fallback."""
+    tokens, _, scores = spm_tokens()
+    ids = {t: i for i, t in enumerate(tokens)}
+    score = {t: s for t, s in zip(tokens, scores)}
+    out, frag = [], ""
+    i = 0
+    while i <= len(text):
+        hit = next((u for u in sorted(USER, key=len, reverse=True) if text.startswith(u, i)), None)
+        if hit is None and i < len(text):
+            frag += text[i]
+            i += 1
+            continue
+        if frag:
+            syms, _ = merge_symbols(((" " if space_prefix else "") + frag).replace(" ", SP), score)
+            for s in syms:
+                out += [ids[s]] if s in ids else [ids[f"<0x{b:02X}>"] for b in s.encode()]
+        frag = ""
+        if hit is None:
+            break
+        out.append(ids[hit])
+        i += len(hit)
+    return out
+
+
+@pytest.fixture(scope="module")
+def spm_vocab(tmp_path_factory):
+    os.environ["LLAMA_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    path = write_spm(str(tmp_path_factory.mktemp("spm") / "spm.gguf"))
+    return Vocab.from_gguf(GGUFReader(path))
+
+
+@pytest.fixture(scope="module")
+def spm_vocab_noprefix(tmp_path_factory):
+    path = write_spm(str(tmp_path_factory.mktemp("spm") / "spm-np.gguf"), add_space_prefix=False,
+                     add_eos_token=True)
+    return Vocab.from_gguf(GGUFReader(path))
+
+
+ALPHABET = st.lists(st.sampled_from(["a", "b", "c", "é", " ", "<tag>", "  ", "ü", "\n", "x"]),
+                    max_size=24).map("".join)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(s=ALPHABET)
+def test_spm_matches_llama_cpp_loop(spm_vocab, spm_vocab_noprefix, s):
+    assert spm_vocab.tokenize(s, add_special=False) == oracle(s, True)
+    assert spm_vocab_noprefix.tokenize(s, add_special=False) == oracle(s, False)
+
+
+def test_spm_flags_and_specials(spm_vocab, spm_vocab_noprefix):
+    v, w = spm_vocab, spm_vocab_noprefix
+    assert (v.bos, v.eos, v.add_bos, v.add_eos, v.add_space_prefix) == (1, 2, True, False, True)
+    assert v.tokenize("") == [1] and w.tokenize("") == [1, 2]
+    assert v.tokenize("<s>a", parse_special=False) == [1] + oracle("<s>a", True)
+    assert v.tokenize("<s>a", parse_special=True) == [1, 1] + oracle("a", True)
+    assert v.eog_ids == frozenset({2, 3})           # eos and <|im_end|> (by its text)
+    assert v.eot == 3
+
+
+def test_spm_detokenize_removes_prefix_space(spm_vocab):
+    v = spm_vocab
+    ids = v.tokenize("ab ca")
+    assert v.detokenize(ids) == " ab ca"                         # BOS kept: no strip
+    assert v.detokenize(ids, remove_special=True) == " ab ca"    # BOS removed: no strip either
+    assert v.detokenize(ids[1:]) == "ab ca"                      # first piece loses its space
+    assert v.detokenize(ids, unparse_special=True) == "<s> ab ca"
+
+
+def test_cache_written_and_reused(spm_vocab, tmp_path):
+    files = os.listdir(build.cache_dir())
+    assert len(files) == 1 and files[0].endswith(".json")
+    again = Vocab.from_gguf(GGUFReader(write_spm(str(tmp_path / "copy.gguf"))))
+    assert os.listdir(build.cache_dir()) == files               # same vocab: same cache entry
+    assert again.tokenize("abc aaa") == spm_vocab.tokenize("abc aaa")
+
+
+def test_unsupported_model(tmp_path):
+    w = gguf.GGUFWriter(str(tmp_path / "x.gguf"), "llama")
+    w.add_tokenizer_model("rwkv")
+    w.add_token_list(["a"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(TokenizerError, match="unsupported tokenizer model 'rwkv'"):
+        Vocab.from_gguf(GGUFReader(str(tmp_path / "x.gguf")))
+
+
+def test_bpe_tiny_model(tiny_model_path):
+    v = Vocab.from_gguf(GGUFReader(tiny_model_path("llama")))
+    assert v.kind == "bpe" and not v.add_bos
+    ids = v.tokenize("<|im_start|>the cat<|im_end|>", parse_special=True)
+    assert ids[0] == v.token_id("<|im_start|>") and ids[-1] == v.token_id("<|im_end|>")
+    assert v.is_eog(ids[-1])
+    assert v.detokenize(ids) == "the cat"
+    assert v.detokenize(v.tokenize("héllo wörld  x", add_special=False)) == "héllo wörld  x"
+
+
+def test_clean_spaces():
+    from pyllama.vocab.vocab import _clean_spaces
+    assert _clean_spaces(b"a , b . c ? d !") == b"a, b. c? d!"
+    assert _clean_spaces(b"it ' s") == b"it's"
+    assert _clean_spaces(b"he 's I 'm we 're you 've I 'll it 't") == \
+        b"he's I'm we're you've I 'll it 't"
+    assert _clean_spaces(b"x ' ' y") == b"x'' y"
