@@ -112,9 +112,10 @@ class Slot:
         self.task = None
         self.t_last_used = time.perf_counter()
 
-    # -- batch building (the "step" hook: a speculative slot would propose several tokens) --
+    # -- the per-slot step (hooks for speculative decoding) ----------------------------------
     def propose(self) -> list[int]:
-        """Tokens to decode after the cache this step, all with logits (generation phase)."""
+        """Tokens to decode after the cache this step, each with logits: the last sampled token
+        (a speculative slot appends its draft tokens here)."""
         return [self.sampled]
 
     def prompt_chunk(self, budget: int) -> list[int]:
@@ -128,8 +129,15 @@ class Slot:
     def on_generated_decoded(self, tokens: list[int]) -> None:
         self.cache.extend(tokens)
 
+    def rollback(self, n_keep: int) -> None:
+        """Forget everything after the first n_keep cached tokens (rejected draft tokens)."""
+        self.engine.memory.seq_rm(self.id, n_keep, -1)
+        del self.cache[n_keep:]
+
     def accept_logits(self, rows: list[np.ndarray]) -> list[int]:
-        """Sample from the logits of this step; returns the accepted tokens (one, for now)."""
+        """The tokens this step emits, given the logits of the proposed tokens. Plain decoding
+        samples one token from the last row; a speculative slot verifies its drafts against
+        all rows, calls rollback() for the rejected ones and returns accepted + bonus tokens."""
         logits = rows[-1]
         tok = int(self.sampler.sample(logits))
         self.sampler.accept(tok)

@@ -283,3 +283,15 @@ def test_disconnect_cancels_the_task(client, server):
     assert slot["is_processing"] is False
     assert slot["next_token"][0]["n_decoded"] < 400
     assert greedy(client, n=2)["tokens_predicted"] == 2
+
+
+def test_non_stream_disconnect_cancels_the_task(client, server):
+    with httpx.Client(base_url=server.url, timeout=0.5) as c:
+        with pytest.raises(httpx.ReadTimeout):
+            c.post("/completion", json={"prompt": PROMPT, "n_predict": 3000, "id_slot": 1,
+                                        "ignore_eos": True})
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 10 and client.get("/slots").json()[1]["is_processing"]:
+        time.sleep(0.05)
+    slot = client.get("/slots").json()[1]
+    assert slot["is_processing"] is False and slot["next_token"][0]["n_decoded"] < 3000
