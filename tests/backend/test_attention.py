@@ -147,6 +147,22 @@ def test_batch_and_thread_invariance(cpu):
         assert np.array_equal(cpu.attention(q[sub], k, v, c2, s2, e2, 0.1)[1], full[9])
 
 
+def test_head_grouping_invariance():
+    """Splitting a KV head's query heads into tasks of 1..4 heads changes no bit."""
+    rng = np.random.default_rng(21)
+    be = get_backend("cpu", 2)
+    for nh, nkv, d in SHAPES.values():
+        k, v = make_kv(rng, 90, nkv, d, np.float16)
+        q = rng.standard_normal((5, nh, d)).astype(np.float32)
+        cells, qs, qe = random_lists(rng, 5, 90, 90)
+        outs = []
+        for hb in (1, 2, 3, 4):
+            be.attn_heads_per_task = hb
+            outs.append(be.attention(q, k, v, cells, qs, qe, 0.1, 3.0))
+        for o in outs[1:]:
+            assert np.array_equal(o, outs[0])
+
+
 def test_prefill_equals_token_by_token(cpu):
     """Causal prefill in one call == one call per token (cells listed in position order)."""
     rng = np.random.default_rng(5)

@@ -45,6 +45,7 @@ class CpuBackend(Backend):
                                f"build_ext --inplace`): {_IMPORT_ERROR}")
         super().__init__(n_threads or default_threads())
         self._mm = None
+        self.attn_heads_per_task = None     # None: auto; 1..4 only changes the work split
 
     # -- weights (quantized matmul lives in .matmul) -----------------------------------------
     def _matmul_mod(self):
@@ -131,9 +132,20 @@ class CpuBackend(Backend):
         qe = np.ascontiguousarray(q_end, dtype=np.int64)
         max_len = _check_lists(cells, qs, qe, n_q, k_cache.shape[0])
         out = np.empty((n_q, n_head, d_v), dtype=np.float32)
+        hb = self.attn_heads_per_task or _heads_per_task(n_q, n_kv, n_head // n_kv,
+                                                         self.n_threads)
         _attn.attention(q, _bytes(k_cache), _bytes(v_cache), f16, n_kv, cells, qs, qe,
-                        float(scale), float(softcap), out, max_len, self.n_threads)
+                        float(scale), float(softcap), out, max_len, hb, self.n_threads)
         return out
+
+
+def _heads_per_task(n_q: int, n_kv: int, group: int, n_threads: int) -> int:
+    """Largest head block (<= 4, K/V rows shared by its heads) that still gives every thread a
+    task. Only the work split depends on it, never a result."""
+    hb = 4
+    while hb > 1 and n_q * n_kv * -(-group // hb) < n_threads:
+        hb -= 1
+    return hb
 
 
 def _kv_layout(q, k_cache, v_cache):

@@ -1,16 +1,17 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Attention over listed KV cells (f16 or f32 cache), one (query, head) pair per task.
+"""Attention over listed KV cells (f16 or f32 cache).
 
-For query i and head h the kernel walks its cells kv_cells[q_start[i]:q_end[i]] in order:
-  1. s_j = scale * dot(q, k_j) (K converted f16 -> f32 as stored; 4 cells per step, each cell's
-     dot a sequential 8-lane FMA chain over d then a fixed horizontal tree), optional softcap
-     s_j = tanh(s_j * (1/cap)) * cap, max over j;
-  2. p_j = exp(s_j - max) (8-lane exp of pyl_vmath.h), sum = sum over 8-blocks of the block's
-     f32 horizontal sum, accumulated in double (as ggml's soft_max does);
-  3. out = (sum_j p_j v_j) * (1/sum), accumulated in order of j, 64 output lanes at a time.
-The task's code and order depend only on its own cell list, never on the other queries, the
-number of queries or threads: each query's output is bit-identical across batchings
-(ARCHITECTURE decision 6). Unlisted cells are never read.
+A task is (query i, up to 4 heads sharing one KV head): each K/V row is loaded and converted once
+for those heads. For every (query, head) pair the arithmetic is fixed, whatever the grouping:
+  1. s_j = scale * dot(q, k_j) over the query's cells kv_cells[q_start[i]:q_end[i]] in order
+     (K converted f16 -> f32 exactly; per pair one sequential 8-lane FMA chain over d, a fixed
+     horizontal tree, then the d % 8 tail in order; 2 cells x 4 heads at a time), optional
+     softcap s_j = tanh(s_j * (1/cap)) * cap, max over j;
+  2. p_j = exp(s_j - max) (8-lane exp of pyl_vmath.h); sum = the 8-blocks' f32 horizontal sums
+     accumulated in double (as ggml's soft_max does);
+  3. out = (sum_j p_j v_j) * (1/sum), each output lane one FMA chain in order of j.
+So a query's output is bit-identical whatever the other queries in the call, the head grouping
+and the number of threads (ARCHITECTURE decision 6). Unlisted cells are never read.
 """
 import numpy as np
 
@@ -20,29 +21,44 @@ from libc.stdint cimport int32_t, int64_t, uint8_t
 cdef extern from *:
     """
     #include "pyl_vmath.h"
+    #define PYL_HB 4          /* heads per task */
 
     #if PYL_VM_SIMD
-    /* dots of q with 4 rows (f16 or f32), one 8-lane FMA chain per row, fixed tail order */
-    static inline __attribute__((always_inline)) void pyl_dot4(
-            const float *q, const uint8_t *const *k, int f16, int d, float *res) {
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        int i = 0, t;
-        for (; i + 8 <= d; i += 8) {
-            __m256 qv = _mm256_loadu_ps(q + i);
-            a0 = _mm256_fmadd_ps(qv, pyl_ld8(k[0], f16, i), a0);
-            a1 = _mm256_fmadd_ps(qv, pyl_ld8(k[1], f16, i), a1);
-            a2 = _mm256_fmadd_ps(qv, pyl_ld8(k[2], f16, i), a2);
-            a3 = _mm256_fmadd_ps(qv, pyl_ld8(k[3], f16, i), a3);
-        }
-        res[0] = pyl_hsum8(a0); res[1] = pyl_hsum8(a1);
-        res[2] = pyl_hsum8(a2); res[3] = pyl_hsum8(a3);
-        for (; i < d; i++)
-            for (t = 0; t < 4; t++)
-                res[t] += q[i] * pyl_ld1(k[t], f16, i);
+    /* 8 sums at once: lane m of the result = horizontal sum of a[m], fixed tree
+       ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) for every m */
+    static inline __m256 pyl_hsum8x8(const __m256 *a) {
+        __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+        __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+        __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+        return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+                             _mm256_permute2f128_ps(u0, u1, 0x31));
     }
 
-    /* sum of exp(s[j] - mx) over j < n, s[j] overwritten by p_j; s has room for n rounded up to
-       8 (padding set to -inf: exp 0). */
+    /* raw scores of 2 cells x 4 heads into r[4 * c + t]; q[t] head t's query, rows[c] cell c's
+       K row. Per (cell, head): one 8-lane FMA chain over d, pyl_hsum8x8, then the d % 8 tail. */
+    static inline __attribute__((always_inline)) void pyl_qk_2x4(
+            const float *const *q, const uint8_t *const *rows, int f16, int d, float *r) {
+        __m256 a[8];
+        int i, m;
+        for (m = 0; m < 8; m++)
+            a[m] = _mm256_setzero_ps();
+        for (i = 0; i + 8 <= d; i += 8) {
+            __m256 k0 = pyl_ld8(rows[0], f16, i), k1 = pyl_ld8(rows[1], f16, i);
+            for (m = 0; m < 4; m++) {
+                __m256 qv = _mm256_loadu_ps(q[m] + i);
+                a[m] = _mm256_fmadd_ps(qv, k0, a[m]);
+                a[4 + m] = _mm256_fmadd_ps(qv, k1, a[4 + m]);
+            }
+        }
+        _mm256_storeu_ps(r, pyl_hsum8x8(a));
+        for (m = 0; m < 8; m++) {
+            int e;
+            for (e = i; e < d; e++)
+                r[m] += q[m & 3][e] * pyl_ld1(rows[m >> 2], f16, e);
+        }
+    }
+
+    /* p = exp(s - mx) in place over n (padded to 8 with -inf -> 0); returns sum (double) */
     static inline double pyl_softmax_p(float *s, int n, float mx) {
         double sum = 0.0;
         int j;
@@ -56,114 +72,147 @@ cdef extern from *:
         return sum;
     }
 
-    /* out[0:nd] = inv * sum_j p[j] * v_j[d0 : d0 + nd], nd <= 64, in registers */
-    static inline __attribute__((always_inline)) void pyl_pv_block(
-            const float *p, const uint8_t *v, int64_t vst, int f16, const int32_t *cells, int n,
-            int d0, int nd, float inv, float *out) {
-        __m256 acc[8];
-        int j, b, nb = nd / 8, i;
-        for (b = 0; b < 8; b++)
-            acc[b] = _mm256_setzero_ps();
-        if (nb == 8) {
-            for (j = 0; j < n; j++) {
-                const uint8_t *row = v + (int64_t)cells[j] * vst;
-                __m256 pj = _mm256_set1_ps(p[j]);
-                for (b = 0; b < 8; b++)
-                    acc[b] = _mm256_fmadd_ps(pj, pyl_ld8(row, f16, d0 + 8 * b), acc[b]);
-            }
-        } else {
-            for (j = 0; j < n; j++) {
-                const uint8_t *row = v + (int64_t)cells[j] * vst;
-                __m256 pj = _mm256_set1_ps(p[j]);
-                for (b = 0; b < nb; b++)
-                    acc[b] = _mm256_fmadd_ps(pj, pyl_ld8(row, f16, d0 + 8 * b), acc[b]);
-            }
-        }
-        for (b = 0; b < nb; b++)
-            _mm256_storeu_ps(out + 8 * b, _mm256_mul_ps(acc[b], _mm256_set1_ps(inv)));
-        for (i = 8 * nb; i < nd; i++) {          /* lanes past the last full 8: scalar */
-            float a = 0.0f;
-            for (j = 0; j < n; j++)
-                a += p[j] * pyl_ld1(v + (int64_t)cells[j] * vst, f16, d0 + i);
-            out[i] = a * inv;
-        }
-    }
-    #endif
-
-    static inline __attribute__((always_inline)) void pyl_attn_task_t(
-            const float *q, const uint8_t *k, const uint8_t *v, int64_t kst, int64_t vst,
-            const int f16, const int32_t *cells, int n, int dk, int dv, float scale, float cap,
-            float *s, float *out) {
-        float mx = -INFINITY, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f, inv;
-        double sum = 0.0;
-        int j, t, d0;
-        if (n <= 0) {
-            memset(out, 0, sizeof(float) * (size_t)dv);
-            return;
-        }
-    #if PYL_VM_SIMD
-        for (j = 0; j < n; j += 4) {
-            const uint8_t *rows[4];
-            float r[4];
-            for (t = 0; t < 4; t++)           /* past the end: repeat the last listed cell */
-                rows[t] = k + (int64_t)cells[j + t < n ? j + t : n - 1] * kst;
-            pyl_dot4(q, rows, f16, dk, r);
-            for (t = 0; t < 4 && j + t < n; t++) {
-                float x = scale * r[t];
-                if (cap > 0.0f)
-                    x = tanhf(x * inv_cap) * cap;
-                s[j + t] = x;
-                mx = x > mx ? x : mx;
-            }
-        }
-        sum = pyl_softmax_p(s, n, mx);
-        inv = (float)(1.0 / sum);
-        for (d0 = 0; d0 < dv; d0 += 64)
-            pyl_pv_block(s, v, vst, f16, cells, n, d0, dv - d0 < 64 ? dv - d0 : 64, inv, out + d0);
-    #else
-        for (j = 0; j < n; j++) {
-            const uint8_t *row = k + (int64_t)cells[j] * kst;
-            float x = 0.0f;
-            for (t = 0; t < dk; t++)
-                x += q[t] * pyl_ld1(row, f16, t);
-            x *= scale;
-            if (cap > 0.0f)
-                x = tanhf(x * inv_cap) * cap;
-            s[j] = x;
-            mx = x > mx ? x : mx;
-        }
-        for (j = 0; j < n; j++) {
-            s[j] = expf(s[j] - mx);
-            sum += (double)s[j];
-        }
-        inv = (float)(1.0 / sum);
-        memset(out, 0, sizeof(float) * (size_t)dv);
+    /* out[t][d0 : d0 + 8*nv] = inv[t] * sum_j p[t][j] v_j[...], nv = 1 or 2 vectors, 4 heads */
+    static inline __attribute__((always_inline)) void pyl_pv_4(
+            const float *const *p, const uint8_t *v, int64_t vst, int f16, const int32_t *cells,
+            int n, int d0, int nv, const float *inv, float *const *out) {
+        __m256 a[4][2];
+        int j, t, b;
+        for (t = 0; t < 4; t++)
+            a[t][0] = a[t][1] = _mm256_setzero_ps();
         for (j = 0; j < n; j++) {
             const uint8_t *row = v + (int64_t)cells[j] * vst;
-            for (t = 0; t < dv; t++)
-                out[t] += s[j] * pyl_ld1(row, f16, t);
+            __m256 v0 = pyl_ld8(row, f16, d0);
+            __m256 v1 = nv == 2 ? pyl_ld8(row, f16, d0 + 8) : v0;
+            for (t = 0; t < 4; t++) {
+                __m256 pj = _mm256_set1_ps(p[t][j]);
+                a[t][0] = _mm256_fmadd_ps(pj, v0, a[t][0]);
+                a[t][1] = _mm256_fmadd_ps(pj, v1, a[t][1]);
+            }
         }
-        for (t = 0; t < dv; t++)
-            out[t] *= inv;
-        (void)d0;
-    #endif
+        for (t = 0; t < 4; t++)
+            for (b = 0; b < nv; b++)
+                _mm256_storeu_ps(out[t] + d0 + 8 * b, _mm256_mul_ps(a[t][b], _mm256_set1_ps(inv[t])));
     }
 
-    /* One (query, head) task. k/v: the head's first element in cell 0; kst/vst: row strides in
-       bytes; s: scratch, n rounded up to 8 floats; out [dv] (overwritten). */
-    static void pyl_attn_task(const float *q, const uint8_t *k, const uint8_t *v, int64_t kst,
-                              int64_t vst, int f16, const int32_t *cells, int n, int dk, int dv,
-                              float scale, float cap, float *s, float *out) {
+    static inline __attribute__((always_inline)) void pyl_attn_group_t(
+            const float *const *q, const uint8_t *k, const uint8_t *v, int64_t kst, int64_t vst,
+            const int f16, const int32_t *cells, int n, int dk, int dv, float scale, float cap,
+            float *s, int64_t ns, float *const *out) {
+        float mx[4], inv[4], r[8], inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
+        const float *p[4];
+        __m128 vmx = _mm_set1_ps(-INFINITY);
+        int j, t, m, d0, e;
+        for (t = 0; t < 4; t++)
+            p[t] = s + t * ns;
+        for (j = 0; j < n; j += 2) {
+            const uint8_t *rows[2];
+            __m256 x;
+            rows[0] = k + (int64_t)cells[j] * kst;
+            rows[1] = k + (int64_t)cells[j + 1 < n ? j + 1 : j] * kst;   /* past end: repeat */
+            pyl_qk_2x4(q, rows, f16, dk, r);
+            x = _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_loadu_ps(r));
+            if (cap > 0.0f) {
+                _mm256_storeu_ps(r, x);
+                for (m = 0; m < 8; m++)
+                    r[m] = tanhf(r[m] * inv_cap) * cap;
+                x = _mm256_loadu_ps(r);
+            }
+            _mm256_storeu_ps(r, x);
+            /* a repeated row has the same scores: the max needs no masking */
+            vmx = _mm_max_ps(vmx, _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1)));
+            for (t = 0; t < 4; t++)
+                s[t * ns + j] = r[t];
+            if (j + 1 < n)
+                for (t = 0; t < 4; t++)
+                    s[t * ns + j + 1] = r[4 + t];
+        }
+        _mm_storeu_ps(mx, vmx);
+        for (t = 0; t < 4; t++)
+            inv[t] = (float)(1.0 / pyl_softmax_p(s + t * ns, n, mx[t]));
+        for (d0 = 0; d0 + 16 <= dv; d0 += 16)
+            pyl_pv_4(p, v, vst, f16, cells, n, d0, 2, inv, out);
+        if (d0 + 8 <= dv) {
+            pyl_pv_4(p, v, vst, f16, cells, n, d0, 1, inv, out);
+            d0 += 8;
+        }
+        for (e = d0; e < dv; e++)                     /* lanes past the last 8: scalar chain */
+            for (t = 0; t < 4; t++) {
+                float a = 0.0f;
+                for (j = 0; j < n; j++)
+                    a = fmaf(p[t][j], pyl_ld1(v + (int64_t)cells[j] * vst, f16, e), a);
+                out[t][e] = a * inv[t];
+            }
+    }
+    #else
+    static inline void pyl_attn_group_t(
+            const float *const *q, const uint8_t *k, const uint8_t *v, int64_t kst, int64_t vst,
+            const int f16, const int32_t *cells, int n, int dk, int dv, float scale, float cap,
+            float *s, int64_t ns, float *const *out) {
+        float inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
+        int j, t, e;
+        (void)ns;
+        for (t = 0; t < 4; t++) {
+            float mx = -INFINITY, inv;
+            double sum = 0.0;
+            for (j = 0; j < n; j++) {
+                const uint8_t *row = k + (int64_t)cells[j] * kst;
+                float x = 0.0f;
+                for (e = 0; e < dk; e++)
+                    x += q[t][e] * pyl_ld1(row, f16, e);
+                x *= scale;
+                if (cap > 0.0f)
+                    x = tanhf(x * inv_cap) * cap;
+                s[j] = x;
+                mx = x > mx ? x : mx;
+            }
+            for (j = 0; j < n; j++) {
+                s[j] = expf(s[j] - mx);
+                sum += (double)s[j];
+            }
+            inv = (float)(1.0 / sum);
+            for (e = 0; e < dv; e++) {
+                float a = 0.0f;
+                for (j = 0; j < n; j++)
+                    a += s[j] * pyl_ld1(v + (int64_t)cells[j] * vst, f16, e);
+                out[t][e] = a * inv;
+            }
+        }
+    }
+    #endif
+
+    /* One task: nh (1..4) heads h0.. sharing the KV head whose first element in cell 0 is at
+       k/v. q_row/out_row: this query's [n_head, d] rows; s: scratch of 4 * ns floats,
+       ns >= n rounded up to 8. Missing heads repeat the last one (same values rewritten). */
+    static void pyl_attn_task(const float *q_row, int h0, int nh, const uint8_t *k,
+                              const uint8_t *v, int64_t kst, int64_t vst, int f16,
+                              const int32_t *cells, int n, int dk, int dv, float scale,
+                              float cap, float *s, int64_t ns, float *out_row) {
+        const float *q[4];
+        float *out[4];
+        int t;
+        for (t = 0; t < 4; t++) {
+            int h = h0 + (t < nh ? t : nh - 1);
+            q[t] = q_row + (int64_t)h * dk;
+            out[t] = out_row + (int64_t)h * dv;
+        }
+        if (n <= 0) {
+            for (t = 0; t < nh; t++)
+                memset(out[t], 0, sizeof(float) * (size_t)dv);
+            return;
+        }
         if (f16)
-            pyl_attn_task_t(q, k, v, kst, vst, 1, cells, n, dk, dv, scale, cap, s, out);
+            pyl_attn_group_t(q, k, v, kst, vst, 1, cells, n, dk, dv, scale, cap, s, ns, out);
         else
-            pyl_attn_task_t(q, k, v, kst, vst, 0, cells, n, dk, dv, scale, cap, s, out);
+            pyl_attn_group_t(q, k, v, kst, vst, 0, cells, n, dk, dv, scale, cap, s, ns, out);
     }
     """
     int PYL_VM_SIMD
-    void pyl_attn_task(const float* q, const uint8_t* k, const uint8_t* v, int64_t kst,
-                       int64_t vst, int f16, const int32_t* cells, int n, int dk, int dv,
-                       float scale, float cap, float* s, float* out) noexcept nogil
+    int PYL_HB
+    void pyl_attn_task(const float* q_row, int h0, int nh, const uint8_t* k, const uint8_t* v,
+                       int64_t kst, int64_t vst, int f16, const int32_t* cells, int n, int dk,
+                       int dv, float scale, float cap, float* s, int64_t ns,
+                       float* out_row) noexcept nogil
 
 
 def simd():
@@ -174,28 +223,33 @@ def simd():
 def attention(const float[:, :, ::1] q, const uint8_t[:, ::1] kb, const uint8_t[:, ::1] vb,
               bint f16, int n_head_kv, const int32_t[::1] cells, const int64_t[::1] q_start,
               const int64_t[::1] q_end, float scale, float softcap, float[:, :, ::1] out,
-              int max_len, int n_threads):
+              int max_len, int heads_per_task, int n_threads):
     """q [n_q, n_head, dk]; kb/vb the caches as bytes [n_cells, row_bytes]; out [n_q, n_head, dv].
 
-    The caller validated cells (in range) and q_start/q_end (0 <= start <= end <= len(cells)).
+    heads_per_task (1..4) only changes how work is split, never a result. The caller validated
+    cells (in range) and q_start/q_end (0 <= start <= end <= len(cells)).
     """
     cdef int n_q = q.shape[0], n_head = q.shape[1], dk = q.shape[2], dv = out.shape[2]
     cdef int group = n_head // n_head_kv, esz = 2 if f16 else 4
-    cdef int64_t kst = kb.strides[0], vst = vb.strides[0]
-    cdef Py_ssize_t t, n_tasks = <Py_ssize_t>n_q * n_head
-    cdef int i, h, g
+    cdef int hb = max(1, min(heads_per_task, PYL_HB, group))
+    cdef int blocks = (group + hb - 1) // hb         # tasks per (query, kv head)
+    cdef int64_t kst = kb.strides[0], vst = vb.strides[0], ns = (max_len + 7) // 8 * 8
+    cdef Py_ssize_t t, n_tasks = <Py_ssize_t>n_q * n_head_kv * blocks
+    cdef int i, g, b, h0
     cdef const int32_t* cp = &cells[0] if cells.shape[0] > 0 else NULL
-    cdef float[:, ::1] scratch       # one row of scores per thread
+    cdef float[:, ::1] scratch       # 4 score rows per thread
     if n_tasks == 0:
         return
     if cp == NULL or max_len <= 0:
         out[:, :, :] = 0
         return
-    scratch = np.empty((max(n_threads, 1), max_len + 8), dtype=np.float32)
-    for t in prange(n_tasks, nogil=True, num_threads=n_threads, schedule="dynamic", chunksize=4):
-        i = t // n_head
-        h = t % n_head
-        g = h // group
-        pyl_attn_task(&q[i, h, 0], &kb[0, 0] + g * dk * esz, &vb[0, 0] + g * dv * esz,
-                      kst, vst, f16, cp + q_start[i], <int>(q_end[i] - q_start[i]),
-                      dk, dv, scale, softcap, &scratch[threadid(), 0], &out[i, h, 0])
+    scratch = np.empty((max(n_threads, 1), 4 * ns), dtype=np.float32)
+    for t in prange(n_tasks, nogil=True, num_threads=n_threads, schedule="dynamic", chunksize=1):
+        i = t // (n_head_kv * blocks)
+        g = (t // blocks) % n_head_kv
+        b = t % blocks
+        h0 = g * group + b * hb
+        pyl_attn_task(&q[i, 0, 0], h0, min(hb, group - b * hb),
+                      &kb[0, 0] + g * dk * esz, &vb[0, 0] + g * dv * esz, kst, vst, f16,
+                      cp + q_start[i], <int>(q_end[i] - q_start[i]), dk, dv, scale, softcap,
+                      &scratch[threadid(), 0], ns, &out[i, 0, 0])
