@@ -208,6 +208,10 @@ def split_equal(batch: Batch, n_ubatch: int, sequential: bool) -> list[UBatch]:
     if sequential and has_coupled(batch):
         raise ContextError("sequential split is not supported when there are coupled sequences "
                            "in the input batch (you may need to use the -kvu flag)")
+    if len(set(batch.seq_ids)) == 1:        # one sequence set: consecutive runs of n_ubatch
+        n = batch.n_tokens
+        return [UBatch(batch, np.arange(i, min(i + n_ubatch, n)), equal_seqs=True)
+                for i in range(0, n, n_ubatch)]
     used = np.zeros(batch.n_tokens, dtype=bool)
     sets = [frozenset(ids) for ids in batch.seq_ids]
     out = []

@@ -150,8 +150,10 @@ class KVCache:
 
     def prepare(self, ubatches) -> bool:
         """Simulate find_slot + apply of every ubatch in order, then undo everything."""
-        snap = self._snapshot()
         self._slots.clear()
+        if len(ubatches) == 1:                  # nothing to simulate after the only ubatch
+            return self.find_slot(ubatches[0]) is not None
+        snap = self._snapshot()
         try:
             for ub in ubatches:
                 slot = self.find_slot(ub)
@@ -217,19 +219,23 @@ class KVCache:
         if self._plan[0] == key and self._plan[1] is ub:
             return self._plan[2]
         first = np.array([ids[0] for ids in ub.seq_ids], dtype=np.int64)
+        if len(ub.seq_id_unq) == 1:
+            seqs, toks = [ub.seq_id_unq[0]], [slice(None)]
+        else:
+            seqs = np.unique(first).tolist()
+            toks = [np.flatnonzero(first == s) for s in seqs]
         qs = np.empty(ub.n_tokens, dtype=np.int32)
         qe = np.empty(ub.n_tokens, dtype=np.int32)
         parts, off = [], 0
-        for s in np.unique(first):
-            st = self.seq_to_stream(int(s))
-            c, p = self.cells[st].seq_cells_sorted(int(s))
-            tok = np.flatnonzero(first == s)
+        for s, tok in zip(seqs, toks):
+            st = self.seq_to_stream(s)
+            c, p = self.cells[st].seq_cells_sorted(s)
             pt = ub.pos[tok]
             qs[tok] = off + np.searchsorted(p, window_start(self.n_swa, self.swa_type, pt), "left")
             qe[tok] = off + np.searchsorted(p, pt, "right")
             parts.append(st * self.n_cells + c)
             off += len(c)
-        kv = np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, np.int32)
+        kv = np.concatenate(parts).astype(np.int32)
         self._plan = (key, ub, (kv, qs, qe))
         return kv, qs, qe
 
