@@ -76,10 +76,23 @@ def _arange(n: int) -> np.ndarray:
 
 
 def descending_order(logits: np.ndarray, ids: np.ndarray, ids_ascending: bool = False) -> np.ndarray:
-    """Indices sorting by logit descending, then id ascending."""
-    if ids_ascending:
-        return np.argsort(-logits, kind="stable")
-    return np.lexsort((ids, -logits))
+    """Indices sorting by logit descending, then id ascending. Large arrays: an unstable argsort
+    (several times faster than a stable one), then each run of equal logits re-sorted by id."""
+    if len(logits) <= 256:
+        return np.lexsort((ids, -logits))
+    order = np.argsort(-logits)
+    v = logits[order]
+    eq = v[1:] == v[:-1]
+    if not eq.any():
+        return order
+    in_run = np.zeros(len(v), dtype=bool)
+    in_run[1:] |= eq
+    in_run[:-1] |= eq
+    at = np.flatnonzero(in_run)
+    run = np.concatenate([[0], np.cumsum(~eq)])[at]  # runs are contiguous in `at`
+    sub = order[at]
+    order[at] = sub[np.lexsort((ids[sub], run))]
+    return order
 
 
 def sort_descending(cur: Candidates) -> None:
@@ -124,8 +137,7 @@ def softmax(cur: Candidates, do_sort: bool) -> None:
         sort_descending(cur)
     max_l = cur.logits[0] if cur.sorted else cur.logits.max()
     p = np.exp(cur.logits - max_l, dtype=np.float32)
-    total = np.cumsum(p, dtype=np.float32)[-1]  # sequential float sum, like the C loop
-    cur.p = p / total
+    cur.p = p / np.float32(p.sum(dtype=np.float64))
 
 
 def apply_temperature(cur: Candidates, temp: float) -> None:
@@ -151,18 +163,38 @@ def dist_select(cur: Candidates, u: float) -> None:
         return
     max_l = cur.logits[0] if cur.sorted else cur.logits.max()
     p = np.exp(cur.logits - max_l, dtype=np.float32)
-    run = np.cumsum(p, dtype=np.float64)
-    total = run[-1]
-    i = int(np.searchsorted(run, total * u, side="left"))
-    i = min(i, cur.size - 1)
-    if p[i] == 0.0:  # u == 0 exactly: never pick a zero-probability (filtered) candidate
-        i += int(np.flatnonzero(p[i:])[0])
+    i, total = first_reaching(p, u)
     cur.selected = i
     cur.p = (p / total).astype(np.float32)
 
 
+BLOCK = 4096
+
+
+def first_reaching(p: np.ndarray, u: float) -> tuple[int, float]:
+    """(first i whose running double sum of p reaches u * sum, the sum), never a zero p.
+    Long arrays are summed per block first so only one block needs a running sum."""
+    if len(p) <= BLOCK:
+        run = np.cumsum(p, dtype=np.float64)
+        base, total = 0, run[-1]
+    else:
+        blocks = np.add.reduceat(p.astype(np.float64), np.arange(0, len(p), BLOCK))
+        ends = np.cumsum(blocks)
+        total = ends[-1]
+        b = min(int(np.searchsorted(ends, total * u, side="left")), len(blocks) - 1)
+        base = b * BLOCK
+        run = np.cumsum(p[base:base + BLOCK], dtype=np.float64) + (ends[b - 1] if b else 0.0)
+    i = min(int(np.searchsorted(run, total * u, side="left")), len(run) - 1)
+    i += base
+    if p[i] == 0.0:  # u == 0 exactly: never pick a zero-probability (filtered) candidate
+        i += int(np.flatnonzero(p[i:])[0])
+    return i, total
+
+
 def discrete_select(cur: Candidates, u: float) -> int:
-    """std::discrete_distribution over cur.p (already normalised) with uniform u."""
-    run = np.cumsum(cur.p, dtype=np.float64)
-    i = int(np.searchsorted(run, run[-1] * u, side="right"))
-    return min(i, cur.size - 1)
+    """std::discrete_distribution<int>(p) with uniform u (libstdc++): cumulative p / sum in
+    double with the last set to 1, then the first position whose cumulative value is >= u."""
+    p = cur.p.astype(np.float64)
+    run = np.cumsum(p / p.sum())
+    run[-1] = 1.0
+    return min(int(np.searchsorted(run, u, side="left")), cur.size - 1)

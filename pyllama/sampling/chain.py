@@ -4,9 +4,11 @@ Chain built from SamplerParams like common_sampler_init:
   logit-bias (user biases, plus -inf on every EOG token with ignore_eos)
   mirostat == 0: the `samplers` list in order, then `dist` (or `adaptive-p` if listed)
   mirostat == 1: temp -> mirostat v1;  mirostat == 2: temp -> mirostat v2.
-`sample()` runs the chain and draws exactly one uniform from the chain's RNG (numpy Generator
-seeded from `seed`; 0xFFFFFFFF or -1 picks a random seed) in the selecting step, or uses the
-`u` it is given instead. It does not accept: call `accept(token)` to update the history.
+`sample()` runs the chain and draws exactly one uniform from the chain's RNG in the selecting
+step, or uses the `u` it is given instead. It does not accept: call `accept(token)` to update the
+history. The RNG is numpy's MT19937 seeded and read like llama.cpp's std::mt19937 (rng.py), so
+a seed gives llama.cpp's uniforms; 0xFFFFFFFF or -1 picks a random seed. XTC has its own
+generator with the same seed, as in llama.cpp, so `dist` still makes one draw per sample.
 """
 import os
 from collections import deque
@@ -18,9 +20,9 @@ from pyllama.sampling.dry import DRY, process_breakers
 from pyllama.sampling.params import DEFAULT_SEED, SamplerParams
 from pyllama.sampling.samplers import (
     XTC, AdaptiveP, Infill, LogitBias, MinP, Mirostat, MirostatV2, Penalties, Temp, TempExt, TopK,
-    TopNSigma, TopP, Typical, _copy_rng)
+    TopNSigma, TopP, Typical)
+from pyllama.sampling.rng import Mt19937
 
-XTC_STREAM = 0x787463  # "xtc": XTC's generator is seeded (seed, XTC_STREAM), apart from dist's
 
 
 def greedy(logits) -> int:
@@ -48,7 +50,7 @@ class SamplerChain:
         self.eog_ids = tuple(int(t) for t in eog_ids)
         self.eot_id = eot_id if eot_id is not None else (self.eog_ids[0] if self.eog_ids else None)
         self.seed = resolve_seed(params.seed)
-        self.rng = np.random.default_rng(self.seed)
+        self.rng = Mt19937(self.seed)
         self.prev: deque = deque(maxlen=max(32, params.n_prev))
         self.samplers = self._build(params, token_pieces, tokenize, n_ctx, n_ctx_train)
         self._last = None  # Candidates of the last sample(), ordered on demand
@@ -100,7 +102,7 @@ class SamplerChain:
                 p.temp, p.dynatemp_range, p.dynatemp_exponent),
             "xtc": lambda: None if p.xtc_probability <= 0 or p.xtc_threshold > 0.5 else XTC(
                 p.xtc_probability, p.xtc_threshold, p.min_keep,
-                np.random.default_rng((self.seed, XTC_STREAM))),
+                Mt19937(self.seed)),
         }
         if name in simple:
             return simple[name]()
@@ -148,7 +150,7 @@ class SamplerChain:
 
     def draw_uniform(self) -> float:
         """One uniform double in [0, 1) from the chain's RNG (the draw `sample` makes)."""
-        return float(self.rng.random())
+        return self.rng.random()
 
     def accept(self, token: int) -> None:
         token = int(token)
@@ -160,18 +162,18 @@ class SamplerChain:
         """Clear the history, restart mirostat, reseed the RNGs (a random seed draws anew)."""
         self.prev.clear()
         self.seed = resolve_seed(self.params.seed)
-        self.rng = np.random.default_rng(self.seed)
+        self.rng = Mt19937(self.seed)
         for s in self.samplers:
             s.reset()
             if isinstance(s, XTC):
-                s.rng = np.random.default_rng((self.seed, XTC_STREAM))
+                s.rng = Mt19937(self.seed)
 
     def clone(self) -> "SamplerChain":
         """An independent copy with the full state: history, mirostat mu, RNG positions."""
         c = object.__new__(SamplerChain)
         c.params, c.n_vocab, c.eog_ids, c.seed = self.params, self.n_vocab, self.eog_ids, self.seed
         c.eot_id = self.eot_id
-        c.rng = _copy_rng(self.rng)
+        c.rng = self.rng.copy()
         c.prev = deque(self.prev, maxlen=self.prev.maxlen)
         c.samplers = [s.clone() for s in self.samplers]
         c._last, c.last_selected = self._last, self.last_selected

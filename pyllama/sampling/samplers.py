@@ -72,17 +72,31 @@ class TopP(Sampler):
             last = self._cut(cur.p)
             cur.keep(slice(0, last if last else n))
             return
-        # llama.cpp sorts the best 256 first and everything when they do not reach p; growing
-        # the partial sort 256, 2048, ... gives the same prefix without sorting the whole vocab
-        k = 256 if n > 1024 else n
-        while True:
-            order = top_k_indices(cur.logits, cur.ids, k)
-            last = self._cut(cur.p[order])
-            if last or k == n:
-                break
-            k = min(n, k * 8)
+        # llama.cpp sorts the best 256 first and everything when they do not reach p; an upper
+        # bound from a logit histogram (like its bucket sort) gives the same prefix sooner
+        order, last = self._try(cur, 256 if n > 1024 else n)
+        if not last and len(order) < n:
+            order, last = self._try(cur, self._mass_bound(cur))
+        if not last and len(order) < n:
+            order, last = self._try(cur, n)
         cur.keep(order[:last] if last else order)
         cur.sorted = True
+
+    def _try(self, cur: Candidates, k: int) -> tuple[np.ndarray, int]:
+        order = top_k_indices(cur.logits, cur.ids, min(k, cur.size))
+        return order, self._cut(cur.p[order])
+
+    def _mass_bound(self, cur: Candidates, buckets: int = 1024) -> int:
+        """Tokens in the top logit buckets that hold mass >= top_p, one bucket of slack."""
+        live = cur.logits > -np.inf
+        lo, hi = float(cur.logits[live].min()), float(cur.logits.max())
+        scale = (buckets - 1) / (hi - lo) if hi > lo else 0.0
+        b = np.zeros(cur.size, dtype=np.intp)
+        b[live] = ((cur.logits[live] - lo) * scale).astype(np.intp)
+        mass = np.bincount(b, weights=cur.p, minlength=buckets)[::-1].cumsum()
+        count = np.bincount(b, minlength=buckets)[::-1].cumsum()
+        j = min(int(np.searchsorted(mass, float(self.p), side="left")) + 1, buckets - 1)
+        return max(int(count[j]), self.min_keep)
 
     def _cut(self, p_desc: np.ndarray) -> int:
         """Length of the kept prefix, 0 when these candidates never reach top_p."""
@@ -133,7 +147,7 @@ class Typical(Sampler):
         # zero-probability candidates (masked earlier) add nothing to the entropy; llama.cpp's
         # -0 * log(0) would make it NaN and its order undefined
         terms = np.where(cur.p > 0, -cur.p * np.where(cur.p > 0, logp, 0), 0).astype(np.float32)
-        entropy = np.cumsum(terms, dtype=np.float32)[-1]
+        entropy = F32(terms.sum(dtype=np.float64))
         shifted = np.abs(-logp - entropy)
         order = np.argsort(shifted, kind="stable")
         cum = np.cumsum(cur.p[order], dtype=np.float32)
@@ -158,9 +172,8 @@ class TopNSigma(Sampler):
         valid = cur.logits != -np.inf
         vals = cur.logits[valid]
         mx = vals.max() if len(vals) else cur.logits[0]
-        mean = F32(np.cumsum(vals, dtype=np.float32)[-1] / F32(len(vals))) if len(vals) else F32(0)
-        std = F32(math.sqrt(float(np.cumsum((vals - mean) ** 2, dtype=np.float32)[-1])
-                            / len(vals))) if len(vals) else F32(0)
+        mean = F32(vals.mean(dtype=np.float64)) if len(vals) else F32(0)
+        std = F32(math.sqrt(np.mean((vals - mean).astype(np.float64) ** 2))) if len(vals) else F32(0)
         logits = cur.logits.copy()
         logits[logits < F32(mx - self.n * std)] = -np.inf
         cur.logits = logits
@@ -182,7 +195,7 @@ class TempExt(Sampler):
         dyn = self.dynamic_temp(cur)
         apply_temperature(cur, dyn)
         p = np.exp(cur.logits.astype(np.float64) - float(cur.logits[0]))
-        cur.p = (p / np.cumsum(p)[-1]).astype(np.float32)
+        cur.p = (p / p.sum()).astype(np.float32)
 
     def dynamic_temp(self, cur: Candidates) -> float:
         """min_t + (max_t - min_t) * (H / log n)^exponent, H the entropy of the sorted softmax."""
@@ -191,7 +204,7 @@ class TempExt(Sampler):
         max_entropy = F32(-math.log(1.0 / cur.size))
         softmax(cur, do_sort=True)
         p = cur.p[cur.p > 0]
-        entropy = -np.cumsum(p * np.log(p), dtype=np.float32)[-1]
+        entropy = F32(-(p * np.log(p)).sum(dtype=np.float64))
         return float(F32(min_t + (max_t - min_t) * F32((entropy / max_entropy) ** self.exponent)))
 
 
@@ -284,7 +297,7 @@ class XTC(Sampler):
     def apply(self, cur: Candidates) -> None:
         if self.probability <= 0 or self.threshold > 0.5 or cur.size < 2:
             return
-        if F32(self.rng.random()) > self.probability:
+        if F32(self.rng.random_float()) > self.probability:
             return
         softmax(cur, do_sort=True)
         above = np.flatnonzero(cur.p < self.threshold)
@@ -294,7 +307,7 @@ class XTC(Sampler):
             cur.keep(slice(pos_last, None))
 
     def clone(self) -> "XTC":
-        return XTC(self.probability, self.threshold, self.min_keep, _copy_rng(self.rng))
+        return XTC(self.probability, self.threshold, self.min_keep, self.rng.copy())
 
 
 class Mirostat(Sampler):
@@ -313,7 +326,7 @@ class Mirostat(Sampler):
         t = np.log((i + 2) / (i + 1), dtype=np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
             b = np.log(best[:n] / best[1:n + 1], dtype=np.float32)
-            s_hat = F32(np.cumsum(t * b, dtype=np.float32)[-1] / np.cumsum(t * t, dtype=np.float32)[-1]) \
+            s_hat = F32((t * b).sum(dtype=np.float32) / (t * t).sum(dtype=np.float32)) \
                 if n > 0 else F32(np.nan)
             eps = F32(s_hat - 1)
             k = F32((eps * F32(2.0) ** self.mu) / (1 - F32(self.n_vocab) ** -eps)) ** (1 / s_hat)
@@ -402,12 +415,6 @@ class AdaptiveP(Sampler):
         return c
 
 
-def _copy_rng(rng: np.random.Generator) -> np.random.Generator:
-    bg = type(rng.bit_generator)()
-    bg.state = rng.bit_generator.state
-    return np.random.Generator(bg)
-
-
 def _c_int(x) -> int:
     """int(float) as the C cast does on x86: NaN, inf and out-of-range values give INT_MIN."""
     if np.isfinite(x) and -2.0 ** 31 <= x < 2.0 ** 31:
@@ -427,8 +434,8 @@ class Infill(Sampler):
     def apply(self, cur: Candidates) -> None:
         softmax(cur, do_sort=True)
         is_eog = np.fromiter((int(t) in self.eog for t in cur.ids), dtype=bool, count=cur.size)
-        p_eog = np.cumsum(np.where(is_eog, cur.p, 0), dtype=np.float32)[-1]
-        p_txt = np.cumsum(np.where(is_eog, 0, cur.p), dtype=np.float32)[-1]
+        p_eog = F32(cur.p[is_eog].sum(dtype=np.float64))
+        p_txt = F32(cur.p[~is_eog].sum(dtype=np.float64))
         if 3 * p_eog * cur.size > p_txt:  # text too unlikely: keep only the EOG tokens
             self._keep(cur, np.flatnonzero(is_eog))
             return
@@ -449,7 +456,7 @@ class Infill(Sampler):
     def _keep(cur: Candidates, idx: np.ndarray) -> None:
         cur.keep(idx, in_order=True)
         if cur.size:
-            cur.p = (cur.p / np.cumsum(cur.p, dtype=np.float32)[-1]).astype(np.float32)
+            cur.p = (cur.p / F32(cur.p.sum(dtype=np.float64))).astype(np.float32)
 
     def _merge_prefixes(self, cur: Candidates) -> None:
         """Token i0's text a prefix of token i1's: the likelier of the two takes the other's p."""

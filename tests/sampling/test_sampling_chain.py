@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from pyllama.sampling import SamplerChain, SamplerParams, greedy, softmax_top_n
+from pyllama.sampling.rng import Mt19937
 
 LN = np.log
 
@@ -17,6 +18,14 @@ def chain(n_vocab=4, **kw):
 def random_logits(n, count, seed=0):
     rng = np.random.default_rng(seed)
     return [(rng.standard_normal(n) * 2).astype(np.float32) for _ in range(count)]
+
+
+def _nth_uniform(seed, n):
+    """The uniform llama.cpp's dist would draw after n others with this seed."""
+    r = Mt19937(seed)
+    for _ in range(n):
+        r.random()
+    return r.random()
 
 
 def test_default_chain_matches_llama_cpp():
@@ -56,9 +65,7 @@ def test_same_seed_same_tokens_and_one_draw_per_sample():
     tb = [b.sample(x) for x in seq]
     assert ta == tb
     # exactly one uniform per sample: the chain's generator is 40 draws in
-    ref = np.random.default_rng(123)
-    ref.random(40)
-    assert a.rng.random() == ref.random()
+    assert a.rng.random() == _nth_uniform(123, 40)
 
 
 def test_different_seeds_differ():
@@ -74,7 +81,7 @@ def test_explicit_u_matches_the_rng_path():
     seq = random_logits(50, 20)
     plain = chain(50, seed=7)
     want = [plain.sample(x) for x in seq]
-    rng = np.random.default_rng(7)
+    rng = Mt19937(7)
     spec = chain(50, seed=99)
     assert [spec.sample(x, u=rng.random()) for x in seq] == want
 
@@ -83,9 +90,7 @@ def test_xtc_has_its_own_rng():
     seq = random_logits(50, 20)
     c = chain(50, seed=5, xtc_probability=0.5, xtc_threshold=0.05, top_k=0)
     [c.sample(x) for x in seq]
-    ref = np.random.default_rng(5)
-    ref.random(20)
-    assert c.rng.random() == ref.random()
+    assert c.rng.random() == _nth_uniform(5, 20)
 
 
 def test_random_seed_is_resolved():
@@ -152,7 +157,7 @@ def test_probs_post_and_pre_sampling():
     assert [t for t, _ in post] == [0, 1] and [p for _, p in post] == pytest.approx([0.625, 0.375])
     pre = c.probs(logits, 3, post_sampling=False)
     assert [t for t, _ in pre] == [0, 1, 2] and [p for _, p in pre] == pytest.approx([0.5, 0.3, 0.15])
-    assert c.rng.random() == np.random.default_rng(1).random()  # probs() drew nothing
+    assert c.rng.random() == Mt19937(1).random()  # probs() drew nothing
 
 
 def test_probs_full_is_the_final_distribution():
@@ -175,9 +180,7 @@ def test_mirostat_chain_draws_once():
     seq = random_logits(100, 10)
     c = chain(100, seed=9, mirostat=1)
     toks = [c.sample(x) for x in seq]
-    ref = np.random.default_rng(9)
-    ref.random(10)
-    assert c.rng.random() == ref.random() and all(0 <= t < 100 for t in toks)
+    assert c.rng.random() == _nth_uniform(9, 10) and all(0 <= t < 100 for t in toks)
 
 
 def test_dry_in_the_chain_needs_pieces():

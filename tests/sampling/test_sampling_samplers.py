@@ -151,7 +151,7 @@ def test_logit_bias_adds_and_repeats_add_up():
 
 
 class _Always:
-    def random(self):
+    def random_float(self):
         return 0.0
 
 
