@@ -116,12 +116,14 @@ def quantize_acts(int kind, const float[:, ::1] x, int8_t[:, ::1] q, float[:, ::
 
 
 def matmul_rows(int wtype, const uint8_t[:, ::1] w, int k, int8_t[:, ::1] q, float[:, ::1] d,
-                float[:, ::1] s, int16_t[:, ::1] bs, float[:, ::1] f, float[:, ::1] out,
+                float[:, ::1] s, int16_t[:, ::1] bs, float[:, ::1] f, float[:, :] out,
                 uint8_t[:, ::1] scratch, int nth):
     """out[t, r] = dot(W[r], x[t]) for the quantized activations from quantize_acts.
     w: [rows, row_bytes] raw rows; out: [n, >= rows] (row stride free); scratch:
     [>= nth, row_scratch_bytes(k)]."""
     cdef Py_ssize_t rows = w.shape[0], n = out.shape[0]
+    if out.strides[1] != 4 or out.shape[1] < rows:
+        raise ValueError("out must be [n, >= rows] float32 with contiguous rows")
     cdef Py_ssize_t ntiles = (rows + PYL_R - 1) // PYL_R, it
     cdef int tid = 0, nr
     cdef int64_t r0

@@ -109,3 +109,16 @@ def get_rows(w, ids) -> np.ndarray:
     scratch = _buf("rows", _matmul.row_scratch_bytes(k))
     _matmul.dequant_rows(int(w.type), raw, k, ids, out, scratch)
     return out
+
+
+def quantize_activations(wtype: int, x: np.ndarray) -> dict:
+    """The activations as the kernels see them (copies), for tests and debugging:
+    q8_0 -> q, d, s; q8_K -> q, d, bsums; float kinds -> f (rounded to f16/bf16 when needed)."""
+    x2 = np.ascontiguousarray(np.atleast_2d(x), dtype=np.float32)
+    q, d, s, bs, f = _quantize(int(wtype), x2, x2.shape[1], 1)
+    kind = _matmul.act_kind(int(wtype))
+    if kind == _matmul.ACT_Q8_0:
+        return {"q": q.copy(), "d": d.copy(), "s": s.copy()}
+    if kind == _matmul.ACT_Q8_K:
+        return {"q": q.copy(), "d": d.copy(), "bsums": bs.copy()}
+    return {"f": f.copy()}

@@ -175,14 +175,14 @@ static inline int pyl_has_min(int t) { return t == PYL_Q2_K || t == PYL_Q4_K || 
 static inline int pyl_has_m(int t) { return t == PYL_Q4_1 || t == PYL_Q5_1; }
 
 /* ---- family A decoders: one 32-block -> w[32] signed */
-static inline void pyl_dec_q4_0(const uint8_t *x, int8_t *w, float *d, float *m) {
+static inline void pyl_dec_q4_0(const uint8_t *__restrict x, int8_t *__restrict w, float *d, float *m) {
     *d = pyl_rd_f16(x); *m = 0.0f;
     for (int j = 0; j < 16; j++) {
         w[j] = (int8_t)((x[2 + j] & 0xF) - 8);
         w[j + 16] = (int8_t)((x[2 + j] >> 4) - 8);
     }
 }
-static inline void pyl_dec_q4_1(const uint8_t *x, int8_t *w, float *d, float *m) {
+static inline void pyl_dec_q4_1(const uint8_t *__restrict x, int8_t *__restrict w, float *d, float *m) {
     *d = pyl_rd_f16(x); *m = pyl_rd_f16(x + 2);
     for (int j = 0; j < 16; j++) {
         w[j] = (int8_t)(x[4 + j] & 0xF);
@@ -190,19 +190,9 @@ static inline void pyl_dec_q4_1(const uint8_t *x, int8_t *w, float *d, float *m)
     }
 }
 static inline void pyl_qh_bits(const uint8_t *qh, uint8_t *hb) { /* hb[j] = bit j of qh, 0/16 */
-#if PYL_AVX2
-    uint32_t x32; memcpy(&x32, qh, 4);
-    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                           0x0101010101010101, 0x0000000000000000);
-    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf);
-    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-    bytes = _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
-    _mm256_storeu_si256((__m256i *)hb, _mm256_and_si256(bytes, _mm256_set1_epi8(16)));
-#else
     for (int j = 0; j < 32; j++) hb[j] = (uint8_t)(((qh[j >> 3] >> (j & 7)) & 1) << 4);
-#endif
 }
-static inline void pyl_dec_q5_0(const uint8_t *x, int8_t *w, float *d, float *m) {
+static inline void pyl_dec_q5_0(const uint8_t *__restrict x, int8_t *__restrict w, float *d, float *m) {
     uint8_t hb[32];
     *d = pyl_rd_f16(x); *m = 0.0f;
     pyl_qh_bits(x + 2, hb);
@@ -211,7 +201,7 @@ static inline void pyl_dec_q5_0(const uint8_t *x, int8_t *w, float *d, float *m)
         w[j + 16] = (int8_t)(((x[6 + j] >> 4) | hb[j + 16]) - 16);
     }
 }
-static inline void pyl_dec_q5_1(const uint8_t *x, int8_t *w, float *d, float *m) {
+static inline void pyl_dec_q5_1(const uint8_t *__restrict x, int8_t *__restrict w, float *d, float *m) {
     uint8_t hb[32];
     *d = pyl_rd_f16(x); *m = pyl_rd_f16(x + 2);
     pyl_qh_bits(x + 4, hb);
@@ -220,7 +210,7 @@ static inline void pyl_dec_q5_1(const uint8_t *x, int8_t *w, float *d, float *m)
         w[j + 16] = (int8_t)((x[8 + j] >> 4) | hb[j + 16]);
     }
 }
-static inline void pyl_dec_q8_0(const uint8_t *x, int8_t *w, float *d, float *m) {
+static inline void pyl_dec_q8_0(const uint8_t *__restrict x, int8_t *__restrict w, float *d, float *m) {
     *d = pyl_rd_f16(x); *m = 0.0f;
     memcpy(w, x + 2, 32);
 }
@@ -234,19 +224,57 @@ static inline int pyl_block_bytes(int t) {
     }
 }
 
+#if PYL_AVX2
+/* 16 packed bytes -> 32 values: low nibbles (elements 0-15), high nibbles (16-31) */
+static inline __m256i pyl_nib32(const uint8_t *x) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)x), m4 = _mm_set1_epi8(0xF);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+}
+static inline __m256i pyl_bits32(const uint8_t *qh) { /* 0xFF where bit j of qh is set */
+    uint32_t x32; memcpy(&x32, qh, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                           0x0101010101010101, 0x0000000000000000);
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf);
+    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+}
+static inline __m256i pyl_dec32_avx2(int t, const uint8_t *x) {
+    const __m256i b16 = _mm256_set1_epi8(16);
+    switch (t) {
+    case PYL_Q4_0: return _mm256_sub_epi8(pyl_nib32(x + 2), _mm256_set1_epi8(8));
+    case PYL_Q4_1: return pyl_nib32(x + 4);
+    case PYL_Q5_0: return _mm256_sub_epi8(_mm256_or_si256(pyl_nib32(x + 6),
+                                          _mm256_and_si256(pyl_bits32(x + 2), b16)), b16);
+    case PYL_Q5_1: return _mm256_or_si256(pyl_nib32(x + 8), _mm256_and_si256(pyl_bits32(x + 4), b16));
+    default: return _mm256_loadu_si256((const __m256i *)(x + 2));
+    }
+}
+#endif
+
 static inline void pyl_decode_A(int t, const uint8_t *src, int k, pyl_wrow *W) {
-    const int bb = pyl_block_bytes(t);
+    const int bb = pyl_block_bytes(t), hm = pyl_has_m(t);
+    int8_t *__restrict w = W->w;
+    uint8_t *__restrict aw = W->aw;
+    float *__restrict d = W->d, *__restrict m = W->m;
     for (int b = 0; b < k / 32; b++) {
         const uint8_t *x = src + (int64_t)bb * b;
-        int8_t *w = W->w + 32 * b;
+        d[b] = pyl_rd_f16(x);
+        m[b] = hm ? pyl_rd_f16(x + 2) : 0.0f;
+#if PYL_AVX2
+        const __m256i v = pyl_dec32_avx2(t, x);
+        _mm256_storeu_si256((__m256i *)(w + 32 * b), v);
+        _mm256_storeu_si256((__m256i *)(aw + 32 * b), _mm256_abs_epi8(v));
+#else
+        float dd, mm;
         switch (t) {
-        case PYL_Q4_0: pyl_dec_q4_0(x, w, W->d + b, W->m + b); break;
-        case PYL_Q4_1: pyl_dec_q4_1(x, w, W->d + b, W->m + b); break;
-        case PYL_Q5_0: pyl_dec_q5_0(x, w, W->d + b, W->m + b); break;
-        case PYL_Q5_1: pyl_dec_q5_1(x, w, W->d + b, W->m + b); break;
-        default: pyl_dec_q8_0(x, w, W->d + b, W->m + b); break;
+        case PYL_Q4_0: pyl_dec_q4_0(x, w + 32 * b, &dd, &mm); break;
+        case PYL_Q4_1: pyl_dec_q4_1(x, w + 32 * b, &dd, &mm); break;
+        case PYL_Q5_0: pyl_dec_q5_0(x, w + 32 * b, &dd, &mm); break;
+        case PYL_Q5_1: pyl_dec_q5_1(x, w + 32 * b, &dd, &mm); break;
+        default: pyl_dec_q8_0(x, w + 32 * b, &dd, &mm); break;
         }
-        for (int j = 0; j < 32; j++) W->aw[32 * b + j] = (uint8_t)(w[j] < 0 ? -w[j] : w[j]);
+        for (int j = 0; j < 32; j++) aw[32 * b + j] = (uint8_t)(w[32 * b + j] < 0 ? -w[32 * b + j] : w[32 * b + j]);
+#endif
     }
 }
 
@@ -256,7 +284,7 @@ static inline void pyl_scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
     if (j < 4) { *sc = q[j] & 63; *m = q[j + 4] & 63; }
     else { *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4); *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4); }
 }
-static inline void pyl_dec_q4_K(const uint8_t *x, uint8_t *u, int *s16, int *mn, float *d, float *dm) {
+static inline void pyl_dec_q4_K(const uint8_t *__restrict x, uint8_t *__restrict u, int *__restrict s16, int *__restrict mn, float *d, float *dm) {
     *d = pyl_rd_f16(x); *dm = pyl_rd_f16(x + 2);
     for (int j = 0; j < 8; j++) {
         int sc, m;
@@ -271,7 +299,7 @@ static inline void pyl_dec_q4_K(const uint8_t *x, uint8_t *u, int *s16, int *mn,
             u[64 * i + 32 + l] = qs[32 * i + l] >> 4;
         }
 }
-static inline void pyl_dec_q5_K(const uint8_t *x, uint8_t *u, int *s16, int *mn, float *d, float *dm) {
+static inline void pyl_dec_q5_K(const uint8_t *__restrict x, uint8_t *__restrict u, int *__restrict s16, int *__restrict mn, float *d, float *dm) {
     *d = pyl_rd_f16(x); *dm = pyl_rd_f16(x + 2);
     for (int j = 0; j < 8; j++) {
         int sc, m;
@@ -286,7 +314,7 @@ static inline void pyl_dec_q5_K(const uint8_t *x, uint8_t *u, int *s16, int *mn,
             u[64 * i + 32 + l] = (uint8_t)((qs[32 * i + l] >> 4) | (((qh[l] >> (2 * i + 1)) & 1) << 4));
         }
 }
-static inline void pyl_dec_q6_K(const uint8_t *x, uint8_t *u, int *s16, int *mn, float *d, float *dm) {
+static inline void pyl_dec_q6_K(const uint8_t *__restrict x, uint8_t *__restrict u, int *__restrict s16, int *__restrict mn, float *d, float *dm) {
     const uint8_t *ql = x, *qh = x + 128;
     const int8_t *sc = (const int8_t *)(x + 192);
     *d = pyl_rd_f16(x + 208); *dm = 0.0f;
@@ -302,7 +330,7 @@ static inline void pyl_dec_q6_K(const uint8_t *x, uint8_t *u, int *s16, int *mn,
         }
     }
 }
-static inline void pyl_dec_q2_K(const uint8_t *x, uint8_t *u, int *s16, int *mn, float *d, float *dm) {
+static inline void pyl_dec_q2_K(const uint8_t *__restrict x, uint8_t *__restrict u, int *__restrict s16, int *__restrict mn, float *d, float *dm) {
     const uint8_t *sc = x, *qs = x + 16;
     *d = pyl_rd_f16(x + 80); *dm = pyl_rd_f16(x + 82);
     for (int j = 0; j < 16; j++) { s16[j] = sc[j] & 0xF; mn[j] = sc[j] >> 4; }
@@ -311,7 +339,7 @@ static inline void pyl_dec_q2_K(const uint8_t *x, uint8_t *u, int *s16, int *mn,
             for (int l = 0; l < 32; l++)
                 u[128 * h + 32 * j + l] = (qs[32 * h + l] >> (2 * j)) & 3;
 }
-static inline void pyl_dec_q3_K(const uint8_t *x, uint8_t *u, int *s16, int *mn, float *d, float *dm) {
+static inline void pyl_dec_q3_K(const uint8_t *__restrict x, uint8_t *__restrict u, int *__restrict s16, int *__restrict mn, float *d, float *dm) {
     const uint8_t *hm = x, *qs = x + 32, *sc = x + 96;
     *d = pyl_rd_f16(x + 108); *dm = 0.0f;
     for (int s = 0; s < 16; s++) {
@@ -342,10 +370,11 @@ static inline void pyl_decode_K(int t, const uint8_t *src, int k, pyl_wrow *W) {
         case PYL_Q5_K: pyl_dec_q5_K(x, u, s16, mn, d, dm); break;
         default: pyl_dec_q6_K(x, u, s16, mn, d, dm); break;
         }
-        int16_t *sc = W->sc + 128 * b;
+        int16_t *__restrict sc = W->sc + 128 * b;
+        int16_t *__restrict mo = W->mn + 16 * b;
         for (int c = 0; c < 8; c++)
             for (int i = 0; i < 16; i++) sc[16 * c + i] = (int16_t)s16[2 * c + (i >> 3)];
-        for (int j = 0; j < 16; j++) W->mn[16 * b + j] = (int16_t)mn[j];
+        for (int j = 0; j < 16; j++) mo[j] = (int16_t)mn[j];
     }
 }
 
