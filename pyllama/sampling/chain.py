@@ -10,6 +10,7 @@ history. The RNG is numpy's MT19937 seeded and read like llama.cpp's std::mt1993
 a seed gives llama.cpp's uniforms; 0xFFFFFFFF or -1 picks a random seed. XTC has its own
 generator with the same seed, as in llama.cpp, so `dist` still makes one draw per sample.
 """
+import logging
 import os
 from collections import deque
 
@@ -23,6 +24,14 @@ from pyllama.sampling.samplers import (
     TopNSigma, TopP, Typical)
 from pyllama.sampling.rng import Mt19937
 
+
+
+log = logging.getLogger("pyllama.sampling")
+DISABLED_NAMES = {
+    "penalties": "?penalties", "dry": "?dry", "top_n_sigma": "?top-n-sigma", "top_k": "?top-k",
+    "typ_p": "?typical", "top_p": "?top-p", "min_p": "?min-p", "xtc": "?xtc",
+    "temperature": "?temp-ext",
+}
 
 
 def greedy(logits) -> int:
@@ -52,6 +61,7 @@ class SamplerChain:
         self.seed = resolve_seed(params.seed)
         self.rng = Mt19937(self.seed)
         self.prev: deque = deque(maxlen=max(32, params.n_prev))
+        self.names: list[str] = []  # the chain as llama.cpp prints it, disabled ones as "?name"
         self.samplers = self._build(params, token_pieces, tokenize, n_ctx, n_ctx_train)
         self._last = None  # Candidates of the last sample(), ordered on demand
         self.last_selected = -1
@@ -61,21 +71,29 @@ class SamplerChain:
         chain = []
         bias = list(p.logit_bias.items())
         if p.ignore_eos:
+            if not self.eog_ids:
+                log.warning("vocab has no end-of-generation token, ignoring --ignore-eos")
             bias += [(t, -np.inf) for t in self.eog_ids]
         if bias:
             chain.append(LogitBias(bias))
-        if p.mirostat == 1:
-            return chain + [Temp(p.temp), Mirostat(self.n_vocab, p.mirostat_tau, p.mirostat_eta)]
-        if p.mirostat == 2:
-            return chain + [Temp(p.temp), MirostatV2(p.mirostat_tau, p.mirostat_eta)]
+        if p.mirostat in (1, 2):
+            temp = Temp(p.temp) if p.temp != 1 else None
+            miro = Mirostat(self.n_vocab, p.mirostat_tau, p.mirostat_eta) if p.mirostat == 1 else \
+                MirostatV2(p.mirostat_tau, p.mirostat_eta)
+            self.names = [s.name for s in chain] + [temp.name if temp else "?temp", miro.name]
+            return chain + ([temp] if temp else []) + [miro]
         if p.mirostat != 0:
             raise ValueError(f"unknown mirostat version {p.mirostat}")
+        self.names = [s.name for s in chain]
         for name in p.samplers:
             s = self._make(name, p, token_pieces, tokenize, n_ctx, n_ctx_train)
             if s is not None:
                 chain.append(s)
+            if name != "adaptive_p":
+                self.names.append(s.name if s is not None else DISABLED_NAMES[name])
         if "adaptive_p" in p.samplers:
             chain.append(AdaptiveP(p.adaptive_target, p.adaptive_decay))
+        self.names.append(chain[-1].name if "adaptive_p" in p.samplers else "dist")
         return chain
 
     def _make(self, name, p, token_pieces, tokenize, n_ctx, n_ctx_train):
@@ -172,6 +190,7 @@ class SamplerChain:
         """An independent copy with the full state: history, mirostat mu, RNG positions."""
         c = object.__new__(SamplerChain)
         c.params, c.n_vocab, c.eog_ids, c.seed = self.params, self.n_vocab, self.eog_ids, self.seed
+        c.names = self.names
         c.eot_id = self.eot_id
         c.rng = self.rng.copy()
         c.prev = deque(self.prev, maxlen=self.prev.maxlen)
@@ -199,11 +218,8 @@ class SamplerChain:
         return out
 
     def describe(self) -> str:
-        """common_sampler_print: "logits -> name -> ... " (disabled samplers are left out)."""
-        names = [s.name for s in self.samplers]
-        if not any(isinstance(s, (Mirostat, AdaptiveP)) for s in self.samplers):
-            names.append("dist")
-        return "logits " + "".join(f"-> {n} " for n in names)
+        """common_sampler_print: "logits -> name -> ... ", a disabled sampler as "?name"."""
+        return "logits " + "".join(f"-> {n} " for n in self.names)
 
 
 def _by_p(cur: Candidates, n: int | None = None) -> np.ndarray:

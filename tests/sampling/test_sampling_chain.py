@@ -30,11 +30,14 @@ def _nth_uniform(seed, n):
 
 def test_default_chain_matches_llama_cpp():
     c = chain(100, seed=1)
-    assert c.describe() == "logits -> top-k -> top-p -> min-p -> temp-ext -> dist "
+    assert c.describe() == ("logits -> ?penalties -> ?dry -> ?top-n-sigma -> top-k -> ?typical "
+                            "-> top-p -> min-p -> ?xtc -> temp-ext -> dist ")
     c = chain(100, seed=1, mirostat=2)
     assert c.describe() == "logits -> temp -> mirostat-v2 "
     c = SamplerChain(SamplerParams(seed=1, ignore_eos=True, penalty_repeat=1.1), 100, eog_ids=[3])
-    assert c.describe().startswith("logits -> logit-bias -> penalties -> top-k")
+    assert c.describe().startswith("logits -> logit-bias -> penalties -> ?dry")
+    c = chain(100, seed=1, samplers=["top_k", "adaptive_p", "temperature"])
+    assert c.describe() == "logits -> top-k -> temp-ext -> adaptive-p "
 
 
 def test_chain_order_matters():
