@@ -159,12 +159,25 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def dequantize(raw: np.ndarray, qtype, shape) -> np.ndarray:
-    """Raw tensor data (uint8 rows of blocks, or typed f32/f16/uint16-bf16) -> float32 `shape`."""
+def infer_shape(raw: np.ndarray, qtype) -> tuple[int, ...]:
+    """Value shape of tensor data: typed arrays keep their shape; uint8 rows of blocks
+    [..., row_bytes] hold [..., row_bytes / block_bytes * block_elems] values."""
+    lay = BLOCK_LAYOUT[GGMLType(qtype)]
+    if raw.dtype != np.uint8 or raw.ndim == 0:
+        return tuple(raw.shape)
+    if raw.shape[-1] % lay.block_bytes:
+        raise ValueError(f"row of {raw.shape[-1]} bytes is not whole {lay.type.name} blocks")
+    return tuple(raw.shape[:-1]) + (raw.shape[-1] // lay.block_bytes * lay.block_elems,)
+
+
+def dequantize(raw: np.ndarray, qtype, shape=None) -> np.ndarray:
+    """Raw tensor data (uint8 rows of blocks, or typed f32/f16/uint16-bf16) -> float32 `shape`
+    (default: inferred by infer_shape, e.g. uint8 [rows, row_bytes] -> [rows, n_per_row])."""
     qtype = GGMLType(qtype)
-    shape = tuple(int(s) for s in shape)
     if qtype not in BLOCK_LAYOUT:
         raise NotImplementedError(f"dequantize: unsupported type {qtype.name}")
+    raw = np.asarray(raw)
+    shape = infer_shape(raw, qtype) if shape is None else tuple(int(s) for s in shape)
     lay = BLOCK_LAYOUT[qtype]
     n = int(np.prod(shape, dtype=np.int64))
     if n % lay.block_elems:

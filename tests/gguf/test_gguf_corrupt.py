@@ -1,5 +1,6 @@
 """Malformed GGUF files: every one must raise exactly pyllama.errors.GgufError with a message that
 says what and where -- never IndexError/struct.error/MemoryError, a crash or a hang."""
+import os
 import struct
 
 import pytest
@@ -203,19 +204,21 @@ def test_tensor_data_past_eof(tmp_path, ne, rel):
 
 
 def test_truncation_at_every_offset(tmp_path):
-    """Cut a small GGUFWriter file at every header byte and every 5th data byte (plus the ends):
-    GgufError before the last tensor byte, a normal read after it."""
+    """Cut a small GGUFWriter file at every byte of its first 512, every 2nd header byte, every
+    7th data byte and the ends: GgufError before the last tensor byte, a normal read after."""
     src = tmp_path / "full.gguf"
     write_sample(src, alignment=32)
     full = src.read_bytes()
     r = GGUFReader(src)
     end = max(t.offset + t.nbytes for t in r.tensors.values())
     assert len(full) < 12000
+    cuts = sorted(set(range(512)) | set(range(0, r.data_offset + 1, 2))
+                  | set(range(r.data_offset - 40, len(full), 7))
+                  | {r.data_offset, end - 1, end, len(full) - 1}, reverse=True)
     p = tmp_path / "cut.gguf"
-    cuts = sorted(set(range(r.data_offset + 1)) | set(range(r.data_offset, len(full), 5))
-                  | {end - 1, end, len(full) - 1})
-    for n in cuts:
-        p.write_bytes(full[:n])
+    p.write_bytes(full)
+    for n in cuts:                      # shrink one file in place, longest cut first
+        os.truncate(p, n)
         if n < end:
             with pytest.raises(GgufError) as ei:
                 GGUFReader(p)

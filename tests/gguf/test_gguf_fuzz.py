@@ -59,6 +59,7 @@ def touch_everything(r: GGUFReader) -> None:
         np.asarray(d).view(np.uint8).sum()
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(muts=st.lists(mutation, min_size=1, max_size=6),

@@ -84,6 +84,17 @@ def test_dequantize_q8_k_and_q8_1_fields():
         assert np.array_equal(bits(dequantize(raw, t, (6, n))), bits(want))
 
 
+def test_dequantize_infers_shape():
+    rng = np.random.default_rng(8)
+    raw = random_blocks(rng, T.Q6_K, 6).reshape(3, 2 * 210)
+    assert np.array_equal(bits(dequantize(raw, T.Q6_K)), bits(dequantize(raw, T.Q6_K, (3, 512))))
+    x = rng.standard_normal((2, 3, 8)).astype(np.float16)
+    assert dequantize(x, T.F16).shape == (2, 3, 8)
+    assert dequantize(x.view(np.uint8), T.F16).shape == (2, 3, 8)
+    with pytest.raises(ValueError):
+        dequantize(raw[:, :100], T.Q6_K)
+
+
 def test_dequantize_rejects_bad_sizes():
     with pytest.raises(ValueError):
         dequantize(np.zeros(35, np.uint8), T.Q8_0, (32,))
