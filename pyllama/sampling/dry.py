@@ -29,6 +29,10 @@ def process_breakers(breakers, n_vocab: int, token_pieces, tokenize=None) -> dic
         if not brk:
             continue
         brk = brk[:MAX_CHAR_LEN]
+        if len(brk) == 1:  # a one-character breaker has no partial overlaps: heads only
+            for tid in [t for t, w in enumerate(words) if brk in w]:
+                _add(out, tid, ())
+            continue
         tok = tokenize or _greedy_tokenizer(words)
         for tid, word in enumerate(words):
             if brk in word:
