@@ -224,15 +224,15 @@ def test_rejection_sampling_emits_the_target_distribution():
     # exact: P(t) = q(t) min(1, p/q) + (1 - sum_s q(s) min(1, p(s)/q(s))) * residual(t)
     acc = q * np.minimum(1, p / q)
     assert acc + (1 - acc.sum()) * residual(p, q) == pytest.approx(p)
-    # the same through the functions, with seeded uniforms (20k rounds)
-    rng = np.random.default_rng(0)
+    # the same through the functions, with seeded uniforms (10k rounds)
+    rng, r = np.random.default_rng(0), residual(p, q)
     counts = np.zeros(4)
-    for _ in range(20000):
-        t = sample_probs(q, rng.random())
-        if not accept_draft(p, q, t, rng.random()):
-            t = sample_probs(residual(p, q), rng.random())
+    for u in rng.random((10000, 3)):
+        t = sample_probs(q, u[0])
+        if not accept_draft(p, q, t, u[1]):
+            t = sample_probs(r, u[2])
         counts[t] += 1
-    assert counts / counts.sum() == pytest.approx(p, abs=0.015) and counts[3] == 0
+    assert counts / counts.sum() == pytest.approx(p, abs=0.02) and counts[3] == 0
 
 
 def test_chain_probs_full_drives_rejection_sampling():
