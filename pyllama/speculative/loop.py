@@ -160,7 +160,7 @@ def _draft_sampled(drafter: DraftModelDrafter, history, n_max, draft_sampler):
     toks, qs = [], []
     for i in range(n_max):
         q = ds.probs_full(drafter.ctx.get_logits_ith(-1))
-        t = int(ds.rng_choice(q))
+        t = _choice(q, ds.draw_uniform())
         toks.append(t)
         qs.append(q)
         if i + 1 < n_max:
@@ -169,22 +169,32 @@ def _draft_sampled(drafter: DraftModelDrafter, history, n_max, draft_sampler):
 
 
 def _accept_rejection(ctx, sampler, drafts, q_rows) -> list[int]:
-    """Speculative sampling: accept d_i with prob min(1, p/q); else draw from max(0, p - q)."""
+    """Speculative sampling against the target chain's full distributions at each row."""
+    p_rows = [sampler.probs_full(ctx.get_logits_ith(i)) for i in range(len(drafts) + 1)]
+    out = accept_rejection(p_rows, q_rows, drafts, sampler.draw_uniform)
+    for t in out:
+        sampler.accept(t)
+    return out
+
+
+def accept_rejection(p_rows, q_rows, drafts, draw) -> list[int]:
+    """Accept d_i with probability min(1, p_i(d)/q_i(d)); at the first rejection emit a draw
+    from normalise(max(0, p_i - q_i)); if all are accepted, a bonus draw from p_N. `draw()`
+    returns a uniform in [0, 1). The emitted tokens are distributed exactly as the target's."""
     out = []
     for i, d in enumerate(drafts):
-        pt = sampler.probs_full(ctx.get_logits_ith(i))
-        q = q_rows[i]
-        if sampler.uniform() * q[d] <= pt[d]:
-            sampler.accept(d)
-            out.append(d)
+        p, q = p_rows[i], q_rows[i]
+        if draw() * q[d] <= p[d]:
+            out.append(int(d))
             continue
-        resid = np.maximum(pt - q, 0.0)
-        t = int(sampler.rng_choice(resid / resid.sum()))
-        sampler.accept(t)
-        out.append(t)
+        resid = np.maximum(p.astype(np.float64) - q, 0.0)
+        out.append(_choice(resid if resid.sum() > 0 else p, draw()))
         return out
-    pt = sampler.probs_full(ctx.get_logits_ith(len(drafts)))
-    t = int(sampler.rng_choice(pt))
-    sampler.accept(t)
-    out.append(t)
+    out.append(_choice(p_rows[len(drafts)], draw()))
     return out
+
+
+def _choice(p: np.ndarray, u: float) -> int:
+    """Inverse-CDF draw from the (unnormalised) distribution p with the uniform u in [0, 1)."""
+    c = np.cumsum(p, dtype=np.float64)
+    return int(min(np.searchsorted(c, u * c[-1], side="right"), len(p) - 1))

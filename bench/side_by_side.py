@@ -1,0 +1,152 @@
+"""pp512 / tg128 / load time: pyllama vs llama.cpp (through llama-cpp-python), side by side.
+
+    python bench/side_by_side.py [--models gemma-3-270m,qwen2.5-coder-0.5b] [--pairs 5] [-t 2]
+
+Runs the two runtimes interleaved (A B A B ...) in fresh subprocesses, reports medians and per-pair
+ratios, and writes a JSON + markdown report with machine info under bench/results/. pp512 = one
+decode of 512 prompt tokens (logits for the last), tg128 = 128 single-token decodes, same thread
+count and context size for both. llama-cpp-python is optional (pip install llama-cpp-python==0.3.36
+builds llama.cpp from source, ~10 minutes); without it only pyllama's figures are reported.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+N_CTX = 1024
+
+WORKER = r'''
+import json, os, sys, time
+import numpy as np
+runtime, path, n_threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rng = np.random.default_rng(0)
+out = {}
+t0 = time.perf_counter()
+if runtime == "pyllama":
+    import pyllama
+    from pyllama.batch import Batch
+    model = pyllama.load_model(path, n_threads=n_threads)
+    n_vocab = model.n_vocab
+    def new_ctx():
+        return pyllama.Context(model, n_ctx=N_CTX, n_batch=512, n_ubatch=512, n_threads=n_threads)
+    def decode(ctx, toks, p0):
+        flags = np.zeros(len(toks), bool); flags[-1] = True
+        rc = ctx.decode(Batch(np.asarray(toks, np.int32), pos=np.arange(p0, p0 + len(toks), dtype=np.int32),
+                              seq_ids=[0] * len(toks), logits=flags))
+        assert rc == 0, rc
+        ctx.get_logits_ith(-1)
+    ctx = new_ctx()
+    decode(ctx, [1], 0)
+else:
+    import llama_cpp
+    llm = llama_cpp.Llama(model_path=path, n_ctx=N_CTX, n_batch=512, n_ubatch=512, n_threads=n_threads,
+                          n_threads_batch=n_threads, verbose=False, logits_all=False)
+    n_vocab = llm.n_vocab()
+    def new_ctx():
+        llm.reset(); llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm.ctx), True)
+        return llm
+    def decode(ctx, toks, p0):
+        b = llama_cpp.llama_batch_get_one((llama_cpp.llama_token * len(toks))(*toks), len(toks))
+        rc = llama_cpp.llama_decode(ctx.ctx, b)
+        assert rc == 0, rc
+        llama_cpp.llama_get_logits_ith(ctx.ctx, -1)
+    decode(new_ctx(), [1], 0)
+out["load_s"] = time.perf_counter() - t0
+toks = [int(t) for t in rng.integers(100, min(n_vocab, 30000), 512)]
+ctx = new_ctx(); decode(ctx, toks[:16], 0)                 # warm-up
+ctx = new_ctx()
+t = time.perf_counter(); decode(ctx, toks, 0); out["pp512"] = 512 / (time.perf_counter() - t)
+ctx = new_ctx(); decode(ctx, toks[:1], 0)
+t = time.perf_counter()
+for i in range(128):
+    decode(ctx, [toks[i + 1]], i + 1)
+out["tg128"] = 128 / (time.perf_counter() - t)
+print(json.dumps(out))
+'''.replace("N_CTX", str(N_CTX))
+
+
+def run(runtime: str, path: str, threads: int) -> dict:
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, "-c", WORKER, runtime, path, str(threads)],
+                       capture_output=True, text=True, env=env, timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"{runtime} failed: {r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def have_llama_cpp() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def machine_info() -> dict:
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="gemma-3-270m,qwen2.5-coder-0.5b")
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    args = ap.parse_args()
+    sys.path.insert(0, os.path.dirname(HERE))
+    from pyllama.models import resolve
+    runtimes = ["pyllama"] + (["llama.cpp"] if have_llama_cpp() else [])
+    report = {"machine": machine_info(), "threads": args.threads, "results": {}}
+    for alias in args.models.split(","):
+        path = resolve(alias)
+        rows = {rt: [] for rt in runtimes}
+        for i in range(args.pairs):
+            for rt in runtimes:
+                rows[rt].append(run(rt, path, args.threads))
+                print(f"{alias} pair {i} {rt}: {rows[rt][-1]}", file=sys.stderr)
+        report["results"][alias] = rows
+    write_report(report, runtimes)
+    return 0
+
+
+def write_report(report: dict, runtimes: list) -> None:
+    lines = [f"# pyllama vs llama.cpp, {report['machine']['date']}",
+             f"{report['machine']['cpu']}, {report['machine']['cores']} cores, "
+             f"{report['threads']} threads", "",
+             "| model | test | pyllama | llama.cpp | ratio (median of pair ratios) |",
+             "|---|---|---|---|---|"]
+    for alias, rows in report["results"].items():
+        for test in ("pp512", "tg128", "load_s"):
+            a = [r[test] for r in rows["pyllama"]]
+            if "llama.cpp" in rows:
+                b = [r[test] for r in rows["llama.cpp"]]
+                ratios = [x / y for x, y in zip(a, b)]
+                lines.append(f"| {alias} | {test} | {statistics.median(a):.2f} | "
+                             f"{statistics.median(b):.2f} | {statistics.median(ratios):.2f} |")
+            else:
+                lines.append(f"| {alias} | {test} | {statistics.median(a):.2f} | n/a | n/a |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", f"side_by_side-{stamp}.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    with open(os.path.join(HERE, "results", f"side_by_side-{stamp}.md"), "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
