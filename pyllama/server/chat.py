@@ -13,6 +13,7 @@ from .schemas import ServerError, invalid
 
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 _TOOL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+_BARE_RE = re.compile(r'(?:```(?:json)?\s*)?(\{\s*"name"\s*:)')
 
 
 def normalize_messages(messages) -> list[dict]:
@@ -102,22 +103,50 @@ def new_call_id() -> str:
     return "".join(random.choices(string.ascii_letters + string.digits, k=32))
 
 
+def _call(obj) -> dict | None:
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    args = obj.get("arguments", {})
+    return {"type": "function", "id": new_call_id(), "function": {
+        "name": obj["name"],
+        "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}}
+
+
+def _bare_calls(text: str) -> tuple[list[dict], list[tuple[int, int]]]:
+    """`{"name": ..., "arguments": ...}` objects without the tags (optionally in a ```json
+    fence), which llama.cpp's Hermes 2 Pro parser accepts too; small models often emit them."""
+    calls, spans = [], []
+    dec = json.JSONDecoder()
+    for m in _BARE_RE.finditer(text):
+        if spans and m.start() < spans[-1][1]:
+            continue
+        try:
+            obj, end = dec.raw_decode(text, m.start(1))
+        except ValueError:
+            continue
+        call = _call(obj) if isinstance(obj, dict) and "arguments" in obj else None
+        if call is not None:
+            fence = re.match(r"\s*```", text[end:])
+            calls.append(call)
+            spans.append((m.start(), end + (fence.end() if m.group(0).lstrip().startswith("```")
+                                             and fence else 0)))
+    return calls, spans
+
+
 def parse_tool_calls(text: str) -> tuple[str, list[dict]]:
     """Split model output into (content, tool_calls) in OpenAI's format; a block whose body is
     not `{"name": ..., "arguments": ...}` JSON stays in the content."""
     calls, spans = [], []
     for m in _TOOL_RE.finditer(text):
         try:
-            obj = json.loads(m.group(1))
+            call = _call(json.loads(m.group(1)))
         except ValueError:
             continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            continue
-        args = obj.get("arguments", {})
-        calls.append({"type": "function", "id": new_call_id(), "function": {
-            "name": obj["name"],
-            "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}})
-        spans.append(m.span())
+        if call is not None:
+            calls.append(call)
+            spans.append(m.span())
+    if not calls:
+        calls, spans = _bare_calls(text)
     if not calls:
         return text, []
     content = text[:spans[0][0]]
@@ -136,6 +165,9 @@ class ToolCallStream:
     def push(self, delta: str) -> str:
         self.text += delta
         if self.in_call:
+            return ""
+        if self.n_sent == 0 and self.text.lstrip()[:1] in ("{", "`"):
+            self.in_call = True      # may be a bare JSON call: decided at the end
             return ""
         i = self.text.find(TOOL_OPEN, self.n_sent)
         if i >= 0:
@@ -158,5 +190,7 @@ class ToolCallStream:
         content, calls = parse_tool_calls(self.text)
         if not calls:
             return self._emit(len(self.text)), []
+        if self.n_sent == 0:
+            return content, calls
         rest = content[self.n_sent:] if content.startswith(self.text[:self.n_sent]) else ""
         return rest, calls
