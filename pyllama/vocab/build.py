@@ -26,10 +26,11 @@ from ..errors import TokenizerError
 from ..log import get_logger
 from . import strings
 from .pretok import REGEXES, PreTok
+from .spm import merge_symbols
 
 log = get_logger("vocab")
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 SPACE = "\u2581"
 
 
@@ -54,18 +55,29 @@ def metadata_hash(md: dict) -> str:
 
 
 def spm_merge_ids(tokens: list[str], scores: np.ndarray, ids: dict[str, int]) -> np.ndarray:
-    """[n_merges, 2] int32 token ids (left, right), best first (see module doc)."""
+    """[n_merges, 2] int32 token ids (left, right), best first (see module doc).
+
+    An entry with one split into two vocab entries gets that merge; one with several gets
+    only the split SPM itself ends with on the entry's own text (spm.py explains why that is
+    enough), which halves the list the `tokenizers` BPE model has to load."""
+    score = {t: float(scores[i]) for t, i in ids.items()}
     found = []
     for t, i in ids.items():
-        for k in range(1, len(t)):
-            a = ids.get(t[:k])
-            if a is not None:
-                b = ids.get(t[k:])
-                if b is not None:
-                    found.append((-float(scores[i]), i, k, a, b))
+        splits = [(k, a, b) for k in range(1, len(t))
+                  if (a := ids.get(t[:k])) is not None and (b := ids.get(t[k:])) is not None]
+        if len(splits) > 1:
+            splits = _spm_last_split(t, score, splits)
+        found.extend((-score[t], i, k, a, b) for k, a, b in splits)
     found.sort()
-    out = np.array([(f[3], f[4]) for f in found], dtype=np.int32)
-    return out.reshape(-1, 2)
+    return np.array([f[3:] for f in found], dtype=np.int32).reshape(-1, 2)
+
+
+def _spm_last_split(t: str, score: dict[str, float], splits: list) -> list:
+    syms, last = merge_symbols(t, score)
+    if len(syms) != 1 or last is None:
+        return []                     # SPM never forms this entry
+    k = len(last[0])
+    return [s for s in splits if s[0] == k]
 
 
 def _load_cached(path: Path) -> np.ndarray | None:
@@ -105,7 +117,8 @@ def cached_spm_merges(md: dict, tokens: list[str], ids: dict[str, int]) -> np.nd
 
 def build_spm(tokens: list[str], ids: dict[str, int], merges: np.ndarray,
               add_space_prefix: bool) -> Tokenizer:
-    pairs = [(tokens[a], tokens[b]) for a, b in merges.tolist()]
+    arr = np.array(tokens, dtype=object)
+    pairs = list(zip(arr[merges[:, 0]], arr[merges[:, 1]]))
     try:
         bpe = models.BPE(ids, pairs, byte_fallback=True, fuse_unk=False)
     except Exception as e:  # tokenizers raises a bare Exception
@@ -118,13 +131,10 @@ def build_spm(tokens: list[str], ids: dict[str, int], merges: np.ndarray,
     return tok
 
 
-def build_bpe(tokens: list[str], ids: dict[str, int], merges: list[str], pre: PreTok) -> Tokenizer:
-    pairs = []
-    for m in merges:
-        a, sep, b = m.partition(" ")
-        if not sep:
-            raise TokenizerError(f"bad merge entry {m!r} in tokenizer.ggml.merges")
-        pairs.append((a, b))
+def build_bpe(tokens: list[str], ids: dict[str, int], merges, pre: PreTok) -> Tokenizer:
+    pairs = strings.pairs(merges)
+    if pairs is None:
+        pairs = [_split_merge(m) for m in strings.strings(merges)]
     try:
         bpe = models.BPE(ids, pairs, fuse_unk=False, ignore_merges=pre.ignore_merges)
     except Exception as e:
@@ -134,6 +144,13 @@ def build_bpe(tokens: list[str], ids: dict[str, int], merges: list[str], pre: Pr
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         splits + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     return tok
+
+
+def _split_merge(m: str) -> tuple[str, str]:
+    a, sep, b = m.partition(" ")
+    if not sep:
+        raise TokenizerError(f"bad merge entry {m!r} in tokenizer.ggml.merges")
+    return a, b
 
 
 def add_partition_tokens(tok: Tokenizer, tokens: list[str], ids: np.ndarray,

@@ -5,7 +5,8 @@ SPM repeatedly merges the adjacent pair of symbols whose concatenation is the vo
 the highest score (ties: leftmost). A symbol that is formed in any text is formed exactly as
 when its own text is tokenized alone (no pair crossing its span can have won), so each token
 needs one merge: the last merge of SPM on its own text. Ranked by score, those merges make a
-plain BPE model produce SPM's ids (`canonical_merges`).
+plain BPE model produce SPM's ids (build.spm_merge_ids). Extra merges of other splits are
+harmless: SPM never picks them, so neither does the BPE model.
 """
 from __future__ import annotations
 
@@ -45,18 +46,3 @@ def merge_symbols(text: str, score: dict[str, float]) -> tuple[list[str], tuple[
         push(prv[left], left)
         push(left, nxt[left])
     return [s for s in sym if s], last
-
-
-def canonical_merges(tokens: list[str], scores, ids: dict[str, int]) -> list[tuple[str, str]]:
-    """The BPE merge list (best first) equivalent to SPM over `tokens` with `scores`;
-    `ids` maps a text to its id (the last one for duplicates, as llama.cpp)."""
-    score = {t: float(scores[i]) for t, i in ids.items()}
-    ranked = []
-    for t, i in ids.items():
-        if len(t) < 2:
-            continue
-        out, last = merge_symbols(t, score)
-        if len(out) == 1 and last is not None:
-            ranked.append((-score[t], i, last))
-    ranked.sort(key=lambda r: (r[0], r[1]))
-    return [r[2] for r in ranked]

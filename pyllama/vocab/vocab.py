@@ -126,7 +126,8 @@ class Vocab:
             raise TokenizerError("cannot find tokenizer vocab in model file")
         raw = md["tokenizer.ggml.tokens"]
         tokens = strings.strings(raw)
-        tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+        if "" in tokens:
+            tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
         n = len(tokens)
         ids = dict(zip(tokens, range(n)))
         attr = attrs.from_types(md.get("tokenizer.ggml.token_type"), n)
@@ -285,5 +286,4 @@ def _tokenizer(model: str, md: dict, tokens: list[str], ids: dict[str, int], fla
         return build.build_spm(tokens, ids, merges, flags["add_space_prefix"])
     if "tokenizer.ggml.merges" not in md:
         raise TokenizerError("BPE vocab without tokenizer.ggml.merges")
-    merges = strings.strings(md["tokenizer.ggml.merges"])
-    return build.build_bpe(tokens, ids, merges, flags["pre"])
+    return build.build_bpe(tokens, ids, md["tokenizer.ggml.merges"], flags["pre"])
