@@ -252,14 +252,14 @@ def test_slot_save_erase_restore(client, slot_dir):
 
 # ----------------------------------------------------------------------------- concurrency
 def test_parallel_requests_batch_together_and_match_sequential(client, server):
-    prompts = ["the cat sat", "once upon a time there was"]
+    prompts = ["the cat sat", "once upon a time there was", "a dog ran"]  # 3 tasks, 2 slots
     ref = [greedy(client, p, n=24, cache_prompt=False)["content"] for p in prompts]
-    out = [None, None]
+    out = [None] * len(prompts)
 
     def run(i):
         with httpx.Client(base_url=server.url, timeout=60) as c:
             out[i] = greedy(c, prompts[i], n=24, cache_prompt=False)["content"]
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
     for t in threads:
         t.start()
     for t in threads:

@@ -128,6 +128,34 @@ def test_web_page(client):
     assert "v1/chat/completions" in r.text
 
 
+def test_web_page_script_streams_a_chat(client, server):
+    """The page's own SSE reader, run by node against the server, assembles the same reply."""
+    import re
+    import shutil
+    import subprocess
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    js = re.search(r"<script>(.*)</script>", client.get("/").text, re.S).group(1)
+    assert subprocess.run([node, "--check", "-"], input=js, text=True).returncode == 0
+    reader = re.search(r"async function\* events\(response\) \{.*?\n\}\n", js, re.S).group(0)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "temperature": 0}
+    prog = reader + f"""
+(async () => {{
+  const r = await fetch("{server.url}/v1/chat/completions", {{method: "POST",
+    headers: {{"Content-Type": "application/json"}},
+    body: JSON.stringify({json.dumps({**body, "stream": True})})}});
+  let text = "";
+  for await (const ev of events(r))
+    for (const c of ev.choices || []) if (c.delta && c.delta.content) text += c.delta.content;
+  console.log(JSON.stringify(text));
+}})();"""
+    out = subprocess.run([node, "-e", prog], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    ref = client.post("/v1/chat/completions", json=body).json()
+    assert json.loads(out.stdout) == (ref["choices"][0]["message"]["content"] or "")
+
+
 @pytest.fixture(scope="module")
 def keyed_server(tiny_llama):
     s = ServerProc(["-m", tiny_llama, "-c", "256", "-np", "1", "--api-key", "k1,k2"]).wait_ready()
