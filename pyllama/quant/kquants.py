@@ -1,8 +1,10 @@
 """K-quant reference quantizers (Q4_K, Q5_K, Q6_K), vectorised over sub-blocks.
 
 Ports of ggml's quantize_row_q{4,5,6}_K_ref with their scale searches (make_qkx2_quants,
-make_qx_quants). The searches are the same; sums run in numpy's order instead of ggml's serial
-order, so a scale can differ from llama.cpp's in the last bit. Used to write test models.
+make_qx_quants). Every float32 sum runs serially in ggml's order and every product in its
+association, so the blocks are bit-identical to ggml's (checked against libggml-base in
+tests/quant/test_quant_ggml.py). The searches loop over candidate scales in Python but are
+vectorised over all sub-blocks of the input.
 """
 from __future__ import annotations
 
@@ -21,17 +23,23 @@ def _div(a, b):
         return (a / b).astype(F32)
 
 
-def _wsum(w, v):
-    return (w * v).sum(axis=1, dtype=F32)
+def _ssum(v: np.ndarray) -> np.ndarray:
+    """Sum over the last axis left to right in float32, like ggml's `for (i...) sum += v[i]`."""
+    acc = v[..., 0].astype(F32)
+    for i in range(1, v.shape[-1]):
+        acc = acc + v[..., i]
+    return acc
 
 
-def _qkx2_search(x, w, L, best, scale, mn, lo, rng, nmax, rmin, rdelta, nstep):
-    """The refinement loop of make_qkx2_quants: least-squares (scale, min) per candidate grid."""
-    sum_w, sum_x = w.sum(axis=1, dtype=F32), _wsum(w, x)
+def _qkx2_search(x, w, L, best, scale, mn, mx, nmax, rmin, rdelta, nstep):
+    """The refinement loop of make_qkx2_quants: least-squares (scale, min) per candidate grid.
+    As in ggml, each step rescales with the current best min (it moves when a step wins)."""
+    sum_w, sum_x = _ssum(w), _ssum(w * x)
     for step in range(nstep + 1):
-        iscale = _div(F32(rmin) + F32(rdelta) * F32(step) + F32(nmax), rng)
-        la = np.clip(nearest_int(iscale[:, None] * (x - lo[:, None])), 0, nmax).astype(F32)
-        sum_l, sum_l2, sum_xl = _wsum(w, la), _wsum(w, la * la), _wsum(w, la * x)
+        iscale = _div(F32(rmin) + F32(rdelta) * F32(step) + F32(nmax), mx - mn)
+        la = np.clip(nearest_int(iscale[:, None] * (x - mn[:, None])), 0, nmax).astype(F32)
+        wl = w * la
+        sum_l, sum_l2, sum_xl = _ssum(wl), _ssum(wl * la), _ssum(wl * x)
         D = sum_w * sum_l2 - sum_l * sum_l
         t_scale = _div(sum_w * sum_xl - sum_x * sum_l, D)
         t_min = _div(sum_l2 * sum_x - sum_l * sum_xl, D)
@@ -40,7 +48,7 @@ def _qkx2_search(x, w, L, best, scale, mn, lo, rng, nmax, rmin, rdelta, nstep):
         t_scale = np.where(pos, _div(sum_xl, sum_l2), t_scale)
         with np.errstate(invalid="ignore", over="ignore"):     # D == 0 rows are not taken
             diff = t_scale[:, None] * la + t_min[:, None] - x
-            mad = _wsum(w, diff * diff)
+            mad = _ssum(w * (diff * diff))
         better = (D > 0) & (mad < best)
         L = np.where(better[:, None], la, L)
         best = np.where(better, mad, best)
@@ -58,9 +66,9 @@ def make_qkx2_quants(x, w, nmax, rmin, rdelta, nstep):
     scale = _div(F32(1), iscale)
     L = np.clip(nearest_int(iscale[:, None] * (x - lo[:, None])), 0, nmax).astype(F32)
     diff = scale[:, None] * L + lo[:, None] - x
-    best = _wsum(w, diff * diff)
-    L, scale, mn = _qkx2_search(x, w, L, best, scale, lo.copy(), lo, rng, nmax, rmin, rdelta,
-                                nstep)
+    best = _ssum(w * (diff * diff))
+    mx = np.where(flat, lo + F32(1), x.max(axis=1)).astype(F32)
+    L, scale, mn = _qkx2_search(x, w, L, best, scale, lo, mx, nmax, rmin, rdelta, nstep)
     L = np.where(flat[:, None], F32(0), L)
     return np.where(flat, F32(0), scale), np.where(flat, -lo, -mn), L.astype(np.int32)
 
@@ -77,12 +85,12 @@ def make_qx_quants(x, nmax):
     mx = np.where(zero, F32(1), mx).astype(F32)
     w = x * x
     l = _qx_round(x, _div(F32(-nmax), mx), nmax)
-    sumlx, suml2 = _wsum(w * x, l), _wsum(w, l * l)
+    sumlx, suml2 = _ssum(w * x * l), _ssum(w * l * l)
     scale = np.where(suml2 != 0, _div(sumlx, suml2), F32(0))
     best = scale * sumlx
     for step in [s for s in range(-9, 10) if s != 0]:
         la = _qx_round(x, _div(-(F32(nmax) + F32(0.1) * F32(step)), mx), nmax)
-        sumlx, suml2 = _wsum(w * x, la), _wsum(w, la * la)
+        sumlx, suml2 = _ssum(w * x * la), _ssum(w * la * la)
         better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
         l = np.where(better[:, None], la, l)
         scale = np.where(better, _div(sumlx, suml2), scale)
@@ -106,7 +114,7 @@ def _k4_common(x, qtype, nmax, rmin, nstep):
     xb = np.ascontiguousarray(x, dtype=F32).reshape(-1, QK_K)
     n = len(xb)
     xs = xb.reshape(n * 8, 32)
-    av_x = np.sqrt((xs * xs).sum(axis=1, dtype=F32) / F32(32))
+    av_x = np.sqrt(_ssum(xs * xs) / F32(32))
     w = av_x[:, None] + np.abs(xs)
     sc, mins, L = make_qkx2_quants(xs, w, nmax, rmin, F32(0.1), nstep)
     sc, mins, L = sc.reshape(n, 8), mins.reshape(n, 8), L.reshape(n, 8, 32)

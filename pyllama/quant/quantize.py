@@ -2,9 +2,8 @@
 
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q8_K and F16/BF16 are bit-exact ports (float32 arithmetic in
 ggml's order, ggml's rounding: `roundf` = half away from zero, `nearest_int` = half to even,
-truncating `(int8_t)` casts). Q4_K, Q5_K and Q6_K follow ggml's search (make_qkx2_quants /
-make_qx_quants) but sum in numpy's order, so they produce valid, good blocks that may differ from
-llama.cpp's in the last bit of a scale.
+truncating `(int8_t)` casts); the K-quants live in kquants.py. All are checked bit for bit
+against ggml's own output (tests/quant/test_quant_ggml.py).
 """
 from __future__ import annotations
 

@@ -1,0 +1,59 @@
+"""Regenerate tests/data/quant/ggml_quantize_ref.npz from a real ggml build (not a test).
+
+    PYTHONPATH=. python tests/quant/make_ggml_ref.py /path/to/libggml-base.so
+
+Calls ggml's own `quantize_row_*_ref` (and `ggml_fp32_to_{fp16,bf16}_row`) through ctypes on a
+fixed set of inputs and stores inputs and outputs; test_quant_ggml.py compares pyllama.quant with
+them. The committed file came from libggml-base 0.25.3 (llama-cpp-python 0.3.36's vendored
+llama.cpp, gcc -O3 -std=gnu11, x86-64 without -march: no FMA contraction).
+"""
+import ctypes
+import os
+import sys
+
+import numpy as np
+
+TYPES = ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q8_K",
+         "Q4_K", "Q5_K", "Q6_K"]
+OUT = os.path.join(os.path.dirname(__file__), "..", "data", "quant", "ggml_quantize_ref.npz")
+
+
+def inputs() -> np.ndarray:
+    """32 rows of 256: edge cases (zeros, constants, exact ties, tiny/huge) + 4 distributions."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_quant_reference import quant_inputs
+    rng = np.random.default_rng(2024)
+    x = quant_inputs(rng)[:16]
+    extra = [rng.standard_normal((4, 256)),
+             rng.standard_normal((4, 256)) * rng.exponential(1, (4, 256)),
+             rng.standard_t(2, (4, 256)),
+             rng.integers(-8, 8, (2, 256)) * 0.5,
+             rng.standard_normal((2, 256)) * 1e-3 + 0.01]
+    return np.concatenate([x] + [e.astype(np.float32) for e in extra]).astype(np.float32)
+
+
+def ggml_quantize(lib, t: str, x: np.ndarray, row_bytes: int) -> np.ndarray:
+    v = ctypes.c_void_p
+    out = np.zeros((x.shape[0], row_bytes), np.uint8)
+    fn = {"F16": "ggml_fp32_to_fp16_row", "BF16": "ggml_fp32_to_bf16_row_ref"}.get(t)
+    fn = fn or f"quantize_row_{t[:-2].lower() + '_K' if t.endswith('_K') else t.lower()}_ref"
+    for i in range(x.shape[0]):
+        row = np.ascontiguousarray(x[i])
+        getattr(lib, fn)(row.ctypes.data_as(v), out[i].ctypes.data_as(v), ctypes.c_int64(256))
+    return out
+
+
+def main(so_path: str) -> None:
+    from pyllama.gguf import GGMLType
+    from pyllama.quant import BLOCK_LAYOUT
+    lib = ctypes.CDLL(so_path)
+    x = inputs()
+    res = {"x": x}
+    for t in TYPES:
+        res[t] = ggml_quantize(lib, t, x, BLOCK_LAYOUT[GGMLType[t]].row_bytes(256))
+    np.savez_compressed(OUT, **res)
+    print(OUT, os.path.getsize(OUT), "bytes")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
