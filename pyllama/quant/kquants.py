@@ -25,9 +25,10 @@ def _div(a, b):
 
 def _ssum(v: np.ndarray) -> np.ndarray:
     """Sum over the last axis left to right in float32, like ggml's `for (i...) sum += v[i]`."""
-    acc = v[..., 0].astype(F32)
-    for i in range(1, v.shape[-1]):
-        acc = acc + v[..., i]
+    cols = np.ascontiguousarray(np.moveaxis(v, -1, 0), dtype=F32)
+    acc = cols[0].copy()
+    for c in cols[1:]:
+        acc += c
     return acc
 
 
