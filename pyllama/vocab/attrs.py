@@ -27,9 +27,12 @@ FIM_TEXTS = {
     "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
     "fim_sep": ("<|file_sep|>", "<fim-sep>", "<fim_sep>", "<SEP>"),
 }
-EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
-             "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-             "<|end_of_text|>", "<end_of_utterance>")
+EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
+             "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>",
+             "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>",
+             "<turn|>", "<|tool_response>")
+# gpt-oss: always rendered (llama.cpp makes them USER_DEFINED)
+ALWAYS_SHOWN = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
 
 # GGUF keys of the special ids (llama.cpp's special_token_types)
 SPECIAL_KEYS = {
@@ -91,9 +94,23 @@ def eog_set(tokens: list[str], ids: dict[str, int], special: dict[str, int],
         if i is not None:
             eog.add(i)
             attr[i] |= CONTROL
+    for t in ALWAYS_SHOWN:
+        if t in ids:
+            attr[ids[t]] = USER_DEFINED
     eog.update(special[k] for k in ("eos", "eot", "eom") if special.get(k, -1) >= 0)
-    texts = {tokens[i]: i for i in eog}
-    if "<|end|>" in texts and "<|return|>" in texts and "<|call|>" in texts:
-        eog.discard(texts["<|end|>"])           # o200k_harmony: <|end|> is not EOG there
-        attr[texts["<|end|>"]] = USER_DEFINED
+    _eog_workarounds(tokens, eog, attr)
     return frozenset(eog)
+
+
+def _eog_workarounds(tokens: list[str], eog: set[int], attr: np.ndarray) -> None:
+    """llama.cpp's exceptions: <|end|> is not EOG next to <|return|>+<|call|> (gpt-oss) or
+    <|calls|>+<|flush|> (solar-open); </s> is not EOG next to <|tool_response> (gemma4)."""
+    texts = {tokens[i]: i for i in eog}
+    has = texts.__contains__
+    if has("<|end|>") and ((has("<|return|>") and has("<|call|>")) or
+                           (has("<|calls|>") and has("<|flush|>"))):
+        eog.discard(texts["<|end|>"])
+        attr[texts["<|end|>"]] = USER_DEFINED
+    if has("<|tool_response>") and has("</s>"):
+        eog.discard(texts["</s>"])
+        attr[texts["</s>"]] = NORMAL

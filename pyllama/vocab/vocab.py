@@ -10,10 +10,12 @@ import threading
 import numpy as np
 
 from ..errors import TokenizerError
+from ..log import get_logger
 from . import attrs, build, strings
 from .attrs import BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED
 from .pretok import pre_tokenizer
 
+log = get_logger("vocab")
 _SPECIAL_ATTR = UNKNOWN | CONTROL
 _PARTITION_ATTR = CONTROL | USER_DEFINED | UNKNOWN
 
@@ -184,6 +186,11 @@ class Vocab:
         if add_special:
             if self.add_bos:
                 ids.insert(0, self._need("bos"))
+                if len(ids) > 1 and ids[1] == ids[0]:
+                    log.warning("Added a BOS token to the prompt as specified by the model but "
+                                "the prompt also starts with a BOS token. So now the final "
+                                "prompt starts with 2 BOS tokens. Are you sure this is what "
+                                "you want?")
             if self.add_eos:
                 ids.append(self._need("eos"))
         return ids

@@ -155,3 +155,32 @@ def test_clean_spaces():
     assert _clean_spaces(b"he 's I 'm we 're you 've I 'll it 't") == \
         b"he's I'm we're you've I 'll it 't"
     assert _clean_spaces(b"x ' ' y") == b"x'' y"
+
+
+def dict_vocab(extra: list[str], pre="gpt-2") -> Vocab:
+    """A byte-level BPE vocab given as a metadata dict (the reader's shape, plain lists)."""
+    from tiny import bytes_to_unicode
+    b2u = bytes_to_unicode()
+    tokens = [b2u[b] for b in range(256)] + ["Ġt", "he"] + extra
+    types = [1] * 258 + [3] * len(extra)
+    return Vocab.from_gguf({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre,
+                            "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types,
+                            "tokenizer.ggml.merges": ["Ġ t", "h e"],
+                            "tokenizer.ggml.eos_token_id": 258 + len(extra) - 1})
+
+
+def test_eog_by_text_and_workarounds():
+    v = dict_vocab(["<|end|>", "<|return|>", "<|call|>", "<|channel|>", "<|endoftext|>"])
+    end, ret, call, chan, eot = range(258, 263)
+    assert v.eog_ids == frozenset({ret, call, eot})            # gpt-oss: <|end|> is not EOG
+    assert not v.is_control(end) and not v.is_control(chan)     # both made USER_DEFINED
+    assert v.tokenize("a<|channel|>b", add_special=False) == [ord("a"), chan, ord("b")]
+    w = dict_vocab(["<|end|>", "</s>", "<|tool_response>"])
+    assert w.eog_ids == frozenset({258, 260}) and not w.is_control(259)
+
+
+def test_clean_spaces_applied_for_gpt2_pre():
+    v = dict_vocab(["<|endoftext|>"])
+    assert v.clean_spaces and v.detokenize(v.tokenize("a , b ' c 's", add_special=False)) == \
+        "a, b'c's"
+    assert not dict_vocab(["<|endoftext|>"], pre="qwen2").clean_spaces
