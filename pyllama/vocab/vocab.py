@@ -5,6 +5,7 @@ insertion, pieces and detokenization follow llama.cpp's src/llama-vocab.cpp.
 """
 from __future__ import annotations
 
+import codecs
 import threading
 
 import numpy as np
@@ -36,11 +37,18 @@ def _byte_decoder() -> dict[str, int]:
 _BYTE_DECODER = _byte_decoder()
 
 
+def _one_byte_replace(err: UnicodeDecodeError):
+    return "\ufffd", err.start + 1
+
+
+codecs.register_error("pyllama.byte_replace", _one_byte_replace)
+
+
 def _valid_text(text) -> str:
-    """str for the tokenizer: bytes decoded (U+FFFD for invalid UTF-8), lone surrogates
-    replaced by U+FFFD."""
+    """str for the tokenizer: bytes decoded with one U+FFFD per invalid byte (llama.cpp's
+    unicode_cpts_from_utf8), lone surrogates replaced by U+FFFD."""
     if isinstance(text, (bytes, bytearray, memoryview)):
-        return bytes(text).decode("utf-8", "replace")
+        return bytes(text).decode("utf-8", "pyllama.byte_replace")
     if not isinstance(text, str):
         raise TypeError(f"tokenize() needs str or bytes, not {type(text).__name__}")
     try:

@@ -69,3 +69,5 @@ def test_invalid_input_does_not_crash(real_vocab):
     _, v = real_vocab
     assert v.detokenize(v.tokenize(b"ok \xff\xfe end", add_special=False)) == "ok \ufffd\ufffd end"
     assert v.detokenize(v.tokenize("a\ud800b", add_special=False)) == "a\ufffdb"
+    # a truncated sequence: one U+FFFD per byte, as llama.cpp's unicode_cpts_from_utf8
+    assert v.detokenize(v.tokenize(b"x\xe4\xb8y", add_special=False)) == "x\ufffd\ufffdy"
