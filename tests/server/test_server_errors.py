@@ -1,5 +1,6 @@
 """Bad input gets llama.cpp's error JSON and status, and the server keeps serving after each."""
 import json
+import signal
 
 import pytest
 
@@ -158,7 +159,8 @@ def test_web_page_script_streams_a_chat(client, server):
 
 @pytest.fixture(scope="module")
 def keyed_server(tiny_llama):
-    s = ServerProc(["-m", tiny_llama, "-c", "256", "-np", "1", "--api-key", "k1,k2"]).wait_ready()
+    s = ServerProc(["-m", tiny_llama, "-c", "256", "-np", "1", "--api-key", "k1,k2",
+                    "-a", "zeta,alpha"]).wait_ready()
     yield s
     assert s.stop() == 0
 
@@ -179,7 +181,7 @@ def test_api_key(keyed_server):
         assert r.status_code == 200
     import openai
     oai = openai.OpenAI(base_url=keyed_server.url + "/v1", api_key="k2", max_retries=0)
-    assert oai.models.list().data[0].id == "tiny-llama.gguf"
+    assert oai.models.list().data[0].id == "alpha"  # first alias in sorted order
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=keyed_server.url + "/v1", api_key="bad",
                       max_retries=0).models.list()
@@ -198,7 +200,7 @@ def test_disabled_endpoints_and_load_failure(tmp_path, tiny_llama):
                         "not_supported_error")
             check_error(c.post("/props", json={}), 501, "not_supported_error")
     finally:
-        assert s.stop() == 0
+        assert s.stop(signal.SIGINT) == 0
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF" + b"\x00" * 64)
     s = ServerProc(["-m", str(bad)])

@@ -1,0 +1,41 @@
+"""Prompt-cache reuse on a sliding-window model with a small SWA cache: reusing a prefix never
+changes the result (ARCHITECTURE decision 6); a rollback past the window re-processes."""
+import httpx
+import pytest
+
+from server_proc import ServerProc
+
+TEXT = " ".join(f"item {i} is {'red' if i % 3 else 'blue'}," for i in range(60))
+
+
+@pytest.fixture(scope="module")
+def swa_server(tiny_model_path):
+    # n_swa 16, -ub 16: the SWA cache keeps 256 cells, far fewer than the prompts below
+    s = ServerProc(["-m", tiny_model_path("gemma3"), "-c", "1024", "-np", "1", "-ub", "16",
+                    "-b", "64"]).wait_ready()
+    yield s
+    assert s.stop() == 0
+
+
+def run(c, prompt, **kw):
+    r = c.post("/completion", json={"prompt": prompt, "n_predict": 8, "temperature": 0, **kw})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_reuse_is_exact_and_deep_rollback_reprocesses(swa_server):
+    with httpx.Client(base_url=swa_server.url, timeout=120) as c:
+        n = len(c.post("/tokenize", json={"content": TEXT}).json()["tokens"])
+        assert n > 300
+        fresh = run(c, TEXT, cache_prompt=False)
+        again = run(c, TEXT)
+        assert again["timings"]["cache_n"] == n - 1 and again["content"] == fresh["content"]
+        longer = TEXT + fresh["content"] + " and more"
+        cont = run(c, longer)
+        assert cont["timings"]["cache_n"] > n - 1
+        assert cont["content"] == run(c, longer, cache_prompt=False)["content"]
+        early = TEXT[:40] + " something else entirely"
+        deep = run(c, TEXT)  # fill the cache again, then diverge near the start
+        deep = run(c, early)
+        assert deep["timings"]["cache_n"] == 0  # the window of position ~10 is gone
+        assert deep["content"] == run(c, early, cache_prompt=False)["content"]
