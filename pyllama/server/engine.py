@@ -166,7 +166,7 @@ class Slot:
         p = getattr(self, "params", None)
         if p is None or p.n_predict < 0:
             return -1
-        return max(p.n_predict - self.n_decoded, 0)
+        return max(p.n_predict - getattr(self, "n_decoded", 0), 0)
 
 
 def find_stop(text: str, stops: list[str], start: int) -> tuple[int, str]:
