@@ -214,6 +214,19 @@ def test_elementwise_arith(ref, cpu):
         assert np.array_equal(be.scale(a, 0.125), a * np.float32(0.125))
 
 
+def test_thread_count_invariance():
+    """Large enough to run multi-threaded: 1 and 2 threads give identical bits."""
+    one, two = get_backend("cpu", 1), get_backend("cpu", 2)
+    x = randn(300, 4, 256, scale=2.0)
+    w = randn(256)
+    pos = np.arange(300, dtype=np.int32) * 7
+    for f in (lambda b: b.rms_norm(x, w, 1e-6),
+              lambda b: b.rope(x, pos, 256, 1e6, 1.0, ROPE_NEOX),
+              lambda b: b.gelu(x), lambda b: b.silu(x), lambda b: b.softcap(x, 3.0),
+              lambda b: b.geglu(x, x[::-1]), lambda b: b.swiglu(x, x[::-1])):
+        assert np.array_equal(f(one), f(two))
+
+
 # -- set_rows ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", ["f16", "f32"])
 def test_set_rows(ref, cpu, dtype):

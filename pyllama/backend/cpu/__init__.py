@@ -23,6 +23,9 @@ except ImportError as e:  # not built
     _IMPORT_ERROR = e
 
 _GELU, _SILU, _SOFTCAP, _GEGLU, _SWIGLU = range(5)
+# below this much work (elements, or multiply-adds for attention) one thread is faster: waking
+# passive OpenMP workers costs tens of microseconds. Thread count never changes a result.
+_MIN_PARALLEL_WORK = 1 << 16
 
 
 def default_threads() -> int:
@@ -46,6 +49,9 @@ class CpuBackend(Backend):
         super().__init__(n_threads or default_threads())
         self._mm = None
         self.attn_heads_per_task = None     # None: auto; 1..4 only changes the work split
+
+    def _nt(self, work: int) -> int:
+        return self.n_threads if work >= _MIN_PARALLEL_WORK else 1
 
     # -- weights (quantized matmul lives in .matmul) -----------------------------------------
     def _matmul_mod(self):
@@ -71,7 +77,7 @@ class CpuBackend(Backend):
         wv = None if w is None else _c32(w)
         if wv is not None and wv.shape != (d,):
             return self.mul(self.rms_norm(x, None, eps), w)
-        _ops.rms_norm(x.reshape(-1, d), wv, float(eps), out.reshape(-1, d), self.n_threads)
+        _ops.rms_norm(x.reshape(-1, d), wv, float(eps), out.reshape(-1, d), self._nt(x.size))
         return out
 
     def rope(self, x, pos, n_rot, base, freq_scale, mode):
@@ -86,7 +92,7 @@ class CpuBackend(Backend):
         cs = np.empty((n, max(n_rot // 2, 1)), dtype=np.float32)
         sn = np.empty_like(cs)
         _ops.rope(x, pos, n_rot, float(rope_theta_scale(base, n_rot)), float(freq_scale),
-                  mode == ROPE_NEOX, out, cs, sn, self.n_threads)
+                  mode == ROPE_NEOX, out, cs, sn, self._nt(x.size))
         return out
 
     # -- elementwise -------------------------------------------------------------------------
@@ -98,7 +104,7 @@ class CpuBackend(Backend):
                 x, g = (np.ascontiguousarray(t) for t in np.broadcast_arrays(x, g))
             g = g.reshape(-1)
         out = np.empty_like(x)
-        _ops.unary(kind, x.reshape(-1), g, out.reshape(-1), a, b, self.n_threads)
+        _ops.unary(kind, x.reshape(-1), g, out.reshape(-1), a, b, self._nt(x.size))
         return out
 
     def gelu(self, x):
@@ -132,10 +138,10 @@ class CpuBackend(Backend):
         qe = np.ascontiguousarray(q_end, dtype=np.int64)
         max_len = _check_lists(cells, qs, qe, n_q, k_cache.shape[0])
         out = np.empty((n_q, n_head, d_v), dtype=np.float32)
-        hb = self.attn_heads_per_task or _heads_per_task(n_q, n_kv, n_head // n_kv,
-                                                         self.n_threads)
+        nt = self._nt(int((qe - qs).sum()) * n_head * (d_k + d_v))
+        hb = self.attn_heads_per_task or _heads_per_task(n_q, n_kv, n_head // n_kv, nt)
         _attn.attention(q, _bytes(k_cache), _bytes(v_cache), f16, n_kv, cells, qs, qe,
-                        float(scale), float(softcap), out, max_len, hb, self.n_threads)
+                        float(scale), float(softcap), out, max_len, hb, nt)
         return out
 
 

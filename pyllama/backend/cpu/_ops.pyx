@@ -127,7 +127,7 @@ cdef extern from *:
     static inline float pyl_act1(int kind, float x) {
         if (kind == 1)
             return x / (1.0f + expf(-x));
-        return 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+        return x / (1.0f + expf(-(1.5957691216057308f * x * (1.0f + 0.044715f * x * x))));
     }
 
     /* kind 0 gelu, 1 silu; g (optional) multiplies the result: y = act(x) * g */
