@@ -90,29 +90,52 @@ cdef inline void _quant_row(int kind, const float *x, int k, int8_t *q, float *d
         _round_row(kind, x, f, k)
 
 
+cdef struct _actbuf:
+    int8_t *q
+    float *d
+    float *s
+    int16_t *bs
+    float *f
+    int64_t sq, sd, sb, sf
+
+
+cdef void _quantize(int kind, const float *x, int64_t sx, int64_t n, int k, _actbuf *B,
+                    int nth) noexcept nogil:
+    cdef Py_ssize_t i
+    if n * k < 16384 or n < 2:
+        nth = 1
+    if nth == 1:
+        for i in range(n):
+            _quant_row(kind, x + i * sx, k, B.q + i * B.sq, B.d + i * B.sd, B.s + i * B.sd,
+                       B.bs + i * B.sb, B.f + i * B.sf)
+        return
+    for i in prange(n, num_threads=nth, schedule='static'):
+        _quant_row(kind, x + i * sx, k, B.q + i * B.sq, B.d + i * B.sd, B.s + i * B.sd,
+                   B.bs + i * B.sb, B.f + i * B.sf)
+
+
+cdef _actbuf _bufs(int8_t[:, ::1] q, float[:, ::1] d, float[:, ::1] s, int16_t[:, ::1] bs,
+                   float[:, ::1] f):
+    cdef _actbuf B
+    B.q = &q[0, 0]
+    B.d = &d[0, 0]
+    B.s = &s[0, 0]
+    B.bs = &bs[0, 0]
+    B.f = &f[0, 0]
+    B.sq = q.shape[1]
+    B.sd = d.shape[1]
+    B.sb = bs.shape[1]
+    B.sf = f.shape[1]
+    return B
+
+
 def quantize_acts(int kind, const float[:, ::1] x, int8_t[:, ::1] q, float[:, ::1] d,
                   float[:, ::1] s, int16_t[:, ::1] bs, float[:, ::1] f, int nth):
     """Quantize/round every row of x [n, k] into the activation kind's arrays (unused arrays
     may be 1x1 dummies): q8_0 -> q, d, s (q8_1 sums); q8_K -> q, d, bs; f16/bf16/f32 -> f."""
-    cdef Py_ssize_t n = x.shape[0], i
-    cdef int k = <int>x.shape[1]
-    cdef int8_t *qp = &q[0, 0]
-    cdef float *dp = &d[0, 0]
-    cdef float *sp = &s[0, 0]
-    cdef int16_t *bp = &bs[0, 0]
-    cdef float *fp = &f[0, 0]
-    cdef Py_ssize_t sq = q.shape[1], sd = d.shape[1], sb = bs.shape[1], sf = f.shape[1]
-    if n * k < 16384:
-        nth = 1
+    cdef _actbuf B = _bufs(q, d, s, bs, f)
     with nogil:
-        if nth == 1:
-            for i in range(n):
-                _quant_row(kind, &x[i, 0], k, qp + i * sq, dp + i * sd, sp + i * sd,
-                           bp + i * sb, fp + i * sf)
-        else:
-            for i in prange(n, num_threads=nth, schedule='static'):
-                _quant_row(kind, &x[i, 0], k, qp + i * sq, dp + i * sd, sp + i * sd,
-                           bp + i * sb, fp + i * sf)
+        _quantize(kind, &x[0, 0], x.shape[1], x.shape[0], <int>x.shape[1], &B, nth)
 
 
 def matmul_rows(int wtype, const uint8_t[:, ::1] w, int k, int8_t[:, ::1] q, float[:, ::1] d,
@@ -121,36 +144,65 @@ def matmul_rows(int wtype, const uint8_t[:, ::1] w, int k, int8_t[:, ::1] q, flo
     """out[t, r] = dot(W[r], x[t]) for the quantized activations from quantize_acts.
     w: [rows, row_bytes] raw rows; out: [n, >= rows] (row stride free); scratch:
     [>= nth, row_scratch_bytes(k)]."""
-    cdef Py_ssize_t rows = w.shape[0], n = out.shape[0]
-    if out.strides[1] != 4 or out.shape[1] < rows:
+    if out.strides[1] != 4 or out.shape[1] < w.shape[0]:
         raise ValueError("out must be [n, >= rows] float32 with contiguous rows")
+    cdef _actbuf B = _bufs(q, d, s, bs, f)
+    cdef pyl_acts A = _acts(&B)
+    with nogil:
+        _tiles(wtype, &w[0, 0], w.strides[0], w.shape[0], k, &A, out.shape[0], &out[0, 0],
+               out.strides[0] // 4, &scratch[0, 0], scratch.strides[0], nth)
+
+
+cdef pyl_acts _acts(const _actbuf *B) noexcept nogil:
+    cdef pyl_acts A
+    A.q = B.q
+    A.d = B.d
+    A.s = B.s
+    A.bs = B.bs
+    A.f = B.f
+    A.sq = B.sq
+    A.sd = B.sd
+    A.sbs = B.sb
+    A.sf = B.sf
+    return A
+
+
+cdef void _tiles(int wtype, const uint8_t *wp, int64_t wstride, int64_t rows, int k,
+                 const pyl_acts *A, int64_t n, float *op, int64_t os, uint8_t *sp, int64_t ss,
+                 int nth) noexcept nogil:
     cdef Py_ssize_t ntiles = (rows + PYL_R - 1) // PYL_R, it
     cdef int tid = 0, nr
     cdef int64_t r0
-    cdef pyl_acts A
-    A.q = &q[0, 0]
-    A.d = &d[0, 0]
-    A.s = &s[0, 0]
-    A.bs = &bs[0, 0]
-    A.f = &f[0, 0]
-    A.sq = q.shape[1]
-    A.sd = d.shape[1]
-    A.sbs = bs.shape[1]
-    A.sf = f.shape[1]
-    cdef const uint8_t *wp = &w[0, 0]
-    cdef int64_t wstride = w.strides[0]
-    cdef float *op = &out[0, 0]
-    cdef int64_t os = out.strides[0] // 4
-    cdef uint8_t *sp = &scratch[0, 0]
-    cdef int64_t ss = scratch.strides[0]
-    if ntiles < nth:
-        nth = <int>ntiles if ntiles > 0 else 1
-    with nogil, parallel(num_threads=nth):
+    if ntiles < 2 or rows * wstride * n < 32768:
+        nth = 1
+    if nth == 1:
+        for it in range(ntiles):
+            r0 = it * PYL_R
+            nr = <int>(rows - r0) if rows - r0 < PYL_R else PYL_R
+            pyl_rowtile(wtype, wp, wstride, r0, nr, k, A, n, sp, op, os)
+        return
+    with parallel(num_threads=nth):
         tid = threadid()
         for it in prange(ntiles, schedule='static'):
             r0 = it * PYL_R
             nr = <int>(rows - r0) if rows - r0 < PYL_R else PYL_R
-            pyl_rowtile(wtype, wp, wstride, r0, nr, k, &A, n, sp + tid * ss, op, os)
+            pyl_rowtile(wtype, wp, wstride, r0, nr, k, A, n, sp + tid * ss, op, os)
+
+
+def matmul(int wtype, const uint8_t[:, ::1] w, int k, const float[:, ::1] x, float[:, :] out,
+           int8_t[:, ::1] q, float[:, ::1] d, float[:, ::1] s, int16_t[:, ::1] bs,
+           float[:, ::1] f, uint8_t[:, ::1] scratch, int nth):
+    """quantize_acts + matmul_rows in one call (the arrays come from the caller's cache)."""
+    if out.strides[1] != 4 or out.shape[1] < w.shape[0] or out.shape[0] != x.shape[0]:
+        raise ValueError("out must be [n, >= rows] float32 with contiguous rows")
+    if x.shape[1] != k:
+        raise ValueError("x has the wrong number of columns")
+    cdef _actbuf B = _bufs(q, d, s, bs, f)
+    cdef pyl_acts A = _acts(&B)
+    with nogil:
+        _quantize(pyl_act_kind(wtype), &x[0, 0], x.shape[1], x.shape[0], k, &B, nth)
+        _tiles(wtype, &w[0, 0], w.strides[0], w.shape[0], k, &A, out.shape[0], &out[0, 0],
+               out.strides[0] // 4, &scratch[0, 0], scratch.strides[0], nth)
 
 
 def dequant_rows(int wtype, const uint8_t[:, ::1] w, int k, const int64_t[::1] ids,

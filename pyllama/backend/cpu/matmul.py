@@ -34,38 +34,38 @@ def get_num_threads() -> int:
     return _state["threads"]
 
 
+def _cache() -> dict:
+    c = getattr(_local, "cache", None)
+    if c is None:
+        c = _local.cache = {"bufs": {}, "plans": {}}
+    return c
+
+
 def _buf(name: str, nbytes: int) -> np.ndarray:
     """A per-thread cached uint8 buffer of at least nbytes (grows, never shrinks)."""
-    cache = getattr(_local, "bufs", None)
-    if cache is None:
-        cache = _local.bufs = {}
-    b = cache.get(name)
+    c = _cache()
+    b = c["bufs"].get(name)
     if b is None or b.nbytes < nbytes:
-        b = cache[name] = np.empty(max(nbytes, 64), np.uint8)
+        b = c["bufs"][name] = np.empty(max(nbytes, 64), np.uint8)
+        c["plans"].clear()          # plans hold views of the old buffers
     return b
 
 
 def _view(name: str, shape: tuple, dtype) -> np.ndarray:
     dt = np.dtype(dtype)
-    n = int(np.prod(shape)) * dt.itemsize
+    n = dt.itemsize
+    for s in shape:
+        n *= s
     return _buf(name, n)[:n].view(dt).reshape(shape)
 
 
-def _raw2d(w) -> tuple[np.ndarray, int]:
-    """(raw as uint8 [rows, row_bytes], k)"""
-    if _matmul.family(int(w.type)) < 0:
-        raise BackendError(f"{w.name}: matmul for type {w.type.name} is not supported")
-    raw = w.raw
-    rows = raw.shape[0] if raw.ndim > 1 else 1
-    raw = raw.reshape(rows, -1).view(np.uint8)
-    be, bb = GGML_BLOCK[w.type]
-    return raw, raw.shape[1] // bb * be
-
-
-def _quantize(wtype: int, x: np.ndarray, k: int, nth: int):
-    """Activations in the weight type's vec_dot form, in cached buffers."""
-    n = x.shape[0]
-    kind = _matmul.act_kind(wtype)
+def _plan(kind: int, n: int, k: int, nth: int) -> tuple:
+    """Cached (q, d, s, bsums, f, scratch) arrays for n activation rows of length k."""
+    key = (kind, n, k, nth)
+    plans = _cache()["plans"]
+    p = plans.get(key)
+    if p is not None:
+        return p
     q, d, s, bs, f = _DUMMY_Q, _DUMMY_F, _DUMMY_F, _DUMMY_S, _DUMMY_F
     if kind == _matmul.ACT_Q8_0:
         q = _view("q", (n, k), np.int8)
@@ -75,28 +75,44 @@ def _quantize(wtype: int, x: np.ndarray, k: int, nth: int):
         bs = _view("bs", (n, k // 16), np.int16)
     else:
         f = _view("f", (n, k), np.float32)
-    _matmul.quantize_acts(kind, x, q, d, s, bs, f, nth)
-    return q, d, s, bs, f
+    scratch = _view("scratch", (nth, _matmul.row_scratch_bytes(k)), np.uint8)
+    p = (q, d, s, bs, f, scratch)
+    plans = _cache()["plans"]       # _view may have cleared it
+    if len(plans) > 64:
+        plans.clear()
+    plans[key] = p
+    return p
+
+
+def _raw2d(w) -> tuple[np.ndarray, int]:
+    """(raw as uint8 [rows, row_bytes], k)"""
+    wtype = w.type
+    if _matmul.family(int(wtype)) < 0:
+        raise BackendError(f"{w.name}: matmul for type {wtype.name} is not supported")
+    raw = w.raw
+    if raw.ndim != 2 or raw.dtype != np.uint8:
+        raw = raw.reshape(raw.shape[0] if raw.ndim > 1 else 1, -1).view(np.uint8)
+    be, bb = GGML_BLOCK[wtype]
+    return raw, raw.shape[1] // bb * be
 
 
 def matmul(w, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """y [n, rows] = x [n, k] @ W[rows, k]^T (x float32; a 1-D x gives a 1-D y)."""
     raw, k = _raw2d(w)
-    x2 = np.ascontiguousarray(x, dtype=np.float32)
-    squeeze = x2.ndim == 1
-    x2 = x2.reshape(-1, k) if x2.ndim < 2 else x2
+    x2 = x if (x.dtype == np.float32 and x.flags.c_contiguous) else \
+        np.ascontiguousarray(x, dtype=np.float32)
+    if x2.ndim != 2:
+        x2 = x2.reshape(-1, x2.shape[-1])
     if x2.shape[1] != k:
         raise BackendError(f"{w.name}: x has {x2.shape[1]} columns, weight rows have {k}")
     n, rows = x2.shape[0], raw.shape[0]
     if out is None:
-        out = np.empty((n, rows), np.float32)
-    o2 = out.reshape(n, rows) if out.ndim == 1 else out
+        out = np.empty((n, rows) if x.ndim == 2 else (rows,), np.float32)
+    o2 = out if out.ndim == 2 else out.reshape(n, rows)
     nth = _state["threads"]
     wtype = int(w.type)
-    q, d, s, bs, f = _quantize(wtype, x2, k, nth)
-    scratch = _view("scratch", (nth, _matmul.row_scratch_bytes(k)), np.uint8)
-    _matmul.matmul_rows(wtype, raw, k, q, d, s, bs, f, o2, scratch, nth)
-    return out.reshape(rows) if squeeze and out.ndim == 2 else out
+    _matmul.matmul(wtype, raw, k, x2, o2, *_plan(_matmul.act_kind(wtype), n, k, nth), nth)
+    return out
 
 
 def get_rows(w, ids) -> np.ndarray:
@@ -115,8 +131,9 @@ def quantize_activations(wtype: int, x: np.ndarray) -> dict:
     """The activations as the kernels see them (copies), for tests and debugging:
     q8_0 -> q, d, s; q8_K -> q, d, bsums; float kinds -> f (rounded to f16/bf16 when needed)."""
     x2 = np.ascontiguousarray(np.atleast_2d(x), dtype=np.float32)
-    q, d, s, bs, f = _quantize(int(wtype), x2, x2.shape[1], 1)
     kind = _matmul.act_kind(int(wtype))
+    q, d, s, bs, f, _ = _plan(kind, x2.shape[0], x2.shape[1], 1)
+    _matmul.quantize_acts(kind, x2, q, d, s, bs, f, 1)
     if kind == _matmul.ACT_Q8_0:
         return {"q": q.copy(), "d": d.copy(), "s": s.copy()}
     if kind == _matmul.ACT_Q8_K:

@@ -26,7 +26,8 @@
 #endif
 
 #define PYL_R 4 /* weight rows per tile */
-#define PYL_T 4 /* tokens per tile */
+#define PYL_T 4 /* tokens per tile (K-quant and float tiles) */
+#define PYL_TA 2 /* tokens per tile for 32-block types */
 
 /* ggml type ids */
 enum {
@@ -456,14 +457,14 @@ pyl_tileA(const int NR, const int NT, const int HAS_M, int nb, const pyl_wrow *W
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < NT; t++) { acc[r][t] = _mm256_setzero_ps(); accm[r][t] = 0.0f; }
     for (int b = 0; b < nb; b++) {
-        for (int t = 0; t < NT; t++) {
-            const __m256i y = _mm256_loadu_si256((const __m256i *)(A[t].q + 32 * b));
-            const __m256 dy = _mm256_broadcast_ss(A[t].d + b);
-            for (int r = 0; r < NR; r++) {
-                const __m256i w = _mm256_loadu_si256((const __m256i *)(W[r].w + 32 * b));
-                const __m256i aw = _mm256_loadu_si256((const __m256i *)(W[r].aw + 32 * b));
+        for (int r = 0; r < NR; r++) {
+            const __m256i w = _mm256_loadu_si256((const __m256i *)(W[r].w + 32 * b));
+            const __m256i aw = _mm256_loadu_si256((const __m256i *)(W[r].aw + 32 * b));
+            const __m256 dw = _mm256_broadcast_ss(W[r].d + b);
+            for (int t = 0; t < NT; t++) {
+                const __m256i y = _mm256_loadu_si256((const __m256i *)(A[t].q + 32 * b));
                 const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(y, w)), ones);
-                const __m256 dd = _mm256_mul_ps(_mm256_broadcast_ss(W[r].d + b), dy);
+                const __m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ss(A[t].d + b));
                 acc[r][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[r][t]);
                 if (HAS_M) accm[r][t] = fmaf(W[r].m[b], A[t].s[b], accm[r][t]);
             }
@@ -473,38 +474,76 @@ pyl_tileA(const int NR, const int NT, const int HAS_M, int nb, const pyl_wrow *W
         for (int t = 0; t < NT; t++) out[t * os + r] = pyl_hsum8(acc[r][t]) + accm[r][t];
 }
 
+/* the full 4-row x 2-token family-A tile with named accumulators (kept in registers); the
+ * same per-element operations as pyl_tileA */
+#define PYL_A_ROW(r)                                                                              \
+    {                                                                                             \
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(w##r + 32 * b));                 \
+        const __m256i aw = _mm256_loadu_si256((const __m256i *)(aw##r + 32 * b));               \
+        const __m256 dw = _mm256_broadcast_ss(d##r + b);                                         \
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(                 \
+            _mm256_loadu_si256((const __m256i *)(y0 + 32 * b)), w)), ones);                      \
+        acc##r##0 = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(dy0 + b)),             \
+                                    _mm256_cvtepi32_ps(p), acc##r##0);                           \
+        p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(                         \
+            _mm256_loadu_si256((const __m256i *)(y1 + 32 * b)), w)), ones);                      \
+        acc##r##1 = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(dy1 + b)),             \
+                                    _mm256_cvtepi32_ps(p), acc##r##1);                           \
+    }
+__attribute__((noinline)) static void pyl_tileA_4x2(int nb, const pyl_wrow *W, const pyl_arow *A, float *out, int64_t os) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int8_t *w0 = W[0].w, *w1 = W[1].w, *w2 = W[2].w, *w3 = W[3].w;
+    const uint8_t *aw0 = W[0].aw, *aw1 = W[1].aw, *aw2 = W[2].aw, *aw3 = W[3].aw;
+    const float *d0 = W[0].d, *d1 = W[1].d, *d2 = W[2].d, *d3 = W[3].d;
+    const int8_t *y0 = A[0].q, *y1 = A[1].q;
+    const float *dy0 = A[0].d, *dy1 = A[1].d;
+    __m256 acc00 = _mm256_setzero_ps(), acc01 = acc00, acc10 = acc00, acc11 = acc00;
+    __m256 acc20 = acc00, acc21 = acc00, acc30 = acc00, acc31 = acc00;
+    for (int b = 0; b < nb; b++) {
+        PYL_A_ROW(0) PYL_A_ROW(1) PYL_A_ROW(2) PYL_A_ROW(3)
+    }
+    out[0] = pyl_hsum8(acc00); out[1] = pyl_hsum8(acc10); out[2] = pyl_hsum8(acc20); out[3] = pyl_hsum8(acc30);
+    out[os + 0] = pyl_hsum8(acc01); out[os + 1] = pyl_hsum8(acc11);
+    out[os + 2] = pyl_hsum8(acc21); out[os + 3] = pyl_hsum8(acc31);
+}
+#undef PYL_A_ROW
+
 /* family K: per 256-superblock, lanes = sum_c madd(maddubs(u_c, y_c), scale_c) [- madd(mn, bsums)]
  * then acc = fma(d*dy, lanes, acc) [; acc = fma(-dmin*dy, madd(mn, bsums), acc)] */
 static inline __attribute__((always_inline)) void
 pyl_tileK(const int NR, const int NT, const int HAS_MIN, int nsb, const pyl_wrow *W,
           const pyl_arow *A, float *out, int64_t os) {
     __m256 acc[PYL_R][PYL_T];
+    const int8_t *yq[PYL_T];
+    for (int t = 0; t < NT; t++) yq[t] = A[t].q;
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
     for (int b = 0; b < nsb; b++) {
         for (int r = 0; r < NR; r++) {
             const uint8_t *u = (const uint8_t *)W[r].w + 256 * b;
             const int16_t *sc = W[r].sc + 128 * b;
+            __m256i sumi[PYL_T];
+            for (int t = 0; t < NT; t++) sumi[t] = _mm256_setzero_si256();
+            for (int c = 0; c < 8; c++) {
+                const __m256i uc = _mm256_loadu_si256((const __m256i *)(u + 32 * c));
+                const __m256i scc = _mm256_loadu_si256((const __m256i *)(sc + 16 * c));
+                for (int t = 0; t < NT; t++) {
+                    const __m256i p = _mm256_maddubs_epi16(uc,
+                        _mm256_loadu_si256((const __m256i *)(yq[t] + 256 * b + 32 * c)));
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, scc));
+                }
+            }
             const __m256i mn = _mm256_loadu_si256((const __m256i *)(W[r].mn + 16 * b));
             const float dw = W[r].d[b], dmw = W[r].dm[b];
             for (int t = 0; t < NT; t++) {
-                const int8_t *y = A[t].q + 256 * b;
-                __m256i sumi = _mm256_setzero_si256();
-                for (int c = 0; c < 8; c++) {
-                    const __m256i p = _mm256_maddubs_epi16(
-                        _mm256_loadu_si256((const __m256i *)(u + 32 * c)),
-                        _mm256_loadu_si256((const __m256i *)(y + 32 * c)));
-                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p,
-                        _mm256_loadu_si256((const __m256i *)(sc + 16 * c))));
-                }
                 const __m256i ms = _mm256_madd_epi16(mn, _mm256_loadu_si256((const __m256i *)(A[t].bs + 16 * b)));
                 const float dy = A[t].d[b];
                 if (HAS_MIN) {
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dy), _mm256_cvtepi32_ps(sumi), acc[r][t]);
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dy), _mm256_cvtepi32_ps(sumi[t]), acc[r][t]);
                     acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(-(dmw * dy)), _mm256_cvtepi32_ps(ms), acc[r][t]);
                 } else {
-                    sumi = _mm256_sub_epi32(sumi, ms);
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dy), _mm256_cvtepi32_ps(sumi), acc[r][t]);
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dy),
+                                                _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t], ms)), acc[r][t]);
                 }
             }
         }
@@ -615,6 +654,12 @@ static inline void pyl_tile_fns(int t, pyl_full_fn full[PYL_T], pyl_part_fn *par
 #undef PYL_SET
 }
 
+#if PYL_AVX2
+#define pyl_tileA_4x2_fn pyl_tileA_4x2
+#else
+#define pyl_tileA_4x2_fn pyl_tileA_full2_0
+#endif
+
 /* ---------------------------------------------------------------- one row tile ----------- */
 /* rows r0..r0+nr of W (row stride wstride bytes) times all n activation rows; out[t, r] with
  * row stride os.  scratch: PYL_R * PYL_ROWB(k) bytes, private to the calling thread. */
@@ -632,11 +677,13 @@ static inline void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int6
     }
     const int fam = pyl_family(t);
     const int nb = fam == 0 ? k / 32 : fam == 1 ? k / 256 : k;
-    for (int64_t t0 = 0; t0 < n; t0 += PYL_T) {
-        const int nt = n - t0 < PYL_T ? (int)(n - t0) : PYL_T;
+    const int T = fam == 0 ? PYL_TA : PYL_T;
+    for (int64_t t0 = 0; t0 < n; t0 += T) {
+        const int nt = n - t0 < T ? (int)(n - t0) : T;
         for (int i = 0; i < nt; i++) X[i] = pyl_act_row(A, t0 + i);
         float *o = out + t0 * os + r0;
-        if (nr == PYL_R) full[nt - 1](nb, W, X, o, os);
+        if (nr == PYL_R && nt == 2 && fam == 0 && !pyl_has_m(t)) pyl_tileA_4x2_fn(nb, W, X, o, os);
+        else if (nr == PYL_R) full[nt - 1](nb, W, X, o, os);
         else part(nr, nt, nb, W, X, o, os);
     }
 }
