@@ -23,7 +23,8 @@ def serve(cfg: ServerConfig) -> int:
     log = get_logger("server")
     engine = Engine(cfg)
     app = create_app(cfg, engine)
-    config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
+    uds = cfg.host if cfg.host.endswith(".sock") else None   # llama.cpp: a UNIX socket path
+    config = uvicorn.Config(app, host=cfg.host, port=cfg.port, uds=uds, log_level="warning",
                             access_log=False, timeout_graceful_shutdown=3,
                             lifespan="off", ws="none", server_header=False)
     server = _Uvicorn(config)
@@ -63,9 +64,9 @@ class _Uvicorn:
                 from ..log import get_logger
                 for srv in getattr(self, "servers", []):
                     for sock in srv.sockets:
-                        host, port = sock.getsockname()[:2]
-                        get_logger("server").info(
-                            f"srv  llama_server: listening on http://{host}:{port}")
+                        name = sock.getsockname()
+                        where = name if isinstance(name, str) else f"http://{name[0]}:{name[1]}"
+                        get_logger("server").info(f"srv  llama_server: listening on {where}")
             def handle_exit(self, sig, frame):
                 import signal
                 import sys
