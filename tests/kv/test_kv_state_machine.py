@@ -6,9 +6,9 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from pyllama.batch import Batch, validate
-from pyllama.kv import KVCache
+from pyllama.kv import KVCache, KVLayout, make_memory
 
-from conftest import N_VOCAB, oracle_plan, plan_lists, seq_positions
+from conftest import N_VOCAB, oracle_plan, plan_lists, seq_positions, window_ok
 
 N_SEQ = 3
 seqs = st.integers(0, N_SEQ - 1)
@@ -83,3 +83,81 @@ class SWACacheMachine(RuleBasedStateMachine):
 
 SWACacheMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=25, deadline=None)
 TestSWACache = SWACacheMachine.TestCase
+
+
+class ISWAExtraMachine(RuleBasedStateMachine):
+    """Two sequences sharing a unified iSWA cache small enough to recycle (256 SWA cells, n_swa 8;
+    4096 base cells).
+    Decision 10: a cell is recycled only when masked for its owner's next position with window
+    n_swa + N, so while a sequence sits at most N below the highest pos_max it ever had, the
+    window of its next token is complete."""
+
+    @initialize(extra=st.integers(0, 6), n_ubatch=st.sampled_from([8, 16, 32]))
+    def setup(self, extra, n_ubatch):
+        lay = KVLayout(n_embd_k_gqa=[4] * 3, n_embd_v_gqa=[4] * 3, n_head_kv=[1] * 3,
+                       is_swa=[True, True, False], swa_type=1, n_swa=8)
+        self.mem = make_memory(lay, n_ctx=4096, n_seq_max=2, n_ubatch=n_ubatch, kv_unified=True,
+                               swa_extra=extra)
+        self.extra, self.n_ubatch = extra, n_ubatch
+        self.hw = [-1, -1]
+
+    @rule(s=st.integers(0, 1), n=st.integers(1, 60))
+    def decode(self, s, n):
+        b = Batch(np.zeros(n, np.int32), seq_ids=[[s]] * n)
+        assert validate(b, N_VOCAB, 2, self.mem)[0] == 0
+        ubs = self.mem.init_batch(b, self.n_ubatch)
+        if ubs is None:
+            return
+        for ub in ubs:
+            self.mem.apply_ubatch(ub)
+        self.hw[s] = max(self.hw[s], self.mem.seq_pos_max(s))
+
+    @rule(s=st.integers(0, 1), n=st.integers(200, 400))
+    def long_prompt(self, s, n):
+        """Laps the 256-cell SWA ring: reaches the other sequence's just-expired cells."""
+        self.decode(s, n)
+
+    @rule(s=st.integers(0, 1), r=st.integers(1, 8))
+    def rollback(self, s, r):
+        self.mem.seq_rm(s, max(0, self.mem.seq_pos_max(s) + 1 - r), -1)
+        if self.mem.seq_pos_max(s) < 0:     # deeper than the SWA part: the caller starts over
+            self.remove(s)
+
+    @rule(s=st.integers(0, 1))
+    def remove(self, s):
+        self.mem.seq_rm(s, -1, -1)
+        self.hw[s] = -1
+
+    @rule(src=st.integers(0, 1))
+    def copy_over(self, src):
+        dst = 1 - src
+        self.mem.seq_rm(dst, -1, -1)
+        self.mem.seq_cp(src, dst)
+        self.hw[dst] = self.hw[src]
+
+    @invariant()
+    def window_of_next_token(self):
+        if not hasattr(self, "mem"):
+            return
+        for s in (0, 1):
+            pmax = self.mem.seq_pos_max(s)
+            if pmax >= 0 and self.hw[s] - pmax <= self.extra:
+                assert window_ok(self.mem.swa, s, pmax + 1), (s, pmax, self.hw[s], self.mem.seq_pos_min(s))
+
+    @invariant()
+    def base_and_swa_agree(self):
+        if not hasattr(self, "mem"):
+            return
+        for s in (0, 1):
+            base = seq_positions(self.mem.base, s).tolist()
+            swa = seq_positions(self.mem.swa, s).tolist()
+            assert base == list(range(base[0], base[-1] + 1)) if base else not swa
+            assert swa == list(range(swa[0], swa[-1] + 1)) if swa else True
+            assert set(swa) <= set(base)
+            # a rollback deeper than the SWA retention empties the SWA part (seq_pos_max -1,
+            # as in llama.cpp, whose seq_pos_max also comes from the SWA cache)
+            assert not swa or self.mem.base.seq_pos_max(s) == self.mem.swa.seq_pos_max(s)
+
+
+ISWAExtraMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=40, deadline=None)
+TestISWAExtra = ISWAExtraMachine.TestCase
