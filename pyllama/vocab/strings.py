@@ -7,8 +7,6 @@ layout is unknown, an entry contains the separator or is not valid UTF-8.
 """
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
 
@@ -73,7 +71,7 @@ def pairs(sa) -> list[tuple[str, str]] | None:
     return list(zip(it, it))
 
 
-def digest(h: "hashlib._Hash", sa) -> None:
+def digest(h, sa) -> None:
     """Feed a complete representation of the array to hash `h` (its stored bytes)."""
     sp = _span(sa)
     if sp is None:

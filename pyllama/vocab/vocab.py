@@ -138,15 +138,8 @@ class Vocab:
         tokens = strings.strings(raw)
         if "" in tokens:
             tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
-        n = len(tokens)
-        ids = dict(zip(tokens, range(n)))
-        attr = attrs.from_types(md.get("tokenizer.ggml.token_type"), n)
-        special, flags = _defaults(model, md.get("tokenizer.ggml.pre"))
-        _read_flags(md, flags)
-        attrs.read_special_ids(md, special, n)
-        attrs.detect_by_text(ids, special, attr)
-        attrs.mark_unused(tokens, attr)
-        flags["eog"] = attrs.eog_set(tokens, ids, special, attr)
+        ids = dict(zip(tokens, range(len(tokens))))
+        attr, special, flags = _attributes(md, model, tokens, ids)
         tok = _tokenizer(model, md, tokens, ids, flags)
         sel = np.nonzero(attr & _PARTITION_ATTR)[0]
         build.add_partition_tokens(tok, tokens, sel, attr[sel] & _SPECIAL_ATTR)
@@ -271,6 +264,19 @@ def _bytelevel_decode(text: str) -> bytes:
             hexs = c.encode().hex()
             out += f"[UNK_BYTE_0x{hexs}{text}]".encode()
     return bytes(out)
+
+
+def _attributes(md: dict, model: str, tokens: list[str], ids: dict[str, int]):
+    """(token attributes, special ids, flags) in llama.cpp's order: model defaults, GGUF keys,
+    then the tokens found by their text."""
+    attr = attrs.from_types(md.get("tokenizer.ggml.token_type"), len(tokens))
+    special, flags = _defaults(model, md.get("tokenizer.ggml.pre"))
+    _read_flags(md, flags)
+    attrs.read_special_ids(md, special, len(tokens))
+    attrs.detect_by_text(ids, special, attr)
+    attrs.mark_unused(tokens, attr)
+    flags["eog"] = attrs.eog_set(tokens, ids, special, attr)
+    return attr, special, flags
 
 
 def _defaults(model: str, pre_name: str | None) -> tuple[dict[str, int], dict]:

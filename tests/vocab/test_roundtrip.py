@@ -12,13 +12,15 @@ MIXED = st.lists(st.sampled_from(["  ", "\n", "\t", " ", "<s>", "</s>", "<|im_st
                                   "ab", "'s", " ,", "\r\n", "1234"]), max_size=12).map("".join)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(s=st.one_of(TEXT, MIXED))
 def test_round_trip_gemma(gemma_vocab, s):
     assert gemma_vocab.detokenize(gemma_vocab.tokenize(s, add_special=False)) == s
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(s=st.one_of(TEXT, MIXED))
 def test_round_trip_qwen(qwen_vocab, s):
     assert qwen_vocab.detokenize(qwen_vocab.tokenize(s, add_special=False)) == s

@@ -92,7 +92,8 @@ ALPHABET = st.lists(st.sampled_from(["a", "b", "c", "Ã©", " ", "<tag>", "  ", "Ã
                     max_size=24).map("".join)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(s=ALPHABET)
 def test_spm_matches_llama_cpp_loop(spm_vocab, spm_vocab_noprefix, s):
     assert spm_vocab.tokenize(s, add_special=False) == oracle(s, True)
