@@ -39,6 +39,8 @@ def serve(cfg: ServerConfig) -> int:
         server.run()
     finally:
         engine.stop()
+        if uds and os.path.exists(uds):
+            os.unlink(uds)
     return 1 if engine.load_error is not None or not server.started else 0
 
 

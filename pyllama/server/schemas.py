@@ -93,6 +93,8 @@ class CompletionBody(msgspec.Struct):
     mirostat: int | None = None
     mirostat_tau: float | None = None
     mirostat_eta: float | None = None
+    adaptive_target: float | None = None
+    adaptive_decay: float | None = None
     seed: int | None = None
     n_probs: int | None = None
     logprobs: bool | int | None = None
@@ -221,6 +223,7 @@ SAMPLING_FIELDS = {
     "dry_allowed_length": "dry_allowed_length", "dry_penalty_last_n": "dry_penalty_last_n",
     "dry_sequence_breakers": "dry_sequence_breakers", "mirostat": "mirostat",
     "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta", "seed": "seed",
+    "adaptive_target": "adaptive_target", "adaptive_decay": "adaptive_decay",
     "min_keep": "min_keep", "ignore_eos": "ignore_eos",
 }
 
@@ -236,6 +239,9 @@ def _clamped(body) -> dict:
             v[k] = min(max(v[k], lo), hi)
     for k in ("repeat_last_n", "dry_allowed_length", "dry_penalty_last_n", "min_keep"):
         _check_range(k, v.get(k), 0)
+    if v.get("adaptive_target") is not None:
+        v["adaptive_target"] = min(v["adaptive_target"], 1.0)
+    _check_range("adaptive_decay", v.get("adaptive_decay"), 0.0, 0.99)
     if v.get("dry_base") is not None and v["dry_base"] < 1.0:
         del v["dry_base"]
     if "seed" in v:
@@ -360,6 +366,7 @@ def generation_settings(p: TaskParams, defaults: RequestDefaults | None = None) 
         "dry_base": g("dry_base", 1.75), "dry_allowed_length": g("dry_allowed_length", 2),
         "dry_penalty_last_n": g("dry_penalty_last_n", 64), "mirostat": g("mirostat", 0),
         "mirostat_tau": g("mirostat_tau", 5.0), "mirostat_eta": g("mirostat_eta", 0.1),
+        "adaptive_target": g("adaptive_target", -1.0), "adaptive_decay": g("adaptive_decay", 0.9),
         "max_tokens": p.n_predict, "n_predict": p.n_predict, "n_keep": p.n_keep,
         "ignore_eos": bool(g("ignore_eos", p.ignore_eos)), "stream": p.stream,
         "n_probs": p.n_probs, "min_keep": g("min_keep", 0), "chat_format": "Content-only",

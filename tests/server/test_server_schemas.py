@@ -156,3 +156,10 @@ def test_native_final_shape():
     assert S.native_final(f, "m", False, S.TaskParams(), ["content", "timings/prompt_n"]) == {
         "content": "hi", "prompt_n": 0}
     msgspec.json.encode(d)
+
+
+def test_adaptive_p_fields():
+    p = params(b'{"adaptive_target": 3.0, "adaptive_decay": 0.5}')
+    assert p.sampling.adaptive_target == 1.0 and p.sampling.adaptive_decay == 0.5
+    with pytest.raises(S.ServerError):
+        params(b'{"adaptive_decay": 1.5}')
