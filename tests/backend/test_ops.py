@@ -102,7 +102,7 @@ ROPE_CASES = [  # (n_head, head_dim, n_rot, base, freq_scale, mode)
 @pytest.mark.parametrize("case", ROPE_CASES)
 def test_rope_cpu_vs_ref(ref, cpu, case):
     nh, hd, n_rot, base, fs, mode = case
-    pos = np.array([0, 1, 2, 7, 100, 511, 4095, 30000], np.int32)
+    pos = np.array([0, 1, 2, 7, 100, 511, 4095, 30000, -3, -700], np.int32)   # <0: K-shift
     x = randn(len(pos), nh, hd)
     a = ref.rope(x, pos, n_rot, base, fs, mode)
     b = cpu.rope(x, pos, n_rot, base, fs, mode)

@@ -22,6 +22,7 @@ cdef extern from *:
     """
     #include "pyl_vmath.h"
     #define PYL_HB 4          /* heads per task */
+    #define PYL_PF 8          /* prefetch distance, cells */
 
     #if PYL_VM_SIMD
     /* 8 sums at once: lane m of the result = horizontal sum of a[m], fixed tree
@@ -82,6 +83,9 @@ cdef extern from *:
             a[t][0] = a[t][1] = _mm256_setzero_ps();
         for (j = 0; j < n; j++) {
             const uint8_t *row = v + (int64_t)cells[j] * vst;
+            if (j + PYL_PF < n)          /* strided rows: prefetch a few cells ahead */
+                _mm_prefetch((const char *)(v + (int64_t)cells[j + PYL_PF] * vst) + d0 * (f16 ? 2 : 4),
+                             _MM_HINT_T0);
             __m256 v0 = pyl_ld8(row, f16, d0);
             __m256 v1 = nv == 2 ? pyl_ld8(row, f16, d0 + 8) : v0;
             for (t = 0; t < 4; t++) {
@@ -110,6 +114,13 @@ cdef extern from *:
             __m256 x;
             rows[0] = k + (int64_t)cells[j] * kst;
             rows[1] = k + (int64_t)cells[j + 1 < n ? j + 1 : j] * kst;   /* past end: repeat */
+            if (j + PYL_PF + 1 < n) {
+                int64_t b;
+                for (b = 0; b < (int64_t)dk * (f16 ? 2 : 4); b += 64) {
+                    _mm_prefetch((const char *)(k + (int64_t)cells[j + PYL_PF] * kst) + b, _MM_HINT_T0);
+                    _mm_prefetch((const char *)(k + (int64_t)cells[j + PYL_PF + 1] * kst) + b, _MM_HINT_T0);
+                }
+            }
             pyl_qk_2x4(q, rows, f16, dk, r);
             x = _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_loadu_ps(r));
             if (cap > 0.0f) {
