@@ -15,6 +15,14 @@ _LLAMA3 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{
 _QWEN2 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 _PORO = r" ?[^(\s|.,!?…。，、।۔،)]+"
+_UPPER, _LOWER = r"((?=[\p{L}])([^a-z]))", r"((?=[\p{L}])([^A-Z]))"
+_TEKKEN = (r"[^\r\n\p{L}\p{N}]?" + _UPPER + "*" + _LOWER + r"+|[^\r\n\p{L}\p{N}]?" + _UPPER
+           + "+" + _LOWER + r"*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_GPT4O = (r"[^\r\n\p{L}\p{N}]?" + _UPPER + "*" + _LOWER + "+" + _CONTRACTIONS
+          + r"?|[^\r\n\p{L}\p{N}]?" + _UPPER + "+" + _LOWER + "*" + _CONTRACTIONS
+          + r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_DEEPSEEK3 = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?"
+              r"[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 REGEXES: dict[str, list[str]] = {
     "default": [r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"],
@@ -26,6 +34,9 @@ REGEXES: dict[str, list[str]] = {
     "deepseek-coder": [r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", r"[一-龥ࠀ-一가-퟿]+", r"\p{N}"],
     "poro": [_PORO],
     "viking": [_PORO, r"\p{N}"],
+    "tekken": [_TEKKEN],
+    "gpt-4o": [_GPT4O],
+    "deepseek-v3": [r"\p{N}{1,3}", r"[一-龥぀-ゟ゠-ヿ]+", _DEEPSEEK3],
 }
 
 
@@ -63,6 +74,10 @@ PRE: dict[str, PreTok] = {
     "poro-chat": PreTok("poro", clean_spaces=False),
     "bloom": PreTok("poro"), "gpt3-finnish": PreTok("poro"),
     "viking": PreTok("viking", clean_spaces=False),
+    "tekken": PreTok("tekken", clean_spaces=False, ignore_merges=True, add_bos=True),
+    "gpt-4o": PreTok("gpt-4o", clean_spaces=False), "llama4": PreTok("gpt-4o", clean_spaces=False),
+    "deepseek-v3": PreTok("deepseek-v3", clean_spaces=False),
+    "hunyuan-dense": PreTok("deepseek-v3", clean_spaces=False),
 }
 
 

@@ -185,3 +185,13 @@ def test_clean_spaces_applied_for_gpt2_pre():
     assert v.clean_spaces and v.detokenize(v.tokenize("a , b ' c 's", add_special=False)) == \
         "a, b'c's"
     assert not dict_vocab(["<|endoftext|>"], pre="qwen2").clean_spaces
+
+
+@pytest.mark.parametrize("pre", sorted(__import__("pyllama.vocab.pretok", fromlist=["PRE"]).PRE))
+def test_every_pre_tokenizer_builds(pre):
+    v = dict_vocab(["<|endoftext|>"], pre=pre)
+    text = "Hello World it's ABCdef 12345 (x)\n\n  y 你好 .Net"
+    assert v.detokenize(v.tokenize(text, add_special=False)) == v.detokenize_bytes(
+        v.tokenize(text, add_special=False)).decode()
+    if not v.clean_spaces:
+        assert v.detokenize(v.tokenize(text, add_special=False)) == text
