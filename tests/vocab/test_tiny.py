@@ -190,8 +190,7 @@ def test_clean_spaces_applied_for_gpt2_pre():
 @pytest.mark.parametrize("pre", sorted(__import__("pyllama.vocab.pretok", fromlist=["PRE"]).PRE))
 def test_every_pre_tokenizer_builds(pre):
     v = dict_vocab(["<|endoftext|>"], pre=pre)
-    text = "Hello World it's ABCdef 12345 (x)\n\n  y 你好 .Net"
-    assert v.detokenize(v.tokenize(text, add_special=False)) == v.detokenize_bytes(
-        v.tokenize(text, add_special=False)).decode()
-    if not v.clean_spaces:
-        assert v.detokenize(v.tokenize(text, add_special=False)) == text
+    from pyllama.vocab.vocab import _clean_spaces
+    text = "Hello World it's ABCdef 12345 (x)\n\n  y 你好 .Net , ok"
+    want = _clean_spaces(text.encode()).decode() if v.clean_spaces else text
+    assert v.detokenize(v.tokenize(text, add_special=False)) == want
