@@ -14,7 +14,8 @@ __all__ = ["quantize", "dequantize", "QUANTIZE_TYPES", "DEQUANTIZE_TYPES"]
 _BLOCKED = {
     GGMLType.Q4_0: q._quant_q4_0, GGMLType.Q4_1: q._quant_q4_1, GGMLType.Q5_0: q._quant_q5_0,
     GGMLType.Q5_1: q._quant_q5_1, GGMLType.Q8_0: q._quant_q8_0, GGMLType.Q8_1: q._quant_q8_1,
-    GGMLType.Q8_K: q._quant_q8_k, GGMLType.Q4_K: kquants.quantize_q4_k,
+    GGMLType.Q8_K: q._quant_q8_k, GGMLType.Q2_K: kquants.quantize_q2_k,
+    GGMLType.Q3_K: kquants.quantize_q3_k, GGMLType.Q4_K: kquants.quantize_q4_k,
     GGMLType.Q5_K: kquants.quantize_q5_k, GGMLType.Q6_K: kquants.quantize_q6_k,
 }
 QUANTIZE_TYPES = frozenset(_BLOCKED) | {GGMLType.F32, GGMLType.F16, GGMLType.BF16}
@@ -25,7 +26,8 @@ def _elementwise(x: np.ndarray, qtype: GGMLType) -> np.ndarray:
     if qtype == GGMLType.F32:
         return x.astype(np.float32)
     if qtype == GGMLType.F16:
-        return x.astype(np.float16)
+        with np.errstate(over="ignore"):    # beyond 65504 -> inf, as GGML_FP32_TO_FP16
+            return x.astype(np.float16)
     return q.f32_to_bf16(x)
 
 
@@ -39,7 +41,9 @@ def quantize(x: np.ndarray, qtype) -> np.ndarray:
         raise ValueError("quantize needs at least one dimension")
     row_bytes = BLOCK_LAYOUT[qtype].row_bytes(x.shape[-1])
     if qtype in _BLOCKED:
-        blocks = _BLOCKED[qtype](x)
+        # float32 overflow to inf / inf-inf in the scale searches happen in ggml's C too
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            blocks = _BLOCKED[qtype](x)
     else:
         blocks = _elementwise(x, qtype)
     return np.ascontiguousarray(blocks).view(np.uint8).reshape(x.shape[:-1] + (row_bytes,))

@@ -1,7 +1,7 @@
-"""K-quant reference quantizers (Q4_K, Q5_K, Q6_K), vectorised over sub-blocks.
+"""K-quant reference quantizers (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), vectorised over sub-blocks.
 
-Ports of ggml's quantize_row_q{4,5,6}_K_ref with their scale searches (make_qkx2_quants,
-make_qx_quants). Every float32 sum runs serially in ggml's order and every product in its
+Ports of ggml's quantize_row_q{2,3,4,5,6}_K_ref with their scale searches (make_qkx2_quants,
+make_q3_quants, make_qx_quants). Every float32 sum runs serially in ggml's order and every product in its
 association, so the blocks are bit-identical to ggml's (checked against libggml-base in
 tests/quant/test_quant_ggml.py). The searches loop over candidate scales in Python but are
 vectorised over all sub-blocks of the input.
@@ -32,7 +32,26 @@ def _ssum(v: np.ndarray) -> np.ndarray:
     return acc
 
 
-def _qkx2_search(x, w, L, best, scale, mn, mx, nmax, rmin, rdelta, nstep):
+def first_absmax(v: np.ndarray) -> np.ndarray:
+    """Per row of v [m, n], ggml's `if (fabsf(v) > amax) { amax = fabsf(v); max = v; }` from
+    amax = 0: the first value of largest magnitude; NaNs never win; 0 if none beats 0."""
+    a = np.abs(v)
+    a = np.where(np.isnan(a), F32(0), a)
+    i = np.argmax(a, axis=1)[:, None]
+    return np.where(np.take_along_axis(a, i, axis=1)[:, 0] > 0,
+                    np.take_along_axis(v, i, axis=1)[:, 0], F32(0)).astype(F32)
+
+
+def max_pos(v: np.ndarray) -> np.ndarray:
+    """Per row, ggml's `if (v > mx) mx = v` from mx = 0 (NaNs never win)."""
+    return np.maximum(np.where(np.isnan(v), F32(0), v).max(axis=1), F32(0))
+
+
+def _err(diff, use_mad):
+    return np.abs(diff) if use_mad else diff * diff
+
+
+def _qkx2_search(x, w, L, best, scale, mn, mx, nmax, rmin, rdelta, nstep, use_mad):
     """The refinement loop of make_qkx2_quants: least-squares (scale, min) per candidate grid.
     As in ggml, each step rescales with the current best min (it moves when a step wins)."""
     sum_w, sum_x = _ssum(w), _ssum(w * x)
@@ -49,7 +68,7 @@ def _qkx2_search(x, w, L, best, scale, mn, mx, nmax, rmin, rdelta, nstep):
         t_scale = np.where(pos, _div(sum_xl, sum_l2), t_scale)
         with np.errstate(invalid="ignore", over="ignore"):     # D == 0 rows are not taken
             diff = t_scale[:, None] * la + t_min[:, None] - x
-            mad = _ssum(w * (diff * diff))
+            mad = _ssum(w * _err(diff, use_mad))
         better = (D > 0) & (mad < best)
         L = np.where(better[:, None], la, L)
         best = np.where(better, mad, best)
@@ -58,7 +77,7 @@ def _qkx2_search(x, w, L, best, scale, mn, mx, nmax, rmin, rdelta, nstep):
     return L, scale, mn
 
 
-def make_qkx2_quants(x, w, nmax, rmin, rdelta, nstep):
+def make_qkx2_quants(x, w, nmax, rmin, rdelta, nstep, use_mad=False):
     """x, w [m, n] -> (scale [m], the_min [m] (>= 0, value = scale*L - the_min), L int [m, n])."""
     lo = np.minimum(x.min(axis=1), F32(0))
     flat = x.max(axis=1) == lo
@@ -67,9 +86,10 @@ def make_qkx2_quants(x, w, nmax, rmin, rdelta, nstep):
     scale = _div(F32(1), iscale)
     L = np.clip(nearest_int(iscale[:, None] * (x - lo[:, None])), 0, nmax).astype(F32)
     diff = scale[:, None] * L + lo[:, None] - x
-    best = _ssum(w * (diff * diff))
+    best = _ssum(w * _err(diff, use_mad))
     mx = np.where(flat, lo + F32(1), x.max(axis=1)).astype(F32)
-    L, scale, mn = _qkx2_search(x, w, L, best, scale, lo, mx, nmax, rmin, rdelta, nstep)
+    L, scale, mn = _qkx2_search(x, w, L, best, scale, lo, mx, nmax, rmin, rdelta, nstep,
+                                use_mad)
     L = np.where(flat[:, None], F32(0), L)
     return np.where(flat, F32(0), scale), np.where(flat, -lo, -mn), L.astype(np.int32)
 
@@ -81,7 +101,7 @@ def _qx_round(x, iscale, nmax):
 def make_qx_quants(x, nmax):
     """make_qx_quants(rmse_type=1, no weights) on x [m, n] -> (scale [m], L int [m, n] in
     [0, 2*nmax))."""
-    mx = np.take_along_axis(x, np.argmax(np.abs(x), axis=1)[:, None], axis=1)[:, 0]
+    mx = first_absmax(x)
     zero = np.abs(mx) < GROUP_MAX_EPS
     mx = np.where(zero, F32(1), mx).astype(F32)
     w = x * x
@@ -119,7 +139,7 @@ def _k4_common(x, qtype, nmax, rmin, nstep):
     w = av_x[:, None] + np.abs(xs)
     sc, mins, L = make_qkx2_quants(xs, w, nmax, rmin, F32(0.1), nstep)
     sc, mins, L = sc.reshape(n, 8), mins.reshape(n, 8), L.reshape(n, 8, 32)
-    max_sc, max_min = np.maximum(sc.max(axis=1), 0), np.maximum(mins.max(axis=1), 0)
+    max_sc, max_min = max_pos(sc), max_pos(mins)
     inv_sc = np.where(max_sc > 0, _div(F32(63), max_sc), F32(0))
     inv_min = np.where(max_min > 0, _div(F32(63), max_min), F32(0))
     ls = np.minimum(63, nearest_int(inv_sc[:, None] * sc))
@@ -156,7 +176,7 @@ def quantize_q6_k(x: np.ndarray) -> np.ndarray:
     n = len(xb)
     sc, L = make_qx_quants(xb.reshape(n * 16, 16), 32)
     sc, L = sc.reshape(n, 16), L.reshape(n, 16, 16)
-    max_sc = np.take_along_axis(sc, np.argmax(np.abs(sc), axis=1)[:, None], axis=1)[:, 0]
+    max_sc = first_absmax(sc)
     zero = np.abs(max_sc) < GROUP_MAX_EPS
     iscale = np.where(zero, F32(0), _div(F32(-128), np.where(zero, F32(1), max_sc)))
     out = np.zeros(n, dtype=BLOCK_LAYOUT[GGMLType.Q6_K].dtype)
@@ -174,4 +194,101 @@ def quantize_q6_k(x: np.ndarray) -> np.ndarray:
                                axis=2).reshape(n, 128)
     hi = (L >> 4) << np.array([0, 2, 4, 6], dtype=np.uint8)[None, None, :, None]
     out["qh"] = hi.sum(axis=2, dtype=np.uint8).reshape(n, 64)
+    return out
+
+
+def _pack_crumbs(L: np.ndarray) -> np.ndarray:
+    """2-bit values [n, 256] -> Q2_K/Q3_K qs [n, 64]: qs[32h + l] holds L[128h + 32j + l] at
+    bits 2j."""
+    L = L.reshape(len(L), 2, 4, 32).astype(np.uint8)
+    sh = np.array([0, 2, 4, 6], dtype=np.uint8)[None, None, :, None]
+    return (L << sh).sum(axis=2, dtype=np.uint8).reshape(len(L), 64)
+
+
+def quantize_q2_k(x: np.ndarray) -> np.ndarray:
+    xb = np.ascontiguousarray(x, dtype=F32).reshape(-1, QK_K)
+    n = len(xb)
+    xs = xb.reshape(n * 16, 16)
+    sc, mins, L = make_qkx2_quants(xs, np.abs(xs), 3, -0.5, F32(0.1), 15, use_mad=True)
+    sc, mins, L = sc.reshape(n, 16), mins.reshape(n, 16), L.reshape(n, 16, 16)
+    max_sc, max_min = max_pos(sc), max_pos(mins)
+    q4 = F32(15)
+    inv_sc = np.where(max_sc > 0, _div(q4, np.where(max_sc > 0, max_sc, F32(1))), F32(0))
+    inv_min = np.where(max_min > 0, _div(q4, np.where(max_min > 0, max_min, F32(1))), F32(0))
+    ls, lm = nearest_int(inv_sc[:, None] * sc), nearest_int(inv_min[:, None] * mins)
+    out = np.zeros(n, dtype=BLOCK_LAYOUT[GGMLType.Q2_K].dtype)
+    out["scales"] = (ls.astype(np.uint8) | (lm.astype(np.uint8) << 4))
+    out["d"] = np.where(max_sc > 0, max_sc / q4, F32(0))
+    out["dmin"] = np.where(max_min > 0, max_min / q4, F32(0))
+    d = out["d"].astype(F32)[:, None] * (out["scales"] & 0xF).astype(F32)
+    dm = out["dmin"].astype(F32)[:, None] * (out["scales"] >> 4).astype(F32)
+    d_safe = np.where(d != 0, d, F32(1))[..., None]
+    Lf = np.clip(nearest_int(_div(xb.reshape(n, 16, 16) + dm[..., None], d_safe)), 0, 3)
+    L = np.where((d != 0)[..., None], Lf, L)
+    out["qs"] = _pack_crumbs(L.reshape(n, QK_K))
+    return out
+
+
+def _q3_refine(x, w, L, sumlx, suml2, nmax):
+    """make_q3_quants' coordinate descent: up to 5 sweeps, each value moved to its best level
+    if that raises sumlx^2/suml2 (sub-blocks that stop changing stay fixed, as in ggml)."""
+    for _ in range(5):
+        for i in range(x.shape[1]):
+            xi, wi, li = x[:, i], w[:, i], L[:, i]
+            slx = sumlx - wi * xi * li
+            sl2 = suml2 - wi * li * li
+            new_l = np.clip(nearest_int(_div(xi * sl2, np.where(slx > 0, slx, F32(1)))),
+                            -nmax, nmax - 1).astype(F32)
+            slx2 = slx + wi * xi * new_l
+            sl22 = sl2 + wi * new_l * new_l
+            take = (slx > 0) & (new_l != li) & (sl22 > 0) & (
+                slx2 * slx2 * suml2 > sumlx * sumlx * sl22)
+            L[:, i] = np.where(take, new_l, li)
+            sumlx = np.where(take, slx2, sumlx)
+            suml2 = np.where(take, sl22, suml2)
+    return L, sumlx, suml2
+
+
+def make_q3_quants(x, nmax):
+    """make_q3_quants(do_rmse=true) on x [m, n] -> (scale [m], L int [m, n] in [0, 2*nmax))."""
+    mx = first_absmax(x)
+    zero = np.abs(mx) < GROUP_MAX_EPS
+    mx = np.where(zero, F32(1), mx).astype(F32)
+    L = _qx_round(x, _div(F32(-nmax), mx), nmax)
+    w = x * x
+    sumlx, suml2 = _ssum(w * x * L), _ssum(w * L * L)
+    L, sumlx, suml2 = _q3_refine(x, w, L, sumlx, suml2, nmax)
+    scale = _div(sumlx, suml2)
+    return np.where(zero, F32(0), scale), np.where(zero[:, None], 0, L + nmax).astype(np.int32)
+
+
+def pack_q3_scales(l: np.ndarray) -> np.ndarray:
+    """6-bit Q3_K scales [n, 16] (value + 32) -> packed bytes [n, 12] (inverse of q3_k_scales)."""
+    l = l.astype(np.uint8)
+    lo = (l[:, :8] & 0xF) | ((l[:, 8:] & 0xF) << 4)
+    hi = (l >> 4).reshape(len(l), 4, 4) << np.array([0, 2, 4, 6], np.uint8)[None, :, None]
+    return np.concatenate([lo, hi.sum(axis=1, dtype=np.uint8)], axis=1)
+
+
+def quantize_q3_k(x: np.ndarray) -> np.ndarray:
+    xb = np.ascontiguousarray(x, dtype=F32).reshape(-1, QK_K)
+    n = len(xb)
+    sc, L = make_q3_quants(xb.reshape(n * 16, 16), 4)
+    sc, L = sc.reshape(n, 16), L.reshape(n, 16, 16)
+    max_sc = first_absmax(sc)
+    has = max_sc != 0
+    iscale = np.where(has, _div(F32(-32), np.where(has, max_sc, F32(1))), F32(0))
+    ls = np.clip(nearest_int(iscale[:, None] * sc), -32, 31) + 32
+    out = np.zeros(n, dtype=BLOCK_LAYOUT[GGMLType.Q3_K].dtype)
+    out["scales"] = np.where(has[:, None], pack_q3_scales(ls), 0)
+    out["d"] = np.where(has, _div(F32(1), np.where(has, iscale, F32(1))), F32(0))
+    from .reference import q3_k_scales
+    d = out["d"].astype(F32)[:, None] * q3_k_scales(out["scales"]).astype(F32)
+    d_safe = np.where(d != 0, d, F32(1))[..., None]
+    Lf = np.clip(nearest_int(_div(xb.reshape(n, 16, 16), d_safe)), -4, 3) + 4
+    L = np.where((d != 0)[..., None], Lf, L).reshape(n, QK_K)
+    # high bit of L[32b + l] goes to bit b of hmask[l]
+    hb = (L.reshape(n, 8, 32) > 3).astype(np.uint8)
+    out["hmask"] = (hb << np.arange(8, dtype=np.uint8)[None, :, None]).sum(axis=1, dtype=np.uint8)
+    out["qs"] = _pack_crumbs(np.where(L > 3, L - 4, L))
     return out

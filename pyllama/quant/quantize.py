@@ -23,8 +23,11 @@ def roundf(x: np.ndarray) -> np.ndarray:
 
 
 def nearest_int(x: np.ndarray) -> np.ndarray:
-    """ggml's nearest_int (the 1.5*2^23 trick): round half to even, as int32."""
-    return np.rint(x).astype(np.int32)
+    """ggml's nearest_int, literally: add 1.5*2^23 in float32 and read the low mantissa bits.
+    Rounds half to even for |x| <= 2^22; beyond that it wraps exactly as ggml's does."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = np.asarray(np.asarray(x, dtype=F32) + F32(12582912.0), dtype=F32)
+    return (v.view(np.int32) & 0x007FFFFF) - 0x00400000
 
 
 def _safe_inv(d: np.ndarray) -> np.ndarray:

@@ -14,12 +14,13 @@ import sys
 import numpy as np
 
 TYPES = ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q8_K",
-         "Q4_K", "Q5_K", "Q6_K"]
+         "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 OUT = os.path.join(os.path.dirname(__file__), "..", "data", "quant", "ggml_quantize_ref.npz")
 
 
 def inputs() -> np.ndarray:
-    """32 rows of 256: edge cases (zeros, constants, exact ties, tiny/huge) + 4 distributions."""
+    """36 rows of 256: edge cases (zeros, constants, exact ties, tiny/huge), 4 distributions,
+    and 4 extreme rows (|x| ~ 1e25 where x^2 overflows, 1e-30, sparse, subnormal)."""
     sys.path.insert(0, os.path.dirname(__file__))
     from test_quant_reference import quant_inputs
     rng = np.random.default_rng(2024)
@@ -28,8 +29,12 @@ def inputs() -> np.ndarray:
              rng.standard_normal((4, 256)) * rng.exponential(1, (4, 256)),
              rng.standard_t(2, (4, 256)),
              rng.integers(-8, 8, (2, 256)) * 0.5,
-             rng.standard_normal((2, 256)) * 1e-3 + 0.01]
-    return np.concatenate([x] + [e.astype(np.float32) for e in extra]).astype(np.float32)
+             rng.standard_normal((2, 256)) * 1e-3 + 0.01,
+             rng.standard_normal((1, 256)) * 1e25, rng.standard_normal((1, 256)) * 1e-30,
+             np.where(rng.random((1, 256)) < 0.9, 0, rng.standard_normal((1, 256))),
+             rng.standard_normal((1, 256)) * 1e-40]
+    with np.errstate(under="ignore"):
+        return np.concatenate([x] + [e.astype(np.float32) for e in extra]).astype(np.float32)
 
 
 def ggml_quantize(lib, t: str, x: np.ndarray, row_bytes: int) -> np.ndarray:

@@ -10,7 +10,7 @@ from pyllama.quant import BLOCK_LAYOUT, dequantize, quantize
 
 REF = os.path.join(os.path.dirname(__file__), "..", "data", "quant", "ggml_quantize_ref.npz")
 TYPES = ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q8_K",
-         "Q4_K", "Q5_K", "Q6_K"]
+         "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 
 
 @pytest.fixture(scope="module")
@@ -30,12 +30,13 @@ def test_quantize_bitexact_vs_ggml(ref, name):
     assert not diff.any(), f"{diff.sum()} of {diff.size} blocks differ (first {diff.argmax()})"
 
 
-@pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q6_K", "Q8_K"])
+@pytest.mark.parametrize("name", ["Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K"])
 def test_ggml_blocks_dequantize_close(ref, name):
     """ggml's own blocks decode with our dequantizer to values near the input (sanity of the
-    stored data; rows 5 (1e-6 scale, f16 underflow) excluded)."""
+    stored data; rows whose f16 scales under/overflow excluded)."""
     t = GGMLType[name]
-    x = ref["x"]
-    y = dequantize(ref[name], t, x.shape)
+    x = ref["x"][:32]
+    y = dequantize(ref[name][:32], t, x.shape)
     ok = np.arange(len(x)) != 5
-    assert (np.abs(y - x)[ok] <= 0.1 * np.abs(x[ok]).max(axis=1, keepdims=True)).all()
+    bound = 0.2 if name == "Q3_K" else 0.1
+    assert (np.abs(y - x)[ok] <= bound * np.abs(x[ok]).max(axis=1, keepdims=True)).all()

@@ -141,7 +141,7 @@ def test_quantize_f32_and_shapes():
     with pytest.raises(ValueError):
         quantize(x[..., :100], T.Q8_0)
     with pytest.raises(NotImplementedError):
-        quantize(x, T.Q2_K)
+        quantize(x, T.IQ4_NL)
 
 
 @settings(max_examples=60, deadline=None)
@@ -150,7 +150,9 @@ def test_quantize_f32_and_shapes():
                     elements=st.floats(-1e4, 1e4, width=32, allow_subnormal=False)))
 def test_quantize_matches_gguf_property(t, x):
     ours = quantize(x, t)
-    ref = np.ascontiguousarray(gq.quantize(x, g(t))).view(np.uint8).reshape(ours.shape)
+    with np.errstate(all="ignore"):     # gguf's numpy warns where 1/d overflows (tiny blocks)
+        ref = gq.quantize(x, g(t))
+    ref = np.ascontiguousarray(ref).view(np.uint8).reshape(ours.shape)
     assert np.array_equal(ours, ref)
 
 
@@ -197,9 +199,11 @@ def test_quantize_q8_1_vs_q8_0():
     assert np.array_equal(b1["s"].view(np.uint16), s.view(np.uint16))
 
 
-@pytest.mark.parametrize("t,bound", [(T.Q4_K, 0.09), (T.Q5_K, 0.045), (T.Q6_K, 0.022)],
+@pytest.mark.parametrize("t,bound,worst", [(T.Q2_K, 0.32, 0.35), (T.Q3_K, 0.17, 0.2),
+                                           (T.Q4_K, 0.09, 0.1), (T.Q5_K, 0.045, 0.1),
+                                           (T.Q6_K, 0.022, 0.1)],
                          ids=lambda v: getattr(v, "name", str(v)))
-def test_kquant_roundtrip(t, bound):
+def test_kquant_roundtrip(t, bound, worst):
     rng = np.random.default_rng(int(t))
     x = quant_inputs(rng)
     raw = quantize(x, t)
@@ -212,7 +216,7 @@ def test_kquant_roundtrip(t, bound):
         assert np.abs(y[i] - x[i]).max() <= 2e-3 * max(1.0, np.abs(x[i]).max())
     ok = np.arange(len(x)) != 5     # row 5 is ~1e-6: the f16 super-block scale underflows
     scale = np.abs(x).max(axis=1, keepdims=True)
-    assert (np.abs(y - x) <= 0.1 * scale)[ok].all()
+    assert (np.abs(y - x) <= worst * scale)[ok].all()
 
 
 def test_kquant_beats_legacy_of_same_bits():
@@ -223,11 +227,12 @@ def test_kquant_beats_legacy_of_same_bits():
     assert err(T.Q4_K) < err(T.Q4_0)
     assert err(T.Q5_K) < err(T.Q5_0)
     assert err(T.Q6_K) < err(T.Q5_1)
+    assert err(T.Q4_K) < err(T.Q3_K) < err(T.Q2_K)
 
 
 def test_quantize_types_listed():
-    assert {T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_K,
-            T.Q4_K, T.Q6_K} <= QUANTIZE_TYPES
+    assert {T.F32, T.F16, T.BF16, T.Q8_0, T.Q8_1, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_K,
+            T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K} == QUANTIZE_TYPES
 
 
 def test_q8_0_rows_match_blocks():
