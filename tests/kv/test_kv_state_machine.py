@@ -15,15 +15,18 @@ seqs = st.integers(0, N_SEQ - 1)
 
 
 class SWACacheMachine(RuleBasedStateMachine):
+    n_stream = 1
+
     @initialize(n_cells=st.integers(8, 24), n_swa=st.integers(2, 6), extra=st.integers(0, 3),
                 swa_type=st.sampled_from([1, 2]))
     def setup(self, n_cells, n_swa, extra, swa_type):
         self.mem = KVCache(n_cells=n_cells, layers=[0], n_embd_k=[4], n_embd_v=[4], n_seq_max=N_SEQ,
-                           n_stream=1, swa_type=swa_type, n_swa=n_swa, swa_extra=extra)
+                           n_stream=self.n_stream, swa_type=swa_type, n_swa=n_swa, swa_extra=extra)
 
     def snapshot(self):
-        c = self.mem.cells[0]
-        return c.pos.copy(), c.has.copy(), list(self.mem.head)
+        cs = self.mem.cells
+        return (np.concatenate([c.pos for c in cs]), np.concatenate([c.has for c in cs], axis=1),
+                list(self.mem.head))
 
     @rule(owners=st.lists(seqs, min_size=1, max_size=7), n_ubatch=st.integers(1, 5))
     def decode(self, owners, n_ubatch):
@@ -76,13 +79,21 @@ class SWACacheMachine(RuleBasedStateMachine):
     def consistent_cells(self):
         if not hasattr(self, "mem"):
             return
-        c = self.mem.cells[0]
-        assert ((c.pos >= 0) == c.has.any(axis=0)).all()
-        assert (c.shift[c.pos < 0] == 0).all()
+        for st_, c in enumerate(self.mem.cells):
+            assert ((c.pos >= 0) == c.has.any(axis=0)).all()
+            assert (c.shift[c.pos < 0] == 0).all()
+            if self.n_stream > 1:           # a stream holds only its own sequence
+                assert not np.delete(c.has, st_, axis=0).any()
+
+
+class MultiStreamMachine(SWACacheMachine):
+    n_stream = N_SEQ
 
 
 SWACacheMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=25, deadline=None)
+MultiStreamMachine.TestCase.settings = settings(max_examples=20, stateful_step_count=25, deadline=None)
 TestSWACache = SWACacheMachine.TestCase
+TestMultiStream = MultiStreamMachine.TestCase
 
 
 class ISWAExtraMachine(RuleBasedStateMachine):
