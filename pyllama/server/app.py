@@ -13,6 +13,7 @@ from pathlib import Path
 
 import msgspec
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response, StreamingResponse
@@ -330,19 +331,8 @@ class Server:
     async def _complete(self, request: Request, mode: str):
         chat = mode == "chat"
         body = await self.body(request, S.ChatBody if chat else S.CompletionBody)
-        if chat:
-            prompts = [self.tokenize(self._render(body))]
-        else:
-            if body.prompt is msgspec.UNSET or body.prompt is None:
-                raise invalid("[json.exception.out_of_range.403] key 'prompt' not found")
-            prompts = self._prompts(body.prompt)
-        params = S.build_params(body, self.defaults, n_vocab=self.engine.model.n_vocab,
-                                tokenize=lambda s: self.tokenize(s, False, True), chat=chat)
-        n_cmpl = self._n_cmpl(body)
-        for p in prompts:
-            self._check_prompt(p)
-        if params.id_slot >= len(self.engine.slots):
-            raise invalid(f"Invalid slot id {params.id_slot}")
+        # templates and tokenization of long prompts run off the event loop
+        prompts, params, n_cmpl = await run_in_threadpool(self._prepare, body, chat)
         ch = Channel(asyncio.get_running_loop())
         tasks = [self.engine.submit(Task("completion", ch, prompt=p, params=params,
                                          index=i * n_cmpl + j))
@@ -356,6 +346,23 @@ class Server:
                                               "Cache-Control": "no-cache"})
         finals = await self._wait(request, ch, tasks)
         return json_response(self._final_body(ctx, finals))
+
+    def _prepare(self, body, chat: bool):
+        """(prompt token lists, task params, completions per prompt) or a ServerError."""
+        if chat:
+            prompts = [self.tokenize(self._render(body))]
+        else:
+            if body.prompt is msgspec.UNSET or body.prompt is None:
+                raise invalid("[json.exception.out_of_range.403] key 'prompt' not found")
+            prompts = self._prompts(body.prompt)
+        params = S.build_params(body, self.defaults, n_vocab=self.engine.model.n_vocab,
+                                tokenize=lambda s: self.tokenize(s, False, True), chat=chat)
+        n_cmpl = self._n_cmpl(body)
+        for p in prompts:
+            self._check_prompt(p)
+        if params.id_slot >= len(self.engine.slots):
+            raise invalid(f"Invalid slot id {params.id_slot}")
+        return prompts, params, n_cmpl
 
     def _n_cmpl(self, body) -> int:
         name, n = S._first(body, "n_cmpl", "n")
