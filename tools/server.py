@@ -32,7 +32,7 @@ def to_config(params):
         n_threads=params.n_threads if params.n_threads > 0 else None,
         swa_full=params.swa_full, swa_extra=params.swa_extra, type_k=params.cache_type_k,
         type_v=params.cache_type_v,
-        kv_unified=True if params.n_parallel < 0 or params.kv_unified else None,
+        kv_unified=params.kv_unified if "kv_unified" in params.set_fields else None,
         n_predict=params.n_predict, n_keep=params.n_keep, cache_prompt=params.cache_prompt,
         reverse_prompts=list(params.antiprompt), sampling=_sampling(params),
         slot_prompt_similarity=getattr(params, "slot_prompt_similarity", 0.10),
