@@ -295,3 +295,41 @@ def test_non_stream_disconnect_cancels_the_task(client, server):
         time.sleep(0.05)
     slot = client.get("/slots").json()[1]
     assert slot["is_processing"] is False and slot["next_token"][0]["n_decoded"] < 3000
+
+
+def test_mixed_traffic_with_aborts_stays_exact(client, server):
+    """8 clients × 5 requests on 2 slots (plain, streamed, aborted, chat), prompts sharing
+    prefixes: every completed greedy result equals its solo reference."""
+    import random
+    prompts = [f"prompt number {i} " * (1 + i % 5) for i in range(5)]
+    ref = {p: greedy(client, p, n=16, cache_prompt=False)["content"] for p in prompts}
+    errors = []
+
+    def worker(k):
+        rnd = random.Random(k)
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            for _ in range(5):
+                p, mode = rnd.choice(prompts), rnd.choice(["plain", "stream", "abort", "chat"])
+                body = {"prompt": p, "n_predict": 16, "temperature": 0}
+                if mode == "plain" and greedy(c, p, n=16)["content"] != ref[p]:
+                    errors.append(("plain", p))
+                elif mode == "stream":
+                    with c.stream("POST", "/completion", json={**body, "stream": True}) as r:
+                        text = "".join(json.loads(e)["content"] for e in sse_events(r))
+                    if text != ref[p]:
+                        errors.append(("stream", p))
+                elif mode == "abort":
+                    with c.stream("POST", "/completion", json={**body, "n_predict": 300,
+                                                               "stream": True}) as r:
+                        next(r.iter_lines())
+                elif mode == "chat":
+                    r = c.post("/v1/chat/completions", json={
+                        "messages": [{"role": "user", "content": p}], "max_tokens": 8})
+                    if r.status_code != 200:
+                        errors.append(("chat", r.text))
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
