@@ -50,12 +50,14 @@ def resolve_seed(seed: int) -> int:
 class SamplerChain:
     def __init__(self, params: SamplerParams, n_vocab: int, *, eog_ids=(), token_pieces=None,
                  tokenize=None, n_ctx: int = 0, n_ctx_train: int = 0, eot_id=None):
-        """eog_ids: end-of-generation tokens (ignore_eos, infill); token_pieces: id -> str, needed
-        by DRY (sequence breakers) and infill; tokenize: str -> ids for multi-character DRY
+        """eog_ids: end-of-generation tokens (ignore_eos, infill); token_pieces: id -> str (or a
+        list of str), needed by DRY (sequence breakers) and infill; tokenize: str -> ids for multi-character DRY
         breakers (else a longest-piece match over the pieces); n_ctx resolves
         penalty_last_n == -1; n_ctx_train bounds DRY (0: unbounded); eot_id: infill's fallback
         token (default: the first EOG id)."""
         self.params, self.n_vocab = params, int(n_vocab)
+        if token_pieces is not None and not callable(token_pieces):
+            token_pieces = list(token_pieces).__getitem__  # a list of pieces works too
         self.eog_ids = tuple(int(t) for t in eog_ids)
         self.eot_id = eot_id if eot_id is not None else (self.eog_ids[0] if self.eog_ids else None)
         self.seed = resolve_seed(params.seed)

@@ -241,3 +241,11 @@ def test_chain_probs_full_drives_rejection_sampling():
     target = chain(200, seed=1, temp=0.7)
     p = target.probs_full(x)
     assert accept_draft(p, p, int(np.argmax(p)), 0.999)  # identical models always accept
+
+
+def test_token_pieces_as_a_list():
+    pieces = ["a", "b", "c", ":", "d"]
+    c = SamplerChain(SamplerParams(seed=1, dry_multiplier=1.0, temp=0.0), 5, token_pieces=pieces)
+    for t in (0, 1, 2, 0, 1):
+        c.accept(t)
+    assert c.sample(np.array([0, 0, 0.5, 0, 0], np.float32)) == 0
