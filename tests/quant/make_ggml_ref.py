@@ -1,11 +1,13 @@
 """Regenerate tests/data/quant/ggml_quantize_ref.npz from a real ggml build (not a test).
 
-    PYTHONPATH=. python tests/quant/make_ggml_ref.py /path/to/libggml-base.so
+    PYTHONPATH=. python tests/quant/make_ggml_ref.py /path/to/libggml-base.so /path/to/libggml-cpu.so
 
 Calls ggml's own `quantize_row_*_ref` (and `ggml_fp32_to_{fp16,bf16}_row`) through ctypes on a
-fixed set of inputs and stores inputs and outputs; test_quant_ggml.py compares pyllama.quant with
-them. The committed file came from libggml-base 0.25.3 (llama-cpp-python 0.3.36's vendored
-llama.cpp, gcc -O3 -std=gnu11, x86-64 without -march: no FMA contraction).
+fixed set of inputs, plus the CPU backend's activation quantizers (`from_float` of the q8_0 /
+q8_1 / q8_K type traits: what llama.cpp's matmul runs), and stores inputs and outputs;
+test_quant_ggml.py compares pyllama.quant with them. The committed file came from ggml 0.25.3 (llama-cpp-python 0.3.36's vendored llama.cpp):
+libggml-base built with gcc -O3 -std=gnu11 for plain x86-64 (no FMA contraction), libggml-cpu
+with -march=native on an AVX2 (znver3) machine.
 """
 import ctypes
 import os
@@ -48,17 +50,37 @@ def ggml_quantize(lib, t: str, x: np.ndarray, row_bytes: int) -> np.ndarray:
     return out
 
 
-def main(so_path: str) -> None:
+class _Traits(ctypes.Structure):
+    _fields_ = [("from_float", ctypes.c_void_p), ("vec_dot", ctypes.c_void_p),
+                ("vec_dot_type", ctypes.c_int), ("nrows", ctypes.c_int64)]
+
+
+def cpu_from_float(cpu, t, x: np.ndarray, row_bytes: int) -> np.ndarray:
+    cpu.ggml_get_type_traits_cpu.restype = ctypes.POINTER(_Traits)
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
+        cpu.ggml_get_type_traits_cpu(int(t)).contents.from_float)
+    out = np.zeros((x.shape[0], row_bytes), np.uint8)
+    for i in range(x.shape[0]):
+        row = np.ascontiguousarray(x[i])
+        fn(row.ctypes.data, out[i].ctypes.data, x.shape[1])
+    return out
+
+
+def main(so_path: str, cpu_path: str) -> None:
     from pyllama.gguf import GGMLType
     from pyllama.quant import BLOCK_LAYOUT
-    lib = ctypes.CDLL(so_path)
+    lib = ctypes.CDLL(so_path, mode=ctypes.RTLD_GLOBAL)
+    cpu = ctypes.CDLL(cpu_path)
+    cpu.ggml_cpu_init()
     x = inputs()
     res = {"x": x}
     for t in TYPES:
         res[t] = ggml_quantize(lib, t, x, BLOCK_LAYOUT[GGMLType[t]].row_bytes(256))
+    for t in ("Q8_0", "Q8_1", "Q8_K"):
+        res[t + "_cpu"] = cpu_from_float(cpu, GGMLType[t], x, BLOCK_LAYOUT[GGMLType[t]].row_bytes(256))
     np.savez_compressed(OUT, **res)
     print(OUT, os.path.getsize(OUT), "bytes")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2])

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from pyllama.gguf import GGMLType
-from pyllama.quant import BLOCK_LAYOUT, dequantize, quantize
+from pyllama.quant import (BLOCK_LAYOUT, dequantize, quantize, quantize_q8_0_rows,
+                           quantize_q8_1_rows, quantize_q8_K_rows)
 
 REF = os.path.join(os.path.dirname(__file__), "..", "data", "quant", "ggml_quantize_ref.npz")
 TYPES = ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q8_K",
@@ -40,3 +41,36 @@ def test_ggml_blocks_dequantize_close(ref, name):
     ok = np.arange(len(x)) != 5
     bound = 0.2 if name == "Q3_K" else 0.1
     assert (np.abs(y - x)[ok] <= bound * np.abs(x[ok]).max(axis=1, keepdims=True)).all()
+
+
+def fields(raw, name):
+    return raw.reshape(-1).view(BLOCK_LAYOUT[GGMLType[name]].dtype)
+
+
+def test_activation_q8_0_matches_llama_cpp_cpu(ref):
+    """simd=True reproduces the x86 AVX2 quantize_row_q8_0 llama.cpp's matmul runs; the default
+    (ggml's _ref) differs from it on exact .5 ties."""
+    b = fields(ref["Q8_0_cpu"], "Q8_0")
+    qs, d = quantize_q8_0_rows(ref["x"], simd=True)
+    assert np.array_equal(qs.reshape(-1, 32), b["qs"])
+    assert np.array_equal(d.reshape(-1), b["d"].astype(np.float32))
+    qs_ref, _ = quantize_q8_0_rows(ref["x"])
+    assert np.array_equal(qs_ref.reshape(-1, 32), fields(ref["Q8_0"], "Q8_0")["qs"])
+
+
+def test_activation_q8_1_matches_llama_cpp_cpu(ref):
+    b = fields(ref["Q8_1_cpu"], "Q8_1")
+    qs, d, s = quantize_q8_1_rows(ref["x"], simd=True)
+    assert np.array_equal(qs.reshape(-1, 32), b["qs"])
+    assert np.array_equal(d.reshape(-1), b["d"].astype(np.float32))
+    both_inf = np.isinf(s.reshape(-1)) & np.isinf(b["s"].astype(np.float32))
+    assert np.array_equal(s.reshape(-1)[~both_inf], b["s"].astype(np.float32)[~both_inf])
+
+
+def test_activation_q8_K_matches_llama_cpp_cpu(ref):
+    b = fields(ref["Q8_K_cpu"], "Q8_K")
+    qs, d, bsums = quantize_q8_K_rows(ref["x"])
+    nz = d.reshape(-1) != 0          # ggml leaves bsums of all-zero blocks unwritten
+    assert np.array_equal(qs.reshape(-1, 256), b["qs"])
+    assert np.array_equal(d.reshape(-1), b["d"])
+    assert np.array_equal(bsums.reshape(-1, 16)[nz], b["bsums"][nz])
