@@ -10,8 +10,7 @@ history. The RNG is numpy's MT19937 seeded and read like llama.cpp's std::mt1993
 a seed gives llama.cpp's uniforms; 0xFFFFFFFF or -1 picks a random seed. XTC has its own
 generator with the same seed, as in llama.cpp, so `dist` still makes one draw per sample.
 """
-import logging
-import os
+import random
 from collections import deque
 
 import numpy as np
@@ -26,7 +25,6 @@ from pyllama.sampling.rng import Mt19937
 
 
 
-log = logging.getLogger("pyllama.sampling")
 DISABLED_NAMES = {
     "penalties": "?penalties", "dry": "?dry", "top_n_sigma": "?top-n-sigma", "top_k": "?top-k",
     "typ_p": "?typical", "top_p": "?top-p", "min_p": "?min-p", "xtc": "?xtc",
@@ -43,7 +41,7 @@ def resolve_seed(seed: int) -> int:
     """The seed actually used: LLAMA_DEFAULT_SEED (or -1) draws one from the OS."""
     seed = int(seed)
     if seed in (-1, DEFAULT_SEED):
-        return int.from_bytes(os.urandom(4), "little")
+        return random.SystemRandom().getrandbits(32)
     return seed & 0xFFFFFFFF
 
 
@@ -72,9 +70,7 @@ class SamplerChain:
     def _build(self, p: SamplerParams, token_pieces, tokenize, n_ctx, n_ctx_train) -> list:
         chain = []
         bias = list(p.logit_bias.items())
-        if p.ignore_eos:
-            if not self.eog_ids:
-                log.warning("vocab has no end-of-generation token, ignoring --ignore-eos")
+        if p.ignore_eos:  # (without EOG tokens llama.cpp warns and ignores it: the caller's part)
             bias += [(t, -np.inf) for t in self.eog_ids]
         if bias:
             chain.append(LogitBias(bias))

@@ -1,13 +1,10 @@
 """Sampling parameters: llama.cpp's `common_params_sampling`, its sampler names and letters, and
 the model's recommended values (`general.sampling.*`, common_init_sampler_from_model)."""
 import dataclasses
-import logging
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
-
-log = logging.getLogger("pyllama.sampling")
 
 DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: draw a random seed
 
@@ -28,8 +25,9 @@ DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p"
                     "temperature")
 
 
-def parse_sampler_names(names, allow_alt_names: bool = True) -> list[str]:
-    """`--samplers a;b;c` (or a list) -> canonical names; unknown names are warned and skipped."""
+def parse_sampler_names(names, allow_alt_names: bool = True, warn=None) -> list[str]:
+    """`--samplers a;b;c` (or a list) -> canonical names; unknown names are skipped, with
+    llama.cpp's warning passed to `warn` (e.g. a logger's warning method) when given."""
     if isinstance(names, str):
         names = names.split(";")
     out = []
@@ -39,19 +37,22 @@ def parse_sampler_names(names, allow_alt_names: bool = True) -> list[str]:
         elif allow_alt_names and name in ALT_NAMES:
             out.append(ALT_NAMES[name])
         else:
-            log.warning("common_sampler_types_from_names: unable to match sampler by name '%s'", name)
+            if warn:
+                warn(f"common_sampler_types_from_names: unable to match sampler by name '{name}'")
     return out
 
 
-def parse_sampler_chars(chars: str) -> list[str]:
-    """`--sampling-seq edskypmxt` -> canonical names; unknown letters are warned and skipped."""
+def parse_sampler_chars(chars: str, warn=None) -> list[str]:
+    """`--sampling-seq edskypmxt` -> canonical names; unknown letters are skipped (see
+    parse_sampler_names for `warn`)."""
     by_letter = {c: n for n, c in SAMPLER_LETTERS.items()}
     out = []
     for c in chars:
         if c in by_letter:
             out.append(by_letter[c])
         else:
-            log.warning("common_sampler_types_from_chars: unable to match sampler by char '%s'", c)
+            if warn:
+                warn(f"common_sampler_types_from_chars: unable to match sampler by char '{c}'")
     return out
 
 

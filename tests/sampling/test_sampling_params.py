@@ -26,8 +26,11 @@ def test_defaults_are_llama_cpps():
 
 
 def test_sampler_names_canonical_alt_and_unknown():
-    assert parse_sampler_names("top_k;top-p;nucleus;typ;temp;min-p;topk;penalties;bogus") == [
+    warned = []
+    assert parse_sampler_names("top_k;top-p;nucleus;typ;temp;min-p;topk;penalties;bogus",
+                               warn=warned.append) == [
         "top_k", "top_p", "top_p", "typ_p", "temperature", "min_p", "top_k", "penalties"]
+    assert warned == ["common_sampler_types_from_names: unable to match sampler by name 'bogus'"]
     assert parse_sampler_names(["top-k", "dry"], allow_alt_names=False) == ["dry"]
 
 
