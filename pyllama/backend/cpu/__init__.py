@@ -23,9 +23,10 @@ except ImportError as e:  # not built
     _IMPORT_ERROR = e
 
 _GELU, _SILU, _SOFTCAP, _GEGLU, _SWIGLU = range(5)
-# below this much work (elements, or multiply-adds for attention) one thread is faster: waking
-# passive OpenMP workers costs tens of microseconds. Thread count never changes a result.
-_MIN_PARALLEL_WORK = 1 << 16
+# below this much work (elements; attention: multiply-adds / 4), about 0.2 ms on one core, one
+# thread is used: waking passive OpenMP workers costs tens of microseconds on a quiet machine and
+# milliseconds on a loaded one. The thread count never changes a result.
+_MIN_PARALLEL_WORK = 1 << 18
 
 
 def default_threads() -> int:
@@ -138,7 +139,7 @@ class CpuBackend(Backend):
         qe = np.ascontiguousarray(q_end, dtype=np.int64)
         max_len = _check_lists(cells, qs, qe, n_q, k_cache.shape[0])
         out = np.empty((n_q, n_head, d_v), dtype=np.float32)
-        nt = self._nt(int((qe - qs).sum()) * n_head * (d_k + d_v))
+        nt = self._nt(int((qe - qs).sum()) * n_head * (d_k + d_v) // 4)
         hb = self.attn_heads_per_task or _heads_per_task(n_q, n_kv, n_head // n_kv, nt)
         _attn.attention(q, _bytes(k_cache), _bytes(v_cache), f16, n_kv, cells, qs, qe,
                         float(scale), float(softcap), out, max_len, hb, nt)
