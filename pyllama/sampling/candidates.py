@@ -195,6 +195,6 @@ def discrete_select(cur: Candidates, u: float) -> int:
     """std::discrete_distribution<int>(p) with uniform u (libstdc++): cumulative p / sum in
     double with the last set to 1, then the first position whose cumulative value is >= u."""
     p = cur.p.astype(np.float64)
-    run = np.cumsum(p / p.sum())
+    run = np.cumsum(p / np.cumsum(p)[-1])  # accumulate, normalise, partial_sum
     run[-1] = 1.0
     return min(int(np.searchsorted(run, u, side="left")), cur.size - 1)

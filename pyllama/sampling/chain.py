@@ -9,6 +9,8 @@ step, or uses the `u` it is given instead. It does not accept: call `accept(toke
 history. The RNG is numpy's MT19937 seeded and read like llama.cpp's std::mt19937 (rng.py), so
 a seed gives llama.cpp's uniforms; 0xFFFFFFFF or -1 picks a random seed. XTC has its own
 generator with the same seed, as in llama.cpp, so `dist` still makes one draw per sample.
+(One deliberate difference: llama.cpp's mirostat draws nothing when a single candidate is left;
+here every sample() draws exactly once, so speculative decoding can replay the stream.)
 """
 import random
 from collections import deque
