@@ -116,10 +116,7 @@ class Server:
 
     def __init__(self, cfg, engine: Engine):
         self.cfg, self.engine = cfg, engine
-        self._template = None
-        self.defaults = S.RequestDefaults(n_predict=cfg.n_predict, n_keep=cfg.n_keep,
-                                          stop=list(cfg.reverse_prompts),
-                                          cache_prompt=cfg.cache_prompt)
+        self._defaults = None
 
     # -- helpers -----------------------------------------------------------------------------------
     @property
@@ -130,11 +127,17 @@ class Server:
 
     @property
     def template(self):
-        if self._template is None:
-            from pyllama.vocab.chat import ChatTemplate
-            self._template = ChatTemplate.for_model(self.engine.vocab,
-                                                    override=self.cfg.chat_template)
-        return self._template
+        return self.engine.template
+
+    @property
+    def defaults(self) -> S.RequestDefaults:
+        """Per-request defaults: the command line over the model's general.sampling.* values."""
+        if self._defaults is None:
+            cfg = self.cfg
+            self._defaults = S.RequestDefaults(
+                n_predict=cfg.n_predict, n_keep=cfg.n_keep, stop=list(cfg.reverse_prompts),
+                cache_prompt=cfg.cache_prompt, sampling=self.engine.sampling_defaults)
+        return self._defaults
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True):
         return self.engine.model.tokenize(text, add_special=add_special,

@@ -269,11 +269,13 @@ class Engine:
     def load(self) -> None:
         """Load the model, create the context (n_seq_max = slots) and the chat template."""
         import pyllama
+        from pyllama.vocab.chat import ChatTemplate
         cfg = self.cfg
         t0 = time.perf_counter()
         self.model = pyllama.load_model(cfg.model, **_accepted(pyllama.load_model, {
             "n_threads": cfg.n_threads, **cfg.model_params}))
         self.vocab = self.model.vocab
+        self.template = ChatTemplate.for_model(self.vocab, override=cfg.chat_template)
         n = cfg.n_slots
         self.ctx = pyllama.Context(self.model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch,
                                    n_ubatch=cfg.n_ubatch, n_seq_max=n, swa_full=cfg.swa_full,

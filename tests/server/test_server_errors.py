@@ -160,7 +160,7 @@ def test_web_page_script_streams_a_chat(client, server):
 @pytest.fixture(scope="module")
 def keyed_server(tiny_llama):
     s = ServerProc(["-m", tiny_llama, "-c", "256", "-np", "1", "--api-key", "k1,k2",
-                    "-a", "zeta,alpha"]).wait_ready()
+                    "-a", "zeta,alpha", "--temp", "0.25", "-n", "3"]).wait_ready()
     yield s
     assert s.stop() == 0
 
@@ -179,6 +179,11 @@ def test_api_key(keyed_server):
         assert c.options("/props").status_code == 200
         r = c.post("/completion", json=OK_BODY, headers={"Authorization": "Bearer k1"})
         assert r.status_code == 200
+        # command-line sampling / -n values are the request defaults
+        r = c.post("/completion", json={"prompt": "a"}, headers={"X-Api-Key": "k1"}).json()
+        assert r["generation_settings"]["temperature"] == 0.25 and r["tokens_predicted"] == 3
+        props = c.get("/props", headers={"X-Api-Key": "k1"}).json()
+        assert props["default_generation_settings"]["params"]["temperature"] == 0.25
     import openai
     oai = openai.OpenAI(base_url=keyed_server.url + "/v1", api_key="k2", max_retries=0)
     assert oai.models.list().data[0].id == "alpha"  # first alias in sorted order
