@@ -472,7 +472,7 @@ OPTIONS += [
 _SPEC = dict(group="speculative", tools=SCSP)
 _SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
                "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-_SPEC_OK = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
+_SPEC_OK = ("none", "draft-simple", "ngram-simple")
 
 
 def _spec_types(s: str) -> list:
@@ -550,11 +550,11 @@ OPTIONS += [
        "Face draft model repository", hint="<user>/<model>[:quant]",
        env="LLAMA_ARG_SPEC_DRAFT_HF_REPO", status=UNSUP, note="downloads", **_SPEC),
     _O("--spec-ngram-mod-n-match", "int", "speculative.ngram_mod_n_match", "ngram-mod: n-gram "
-       "length to match (default: 24)", **_SPEC),
+       "length to match (default: 24)", status=UNSUP, note="this n-gram drafter", **_SPEC),
     _O("--spec-ngram-mod-n-min", "int", "speculative.ngram_mod_n_min", "ngram-mod: minimum "
-       "draft length (default: 48)", **_SPEC),
+       "draft length (default: 48)", status=UNSUP, note="this n-gram drafter", **_SPEC),
     _O("--spec-ngram-mod-n-max", "int", "speculative.ngram_mod_n_max", "ngram-mod: maximum "
-       "draft length (default: 64)", **_SPEC),
+       "draft length (default: 64)", status=UNSUP, note="this n-gram drafter", **_SPEC),
     _O("--spec-ngram-simple-size-n", "int", "speculative.ngram_simple_size_n", "ngram-simple: "
        "n-gram size to look up (default: 12)", **_SPEC),
     _O("--spec-ngram-simple-size-m", "int", "speculative.ngram_simple_size_m", "ngram-simple: "
@@ -562,11 +562,11 @@ OPTIONS += [
     _O("--spec-ngram-simple-min-hits", "int", "speculative.ngram_simple_min_hits",
        "ngram-simple: minimum hits (default: 1)", **_SPEC),
     _O("--spec-ngram-map-k-size-n", "int", "speculative.ngram_map_k_size_n", "ngram-map-k: "
-       "key size (default: 12)", **_SPEC),
+       "key size (default: 12)", status=UNSUP, note="this n-gram drafter", **_SPEC),
     _O("--spec-ngram-map-k-size-m", "int", "speculative.ngram_map_k_size_m", "ngram-map-k: "
-       "draft length (default: 48)", **_SPEC),
+       "draft length (default: 48)", status=UNSUP, note="this n-gram drafter", **_SPEC),
     _O("--spec-ngram-map-k-min-hits", "int", "speculative.ngram_map_k_min_hits", "ngram-map-k: "
-       "minimum hits (default: 1)", **_SPEC),
+       "minimum hits (default: 1)", status=UNSUP, note="this n-gram drafter", **_SPEC),
     _O("--spec-synth-len", "float", "speculative.synth_len", "synthetic acceptance length for "
        "benchmarking", env="LLAMA_ARG_SPEC_SYNTH_LEN", status=UNSUP,
        note="synthetic acceptance", group="speculative", tools={S, C}),
@@ -575,7 +575,7 @@ OPTIONS += [
        group="speculative", tools={S, C}),
     _O("--spec-default", "flag", "speculative.types", "enable default speculative decoding "
        "config (ngram-mod, n_match 24, n_min 48, n_max 64)", const=["ngram-mod"],
-       group="speculative", tools={S, C}),
+       status=UNSUP, note="the ngram-mod drafter", group="speculative", tools={S, C}),
     _O("-lcs --lookup-cache-static", "str", "lookup_cache_static", "path to static lookup cache",
        hint="FNAME", status=UNSUP, note="lookup caches", group="speculative", tools={S}),
     _O("-lcd --lookup-cache-dynamic", "str", "lookup_cache_dynamic", "path to dynamic lookup "

@@ -36,6 +36,20 @@ def format_tokens(ids, piece, ids_only: bool, show_count: bool) -> bytes:
     return out
 
 
+_VOCABS: dict = {}
+
+
+def load_vocab(path: str):
+    """The vocabulary of a GGUF (kept per path and mtime for in-process callers)."""
+    import os
+    from pyllama.gguf import GGUFReader
+    from pyllama.vocab import Vocab
+    key = (os.path.abspath(path), os.stat(path).st_mtime_ns)
+    if key not in _VOCABS:
+        _VOCABS[key] = Vocab.from_gguf(GGUFReader(path))
+    return _VOCABS[key]
+
+
 def run(argv) -> int:
     params = parse_or_exit(T, argv, EXTRA_USAGE)
     if not (params.use_stdin or params.prompt_file or "prompt" in params.set_fields):
@@ -44,9 +58,7 @@ def run(argv) -> int:
     text = read_prompt(params)
     path = resolve_model(params)
     try:
-        from pyllama.gguf import GGUFReader
-        from pyllama.vocab import Vocab
-        vocab = Vocab.from_gguf(GGUFReader(path))
+        vocab = load_vocab(path)
     except Exception as e:  # noqa: BLE001 - any load failure is llama.cpp's one message
         print(f"error: could not load model from file '{path}'.", file=sys.stderr)
         if params.verbosity > 3:

@@ -1,0 +1,207 @@
+"""Each tool end to end through `python -m pyllama <tool>` on a tiny random-weight GGUF: output
+format, the numbers against the library, and bad input (one stderr line, exit 1, no traceback)."""
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+GPL = None
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_path):
+    return tiny_model_path("llama")
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    """~600 words of plain text (enough tokens for a few 64-token perplexity chunks)."""
+    words = ("the cat sat on a mat while the other cats were singing in the rain and "
+             "nobody knew why there were so many of them ").split()
+    rng = np.random.default_rng(0)
+    path = tmp_path_factory.mktemp("text") / "text.txt"
+    path.write_text(" ".join(rng.choice(words, 600)) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["completion", "cli", "perplexity", "tokenize", "server",
+                                  "speculative", "speculative-simple"])
+def test_help_version_unknown_flag(tool, name):
+    r = tool(name, "--help")
+    if r.returncode == 1 and b"unknown tool" in r.stdout + r.stderr.encode():
+        pytest.skip(f"llama-{name} not written yet")
+    assert r.returncode == 0 and b"----- common params -----" in r.stdout
+    r = tool(name, "--version")
+    assert r.returncode == 0 and re.match(r"version: \S+ \(build \d+, commit \w+\)\nbuilt with ",
+                                          r.stderr)
+    r = tool(name, "--definitely-not-a-flag")
+    assert r.returncode == 1 and r.stderr == "error: invalid argument: --definitely-not-a-flag\n"
+
+
+@pytest.mark.parametrize("name", ["completion", "cli", "perplexity", "simple", "bench"])
+def test_missing_model_is_one_line_exit_1(tool, name):
+    args = {"simple": ["-m", "/nonexistent.gguf", "-n", "2"],
+            "bench": ["-m", "/nonexistent.gguf", "-p", "4", "-n", "0"]}.get(
+        name, ["-m", "/nonexistent.gguf", "-p", "hi", "-n", "2"])
+    r = tool(name, *args)
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr and "nonexistent" in r.stderr + r.stdout.decode()
+
+
+def test_corrupt_model(tool, tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + bytes(64))
+    r = tool("completion", "-m", str(bad), "-p", "x", "-no-cnv")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+
+
+def _greedy(path, prompt, n):
+    import pyllama
+    from pyllama.generate import generate
+    from pyllama.sampling import SamplerChain, SamplerParams
+    model = pyllama.load_model(path)
+    ctx = pyllama.Context(model, n_ctx=256)
+    ids = model.tokenize(prompt, add_special=True, parse_special=True)
+    s = SamplerChain(SamplerParams(temp=0.0), model.n_vocab, eog_ids=tuple(model.vocab.eog_ids))
+    out = list(generate(ctx, ids, s, n_predict=n))
+    return model, ids, out
+
+
+def test_completion_one_shot_greedy(tool, tiny):
+    model, ids, gen = _greedy(tiny, "the cat", 8)
+    r = tool("completion", "-m", tiny, "-p", "the cat", "-n", "8", "--temp", "0", "-no-cnv",
+             "-c", "256")
+    assert r.returncode == 0, r.stderr
+    text = b"".join(model.token_to_piece(t, False) for t in ids + gen)
+    assert r.stdout.startswith(text)
+    assert "common_perf_print: prompt eval time" in r.stderr
+    assert "eval time" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_completion_reverse_prompt_and_no_display(tool, tiny):
+    model, ids, gen = _greedy(tiny, "the cat", 8)
+    piece = model.token_to_piece(gen[2], False).decode()
+    r = tool("completion", "-m", tiny, "-p", "the cat", "-n", "8", "--temp", "0", "-no-cnv",
+             "--no-display-prompt", "-r", piece, "-c", "256")
+    assert r.returncode == 0
+    body = r.stdout.decode().rstrip("\n")
+    assert body.endswith(piece) and len(body) <= len("".join(
+        model.token_to_piece(t, False).decode() for t in gen))
+
+
+def test_completion_conversation_eof(tool, tiny):
+    r = tool("completion", "-m", tiny, "-cnv", "-p", "hello", "-n", "4", "--temp", "0",
+             stdin=b"")
+    assert r.returncode == 0, r.stderr
+    assert "EOF by user" in r.stderr and b"\n> " in r.stdout
+
+
+def test_simple(tool, tiny):
+    model, ids, gen = _greedy(tiny, "the cat", 6)
+    r = tool("simple", "-m", tiny, "-n", "6", "the", "cat")
+    assert r.returncode == 0, r.stderr
+    text = b"".join(model.token_to_piece(t, True) for t in ids + gen) + b"\n"
+    assert r.stdout == text
+    assert re.search(r"main: decoded 6 tokens in \d+\.\d\d s, speed: \d+\.\d\d t/s", r.stderr)
+    r = tool("simple", "-m", tiny, "-n")
+    assert r.returncode == 1 and b"example usage:" in r.stdout
+
+
+def test_cli_single_turn(tool, tiny):
+    r = tool("cli", "-m", tiny, "-p", "Hello world", "-n", "4", "-st", stdin=b"")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert "model      : tiny-llama.gguf" in out and "\n> Hello world\n" in out
+    assert re.search(r"\[ Prompt: [\d.]+ t/s \| Generation: [\d.]+ t/s \]", out)
+    assert out.endswith("\n\nExiting...\n")
+    r = tool("cli", "-m", tiny, "-cnv")
+    assert r.returncode == 1 and r.stderr == "error: invalid argument: -cnv\n"
+
+
+def _ppl_reference(path, text, n_ctx, n_chunks):
+    """PPL of llama.cpp's scheme computed directly: each chunk from an empty cache, float64
+    log-softmax over the second half."""
+    import pyllama
+    model = pyllama.load_model(path)
+    toks = model.tokenize(text, add_special=True, parse_special=False)
+    nll, values = [], []
+    for c in range(n_chunks):
+        ctx = pyllama.Context(model, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx)
+        chunk = toks[c * n_ctx:(c + 1) * n_ctx]
+        lg = ctx.eval(chunk, logits_all=True).astype(np.float64)
+        ls = lg - np.log(np.exp(lg - lg.max(1, keepdims=True)).sum(1, keepdims=True)) \
+            - lg.max(1, keepdims=True)
+        for j in range(n_ctx // 2, n_ctx - 1):
+            nll.append(-ls[j, chunk[j + 1]])
+        values.append(math.exp(np.mean(nll)))
+    return values
+
+
+def test_perplexity_numbers_and_format(tool, tiny, text_file):
+    with open(text_file) as f:
+        text = f.read()[:-1]
+    ref = _ppl_reference(tiny, text, 64, 3)
+    r1 = tool("perplexity", "-m", tiny, "-f", text_file, "-c", "64", "--chunks", "3", "-b", "128")
+    r2 = tool("perplexity", "-m", tiny, "-f", text_file, "-c", "64", "--chunks", "3", "-b", "64")
+    assert r1.returncode == 0 and r2.returncode == 0, r1.stderr
+    line = r1.stdout.decode().splitlines()[1]
+    got = [float(x) for x in re.findall(r"\[\d\]([\d.]+),", line)]
+    assert re.fullmatch(r"(\[\d\][\d.]+,){3}", line)
+    np.testing.assert_allclose(got, ref, rtol=2e-4)
+    # two chunks per batch (n_seq = 2) give the same numbers as one chunk per batch
+    assert r1.stdout.decode().splitlines()[1] == r2.stdout.decode().splitlines()[1]
+    m = re.search(r"Final estimate: PPL = ([\d.]+) \+/- ([\d.]+)", r1.stderr)
+    assert m and float(m.group(1)) == pytest.approx(ref[-1], rel=2e-4)
+    assert "n_ctx=64, batch_size=128, n_seq=2" in r1.stderr
+
+
+def test_perplexity_bad_input(tool, tiny, text_file):
+    r = tool("perplexity", "-m", tiny, "-f", text_file, "-c", "0")
+    assert r.returncode == 1 and "perplexity tool requires '--ctx-size' > 0" in r.stderr
+    r = tool("perplexity", "-m", tiny, "-p", "too short", "-c", "64")
+    assert r.returncode == 0 and "you need at least 128 tokens" in r.stderr
+    assert "Final estimate" not in r.stderr
+
+
+def test_kld_against_own_base(tool, tiny, text_file, tmp_path):
+    base = str(tmp_path / "base.bin")
+    r = tool("perplexity", "-m", tiny, "-f", text_file, "-c", "64", "--chunks", "4",
+             "--kl-divergence-base", base)
+    assert r.returncode == 0, r.stderr
+    r = tool("perplexity", "-m", tiny, "-c", "64", "--kl-divergence-base", base,
+             "--kl-divergence")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert "====== KL divergence statistics ======" in out
+    kld = float(re.search(r"Mean    KLD: +([-\d.]+)", out).group(1))
+    assert abs(kld) < 1e-3
+    assert re.search(r"Same top p: 100\.000 ±", out)
+
+
+def test_bench_formats(tool, tiny):
+    r = tool("bench", "-m", tiny, "-p", "8", "-n", "2", "-r", "2", "-ub", "4")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.decode().splitlines()
+    assert lines[0] == ("| model                          |       size |     params | backend    "
+                        "| threads | n_ubatch |            test |                  t/s |")
+    assert lines[1].startswith("| ------------------------------ | ---------: |")
+    assert re.match(r"\| .{30} \| +[\d.]+ MiB \| +[\d.]+ M \| CPU +\| +\d+ \| +4 \| +pp8 \| "
+                    r"+[\d.]+ ± [\d.]+ \|$", lines[2])
+    assert lines[3].split("|")[-3].strip() == "tg2" and re.match(r"build: \w+ \(\d+\)", lines[-1])
+    r = tool("bench", "-m", tiny, "-p", "4", "-n", "0", "-r", "1", "-pg", "4,2", "-o", "json")
+    rows = json.loads(r.stdout)
+    from pyllama.tools.bench import FIELDS
+    assert [list(x)[:len(FIELDS)] for x in rows] == [FIELDS, FIELDS]
+    assert (rows[1]["n_prompt"], rows[1]["n_gen"]) == (4, 2) and len(rows[0]["samples_ns"]) == 1
+    r = tool("bench", "-m", tiny, "-p", "4", "-n", "0", "-r", "1", "-o", "csv")
+    assert r.stdout.decode().splitlines()[0] == ",".join(FIELDS)
+    r = tool("bench", "-p", "abc")
+    assert r.returncode == 1 and r.stderr.splitlines() == [
+        "error: invalid range format", "error: invalid parameter for argument: -p"]
+
+
+def test_bench_ranges():
+    from pyllama.tools.bench import int_list
+    assert int_list("1,8-32*2,64-256+64") == [1, 8, 16, 32, 64, 128, 192, 256]

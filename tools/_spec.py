@@ -1,0 +1,103 @@
+"""Shared body of llama-speculative and llama-speculative-simple (§1.6, §3.1): target + drafter
+(draft model, or n-gram lookup for -simple), the library's speculative loop, llama.cpp's output."""
+from __future__ import annotations
+
+import sys
+import time
+
+from ._common import Output, load_model, log, print_perf
+
+
+def make_drafter(params, model, ctx, tool: str):
+    """The drafter the flags ask for, or None (llama.cpp: failed to initialize)."""
+    from pyllama.speculative import DraftModelDrafter, NgramDrafter, check_vocab_compatible
+    sp = params.speculative
+    types = [t for t in sp.types if t != "none"]
+    if sp.model and (tool == "speculative" or "draft-simple" in types):
+        import pyllama
+        from pyllama import models
+        draft = pyllama.load_model(models.resolve(sp.model))
+        check_vocab_compatible(model.vocab, draft.vocab)
+        dctx = pyllama.Context(draft, n_ctx=ctx.n_ctx, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch,
+                               type_k=sp.cache_type_k, type_v=sp.cache_type_v,
+                               n_threads=params.n_threads if params.n_threads > 0 else None)
+        return DraftModelDrafter(dctx, p_min=sp.p_min)
+    if "ngram-simple" in types:
+        return NgramDrafter(sp.ngram_simple_size_n, sp.ngram_simple_size_m)
+    return None
+
+
+def run_spec(params, tool: str) -> int:
+    lg = log()
+    if params.n_predict < -1:
+        lg.error("--n-predict must be >= -1")
+        return 1
+    if tool == "speculative" and not params.speculative.model:
+        lg.error("--model-draft is required")
+        return 1
+    from pyllama.errors import PyllamaError
+    t0 = time.perf_counter()
+    try:
+        model = load_model(params)
+    except PyllamaError as e:
+        lg.error(f"main: error: unable to load model ({e})")
+        return 1
+    from ._session import make_context, make_sampler
+    ctx = make_context(model, params)
+    try:
+        drafter = make_drafter(params, model, ctx, tool)
+    except PyllamaError as e:
+        lg.error(f"draft model vocab must match target model to use speculation but {e}")
+        return 1
+    if drafter is None:
+        lg.error("failed to initialize speculative decoding")
+        return 1
+    ids = model.tokenize(params.prompt, add_special=True, parse_special=True)
+    if len(ids) > ctx.n_ctx - 4 or len(ids) > ctx.n_batch:
+        lg.error(f"prompt too long ({len(ids)} tokens, max {min(ctx.n_ctx - 4, ctx.n_batch)})")
+        return 1
+    t_load = time.perf_counter() - t0
+    return _generate(params, model, ctx, drafter, ids, make_sampler(model, params, ctx), t_load)
+
+
+def _generate(params, model, ctx, drafter, ids, sampler, t_load) -> int:
+    from pyllama.generate import TokenStreamDecoder
+    from pyllama.speculative import SpecParams, SpecStats, speculative_generate
+    sp = params.speculative
+    out = Output(params)
+    out.raw(b"\n\n" + b"".join(model.token_to_piece(t, True) for t in ids))
+    mode = "rejection" if params.tool == "speculative" and sampler.params.temp > 0 else "chain"
+    st = SpecStats()
+    dec = TokenStreamDecoder(model.vocab, special=params.special)
+    n = params.n_predict + 1 if params.n_predict >= 0 else -1   # llama.cpp stops at n_predict > n
+    for tok in speculative_generate(ctx, sampler, ids, drafter,
+                                    SpecParams(n_max=sp.n_max, n_min=sp.n_min, p_min=sp.p_min,
+                                               mode=mode), n_predict=n, stats=st):
+        out(dec.push(tok))
+    out(dec.flush() + "\n\n")
+    _report(params, st, t_load)
+    return 0
+
+
+def _report(params, st, t_load) -> None:
+    lg = log()
+    def speed(n, t):  # noqa: E306
+        return n / t if t > 0 else 0.0
+    lg.info(f"encoded {st.n_prompt:4d} tokens in {st.t_prompt:8.3f} seconds, speed: "
+            f"{speed(st.n_prompt, st.t_prompt):8.3f} t/s")
+    lg.info(f"decoded {st.n_predict:4d} tokens in {st.t_gen:8.3f} seconds, speed: "
+            f"{speed(st.n_predict, st.t_gen):8.3f} t/s")
+    lg.info("")
+    lg.info(f"n_draft   = {params.speculative.n_max}")
+    lg.info(f"n_predict = {st.n_predict}")
+    lg.info(f"n_drafted = {st.n_drafted}")
+    lg.info(f"n_accept  = {st.n_accept}")
+    accept = 100.0 * st.n_accept / st.n_drafted if st.n_drafted else float("nan")
+    lg.info(f"accept    = {accept:.3f}%")
+    lg.info("")
+    lg.info("draft:")
+    lg.info("")
+    lg.info("target:")
+    lg.info("")
+    if params.perf:
+        print_perf(lg, t_load, st.n_prompt, st.t_prompt, st.n_predict, st.t_gen)
