@@ -1,10 +1,10 @@
 """Build a `tokenizers.Tokenizer` from GGUF vocab metadata (ARCHITECTURE decision 2).
 
-- SPM (`tokenizer.ggml.model` = llama): a BPE model with byte fallback whose merges are every
-  split of a vocab entry into two vocab entries, ranked by the entry's score (then id, then
-  split position) -- the order llama.cpp's SPM loop merges in. Spaces become U+2581 first
-  (plus a leading one per text piece when add_space_prefix). Deriving the merges takes
-  seconds, so they are cached: $LLAMA_CACHE/tokenizers/<hash of the vocab arrays>.json.
+- SPM (`tokenizer.ggml.model` = llama): a BPE model with byte fallback whose merges are, for
+  each vocab entry, the split llama.cpp's SPM loop ends with on the entry's own text, ranked by
+  the entry's score (then id) -- the order SPM merges in. Spaces become U+2581 first (plus a
+  leading one per text piece when add_space_prefix). Deriving the merges takes seconds, so
+  they are cached: $LLAMA_CACHE/tokenizers/<hash of the vocab arrays>.json.
 - BPE (gpt2): byte-level BPE from the GGUF merges, split first by the pre-tokenizer regexes.
 Control/unknown tokens are added as special tokens (split out only when parsing special
 text), user-defined ones as normal added tokens (always split out), both matched on the raw
@@ -26,11 +26,11 @@ from ..errors import TokenizerError
 from ..log import get_logger
 from . import strings
 from .pretok import REGEXES, PreTok
-from .spm import merge_symbols
+from .spm import last_split
 
 log = get_logger("vocab")
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 SPACE = "\u2581"
 
 
@@ -55,29 +55,19 @@ def metadata_hash(md: dict) -> str:
 
 
 def spm_merge_ids(tokens: list[str], scores: np.ndarray, ids: dict[str, int]) -> np.ndarray:
-    """[n_merges, 2] int32 token ids (left, right), best first (see module doc).
-
-    An entry with one split into two vocab entries gets that merge; one with several gets
-    only the split SPM itself ends with on the entry's own text (spm.py explains why that is
-    enough), which halves the list the `tokenizers` BPE model has to load."""
+    """[n_merges, 2] int32 token ids (left, right), best first (see module doc): for every
+    entry SPM can form, the split SPM itself ends with on the entry's own text (spm.py explains
+    why that one merge per entry is enough)."""
     score = {t: float(scores[i]) for t, i in ids.items()}
     found = []
     for t, i in ids.items():
-        splits = [(k, a, b) for k in range(1, len(t))
-                  if (a := ids.get(t[:k])) is not None and (b := ids.get(t[k:])) is not None]
-        if len(splits) > 1:
-            splits = _spm_last_split(t, score, splits)
-        found.extend((-score[t], i, k, a, b) for k, a, b in splits)
+        k = last_split(t, score) if len(t) > 1 else None
+        if k is not None:
+            a, b = ids.get(t[:k]), ids.get(t[k:])
+            if a is not None and b is not None:   # else a part is a character outside the vocab
+                found.append((-score[t], i, a, b))
     found.sort()
-    return np.array([f[3:] for f in found], dtype=np.int32).reshape(-1, 2)
-
-
-def _spm_last_split(t: str, score: dict[str, float], splits: list) -> list:
-    syms, last = merge_symbols(t, score)
-    if len(syms) != 1 or last is None:
-        return []                     # SPM never forms this entry
-    k = len(last[0])
-    return [s for s in splits if s[0] == k]
+    return np.array([f[2:] for f in found], dtype=np.int32).reshape(-1, 2)
 
 
 def _load_cached(path: Path) -> np.ndarray | None:
@@ -98,6 +88,7 @@ def _save_cached(path: Path, merges: np.ndarray) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except OSError as e:
         log.warning("tokenizer cache not written (%s): %s", path, e)

@@ -46,3 +46,20 @@ def merge_symbols(text: str, score: dict[str, float]) -> tuple[list[str], tuple[
         push(prv[left], left)
         push(left, nxt[left])
     return [s for s in sym if s], last
+
+
+def last_split(text: str, score: dict[str, float]) -> int | None:
+    """Where SPM on `text` alone makes its last merge (the length of the left part), or None
+    when it does not end in one symbol. Same choice rule as merge_symbols (best score, then
+    leftmost), by rescanning: faster for the short strings vocab entries are."""
+    syms = list(text)
+    while len(syms) > 2:
+        best, at = None, -1
+        for i in range(len(syms) - 1):
+            sc = score.get(syms[i] + syms[i + 1])
+            if sc is not None and (best is None or sc > best):
+                best, at = sc, i
+        if at < 0:
+            return None
+        syms[at:at + 2] = [syms[at] + syms[at + 1]]
+    return len(syms[0]) if len(syms) == 2 else None
