@@ -12,7 +12,7 @@ import numpy as np
 
 from ..gguf import GGMLType
 from .layout import BLOCK_LAYOUT, QK_K
-from .quantize import nearest_int
+from .quantize import first_absmax, nearest_int
 
 F32 = np.float32
 GROUP_MAX_EPS = F32(1e-15)
@@ -30,16 +30,6 @@ def _ssum(v: np.ndarray) -> np.ndarray:
     for c in cols[1:]:
         acc += c
     return acc
-
-
-def first_absmax(v: np.ndarray) -> np.ndarray:
-    """Per row of v [m, n], ggml's `if (fabsf(v) > amax) { amax = fabsf(v); max = v; }` from
-    amax = 0: the first value of largest magnitude; NaNs never win; 0 if none beats 0."""
-    a = np.abs(v)
-    a = np.where(np.isnan(a), F32(0), a)
-    i = np.argmax(a, axis=1)[:, None]
-    return np.where(np.take_along_axis(a, i, axis=1)[:, 0] > 0,
-                    np.take_along_axis(v, i, axis=1)[:, 0], F32(0)).astype(F32)
 
 
 def max_pos(v: np.ndarray) -> np.ndarray:

@@ -36,10 +36,28 @@ def _safe_inv(d: np.ndarray) -> np.ndarray:
         return np.where(d != 0, F32(1) / d, F32(0)).astype(F32)
 
 
+def first_absmax(v: np.ndarray) -> np.ndarray:
+    """Per row of v [m, n], ggml's `if (fabsf(v) > amax) { amax = fabsf(v); max = v; }` from
+    amax = max = 0: the first value of largest magnitude; NaNs never win; +0 if none beats 0."""
+    a = np.abs(v)
+    a = np.where(np.isnan(a), F32(0), a)
+    i = np.argmax(a, axis=1)[:, None]
+    return np.where(np.take_along_axis(a, i, axis=1)[:, 0] > 0,
+                    np.take_along_axis(v, i, axis=1)[:, 0], F32(0)).astype(F32)
+
+
+def _first_extreme(x: np.ndarray, lowest: bool) -> np.ndarray:
+    """ggml's `if (v < min) min = v` (or `v > max`) from +-FLT_MAX over rows of x [n, k] -> [n, 1]:
+    the first of equal extremes (so -0.0 vs 0.0 follows the data order); NaNs never win."""
+    big = np.finfo(F32).max
+    v = np.where(np.isnan(x), big if lowest else -big, x).astype(F32)
+    i = (np.argmin(v, axis=1) if lowest else np.argmax(v, axis=1))[:, None]
+    return np.take_along_axis(v, i, axis=1)
+
+
 def _signed_absmax(x: np.ndarray) -> np.ndarray:
-    """The first value of largest magnitude in each row of x [n, k] -> [n, 1]."""
-    i = np.argmax(np.abs(x), axis=1)[:, None]
-    return np.take_along_axis(x, i, axis=1)
+    """first_absmax as a column [n, 1]."""
+    return first_absmax(x)[:, None]
 
 
 def _trunc_int(v: np.ndarray) -> np.ndarray:
@@ -76,7 +94,7 @@ def _q_sym(x, qtype, nmax):
 def _q_affine(x, qtype, nmax):
     """Q4_1 (nmax 15) / Q5_1 (nmax 31): d = (max - min) / nmax, m = min."""
     xb, out = _blocks(x, qtype)
-    mn, mx = xb.min(axis=1, keepdims=True), xb.max(axis=1, keepdims=True)
+    mn, mx = _first_extreme(xb, True), _first_extreme(xb, False)
     d = (mx - mn) / F32(nmax)
     q = np.minimum(nmax, _trunc_int((xb - mn) * _safe_inv(d) + F32(0.5)))
     out["d"], out["m"] = d[:, 0], mn[:, 0]

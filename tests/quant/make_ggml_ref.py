@@ -21,8 +21,9 @@ OUT = os.path.join(os.path.dirname(__file__), "..", "data", "quant", "ggml_quant
 
 
 def inputs() -> np.ndarray:
-    """36 rows of 256: edge cases (zeros, constants, exact ties, tiny/huge), 4 distributions,
-    and 4 extreme rows (|x| ~ 1e25 where x^2 overflows, 1e-30, sparse, subnormal)."""
+    """38 rows of 256: edge cases (zeros, constants, exact ties, tiny/huge), 4 distributions,
+    and 6 extreme rows (|x| ~ 1e25 where x^2 overflows, 1e-30, sparse, subnormal, -0.0, mixed
+    signed zeros)."""
     sys.path.insert(0, os.path.dirname(__file__))
     from test_quant_reference import quant_inputs
     rng = np.random.default_rng(2024)
@@ -34,7 +35,8 @@ def inputs() -> np.ndarray:
              rng.standard_normal((2, 256)) * 1e-3 + 0.01,
              rng.standard_normal((1, 256)) * 1e25, rng.standard_normal((1, 256)) * 1e-30,
              np.where(rng.random((1, 256)) < 0.9, 0, rng.standard_normal((1, 256))),
-             rng.standard_normal((1, 256)) * 1e-40]
+             rng.standard_normal((1, 256)) * 1e-40,
+             np.full((1, 256), -0.0), np.where(np.arange(256) % 3, 0.0, -0.0)[None]]
     with np.errstate(under="ignore"):
         return np.concatenate([x] + [e.astype(np.float32) for e in extra]).astype(np.float32)
 
