@@ -89,6 +89,8 @@ class TopP(Sampler):
     def _mass_bound(self, cur: Candidates, buckets: int = 1024) -> int:
         """Tokens in the top logit buckets that hold mass >= top_p, one bucket of slack."""
         live = cur.logits > -np.inf
+        if not live.any():
+            return cur.size
         lo, hi = float(cur.logits[live].min()), float(cur.logits.max())
         scale = (buckets - 1) / (hi - lo) if hi > lo else 0.0
         b = np.zeros(cur.size, dtype=np.intp)
