@@ -144,6 +144,18 @@ def test_rope_token_invariant(cpu):
         assert np.array_equal(one[0], full[i])
 
 
+def test_rope_table_reuse(ref):
+    """Cached cos/sin tables never leak between positions or parameters."""
+    cpu = get_backend("cpu", 1)
+    x = randn(6, 2, 64)
+    p1, p2 = np.arange(6, dtype=np.int32), np.arange(6, dtype=np.int32) + 1
+    calls = [(p1, 1e4, 1.0), (p2, 1e4, 1.0), (p1, 1e6, 1.0), (p1, 1e4, 0.5), (p1, 1e4, 1.0)] * 2
+    for pos, base, fs in calls:
+        for n_rot in (64, 32):
+            np.testing.assert_allclose(cpu.rope(x, pos, n_rot, base, fs, ROPE_NEOX),
+                                       ref.rope(x, pos, n_rot, base, fs, ROPE_NEOX), atol=2e-6)
+
+
 def test_rope_rejects_bad_args(cpu):
     with pytest.raises(BackendError):
         cpu.rope(randn(1, 1, 8), np.zeros(1, np.int32), 8, 1e4, 1.0, 5)

@@ -7,6 +7,7 @@ CpuBackend then raises BackendError with the build command.
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
@@ -50,6 +51,7 @@ class CpuBackend(Backend):
         super().__init__(n_threads or default_threads())
         self._mm = None
         self.attn_heads_per_task = None     # None: auto; 1..4 only changes the work split
+        self._rope_tables = OrderedDict()    # rope cos/sin tables, a few most recent
 
     def _nt(self, work: int) -> int:
         return self.n_threads if work >= _MIN_PARALLEL_WORK else 1
@@ -85,16 +87,31 @@ class CpuBackend(Backend):
         if mode not in (ROPE_NORM, ROPE_NEOX):
             raise BackendError(f"unsupported rope mode {mode}")
         x = _c32(x)
-        n, _, hd = x.shape
-        if n_rot % 2 or n_rot > hd:
-            raise BackendError(f"rope: n_rot {n_rot} must be even and <= head_dim {hd}")
+        hd = x.shape[2]
+        if n_rot % 2 or n_rot > hd or n_rot <= 0:
+            raise BackendError(f"rope: n_rot {n_rot} must be even, > 0 and <= head_dim {hd}")
         pos = np.ascontiguousarray(pos, dtype=np.int32)
+        cs, sn = self._rope_cache(pos, n_rot, base, freq_scale)
         out = np.empty_like(x)
-        cs = np.empty((n, max(n_rot // 2, 1)), dtype=np.float32)
-        sn = np.empty_like(cs)
-        _ops.rope(x, pos, n_rot, float(rope_theta_scale(base, n_rot)), float(freq_scale),
-                  mode == ROPE_NEOX, out, cs, sn, self._nt(x.size))
+        _ops.rope_apply(x, cs, sn, n_rot, mode == ROPE_NEOX, out, self._nt(x.size))
         return out
+
+    def _rope_cache(self, pos, n_rot, base, freq_scale):
+        """cos/sin tables, reused across calls with the same positions and parameters (q and k
+        of every layer of a ubatch share them)."""
+        key = (pos.tobytes(), n_rot, float(base), float(freq_scale))
+        hit = self._rope_tables.get(key)
+        if hit is not None:
+            self._rope_tables.move_to_end(key)
+            return hit
+        cs = np.empty((len(pos), n_rot // 2), dtype=np.float32)
+        sn = np.empty_like(cs)
+        _ops.rope_cache(pos, n_rot, float(rope_theta_scale(base, n_rot)), float(freq_scale),
+                        cs, sn, self._nt(cs.size * 8))
+        self._rope_tables[key] = (cs, sn)
+        if len(self._rope_tables) > 4:
+            self._rope_tables.popitem(last=False)
+        return cs, sn
 
     # -- elementwise -------------------------------------------------------------------------
     def _unary(self, kind, x, g=None, a=0.0, b=0.0):

@@ -85,16 +85,23 @@ cdef inline void _rope_head(const float* x, float* y, const float* cs, const flo
         y[i] = x[i]
 
 
-def rope(const float[:, :, ::1] x, const int[::1] pos, int n_rot, float theta_scale,
-         float freq_scale, bint neox, float[:, :, ::1] out, float[:, ::1] cs, float[:, ::1] sn,
-         int n_threads):
-    """Rotate x [n, n_head, hd] at pos [n] into out; cs/sn [n, n_rot/2] scratch (the rope cache)."""
-    cdef Py_ssize_t n = x.shape[0], nh = x.shape[1], hd = x.shape[2], t, h
-    cdef Py_ssize_t half = n_rot // 2
-    if n == 0 or nh == 0:
+def rope_cache(const int[::1] pos, int n_rot, float theta_scale, float freq_scale,
+               float[:, ::1] cs, float[:, ::1] sn, int n_threads):
+    """cs/sn [n, n_rot/2] = cos/sin of ggml's rope angles at pos [n] (f32 theta recurrence)."""
+    cdef Py_ssize_t n = pos.shape[0], t, half = n_rot // 2
+    if n == 0 or half == 0:
         return
     for t in prange(n, nogil=True, num_threads=n_threads, schedule="static"):
         _rope_cache(<float>pos[t], theta_scale, freq_scale, &cs[t, 0], &sn[t, 0], half)
+
+
+def rope_apply(const float[:, :, ::1] x, const float[:, ::1] cs, const float[:, ::1] sn,
+               int n_rot, bint neox, float[:, :, ::1] out, int n_threads):
+    """Rotate x [n, n_head, hd] into out with the rope cache cs/sn [n, n_rot/2]."""
+    cdef Py_ssize_t n = x.shape[0], nh = x.shape[1], hd = x.shape[2], t, h
+    if n == 0 or nh == 0:
+        return
+    for t in prange(n, nogil=True, num_threads=n_threads, schedule="static"):
         for h in range(nh):
             _rope_head(&x[t, h, 0], &out[t, h, 0], &cs[t, 0], &sn[t, 0], n_rot, hd, neox)
 
