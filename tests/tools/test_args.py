@@ -178,8 +178,12 @@ def test_bare_fa_and_color():
 def test_md_alone_enables_draft_and_lists_accumulate():
     p, _ = P("speculative", "-md", "d.gguf")
     assert p.speculative.types == ["draft-simple"] and p.speculative.model == "d.gguf"
-    p, _ = P("server", "--spec-type", "ngram-simple", "--spec-type", "ngram-mod")
-    assert p.speculative.types == ["ngram-simple", "ngram-mod"]
+    p, _ = P("server", "--spec-type", "ngram-simple", "--spec-type", "draft-simple,none")
+    assert p.speculative.types == ["ngram-simple", "draft-simple", "none"]
+    with pytest.raises(ArgError, match="not supported by pyllama yet"):
+        P("server", "--spec-type", "ngram-mod")
+    with pytest.raises(ArgError, match="unknown speculative decoding type: bogus"):
+        P("server", "--spec-type", "bogus")
     p, _ = P("completion", "-r", "a", "-r", "b", "--dry-sequence-breaker", "none")
     assert p.antiprompt == ["a", "b"] and p.sampling.dry_sequence_breakers == []
 
