@@ -1,0 +1,53 @@
+"""Tools on the bundled real models against llama.cpp's reference figures (copied into
+tests/data/tools/ from shared/reference): perplexity of the GPL-3 text and KLD against a
+llama.cpp `_logits_` base file."""
+import gzip
+import io
+import os
+import re
+
+import numpy as np
+import pytest
+
+from conftest import DATA, real_model_path_or_skip
+
+pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
+GPL3 = os.path.join(DATA, "gpl3-head.txt")   # first 14000 bytes of texts/GPL-3.txt
+
+
+def test_gemma_perplexity_matches_llama_cpp(tool):
+    path = real_model_path_or_skip("gemma-3-270m")
+    r = tool("perplexity", "-m", path, "-f", GPL3, "-c", "512", "--chunks", "4", "-t", "2",
+             timeout=1800)
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"Final estimate: PPL = ([\d.]+) \+/- ([\d.]+)", r.stderr)
+    # llama.cpp 0c1e570: 15.1904 +/- 1.33153 (its own run-to-run noise is far below 1%)
+    assert float(m.group(1)) == pytest.approx(15.1904, rel=0.01)
+    assert float(m.group(2)) == pytest.approx(1.33153, rel=0.05)
+
+
+def _base_rows():
+    from pyllama import perplexity as ppl
+    f = io.BytesIO(gzip.open(os.path.join(DATA, "kld-base-qwen-c64-rows4.bin.gz")).read())
+    base = ppl.open_base(f)
+    rows = np.frombuffer(f.read(), dtype="<u2").reshape(4, ppl.row_units(base.n_vocab))
+    return base, rows
+
+
+def test_qwen_kld_against_llama_cpp_base_rows():
+    """Rows 0-3 of chunk 0 of llama.cpp's base file (-c 64: positions 32..35)."""
+    import pyllama
+    from pyllama import perplexity as ppl
+    path = real_model_path_or_skip("qwen2.5-coder-0.5b")
+    base, rows = _base_rows()
+    model = pyllama.load_model(path)
+    with open(GPL3, encoding="utf-8") as f:
+        ids = model.tokenize(f.read(), add_special=True, parse_special=False)
+    assert ids[:100] == base.tokens[:100].tolist()      # same tokens as llama.cpp's run
+    ctx = pyllama.Context(model, n_ctx=64, n_batch=64, n_ubatch=64)
+    pl = ppl.Plan(64, 64, 1, 1, 32)
+    logits = ppl.chunk_logits(ctx, base.tokens, pl, 0, None)[0]
+    st = ppl.KldStats()
+    ppl.kld_rows(logits[:4], rows, base.tokens[33:37], st)
+    assert st.n_same_top == 4
+    assert st.sum_kld / st.count < 0.01
