@@ -25,9 +25,9 @@ _DUMMY_F = np.zeros((1, 1), np.float32)
 _DUMMY_S = np.zeros((1, 1), np.int16)
 
 
-def set_num_threads(n: int) -> None:
-    """Threads used by matmul (>= 1). Results do not depend on it."""
-    _state["threads"] = max(1, int(n))
+def set_num_threads(n: int | None) -> None:
+    """Threads used by matmul (>= 1; None: OpenMP's default). Results do not depend on it."""
+    _state["threads"] = max(1, int(n) if n else _matmul.max_threads())
 
 
 def get_num_threads() -> int:

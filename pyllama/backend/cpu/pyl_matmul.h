@@ -357,25 +357,89 @@ static inline void pyl_dec_q3_K(const uint8_t *__restrict x, uint8_t *__restrict
         }
 }
 
+#if PYL_AVX2
+/* AVX2 bodies of the hot K decoders (same values as the scalar ones) */
+static inline void pyl_dec_q4_K_avx2(const uint8_t *x, uint8_t *u) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    for (int i = 0; i < 4; i++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x + 16 + 32 * i));
+        _mm256_storeu_si256((__m256i *)(u + 64 * i), _mm256_and_si256(q, m4));
+        _mm256_storeu_si256((__m256i *)(u + 64 * i + 32), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+    }
+}
+static inline void pyl_dec_q5_K_avx2(const uint8_t *x, uint8_t *u) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(x + 16));
+    for (int i = 0; i < 4; i++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x + 48 + 32 * i));
+        const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i), one), 4);
+        const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i + 1), one), 4);
+        _mm256_storeu_si256((__m256i *)(u + 64 * i), _mm256_or_si256(_mm256_and_si256(q, m4), h0));
+        _mm256_storeu_si256((__m256i *)(u + 64 * i + 32),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1));
+    }
+}
+static inline void pyl_dec_q6_K_avx2(const uint8_t *x, uint8_t *u) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; h++) {
+        const __m256i q0 = _mm256_loadu_si256((const __m256i *)(x + 64 * h));
+        const __m256i q1 = _mm256_loadu_si256((const __m256i *)(x + 64 * h + 32));
+        const __m256i hh = _mm256_loadu_si256((const __m256i *)(x + 128 + 32 * h));
+        uint8_t *o = u + 128 * h;
+        _mm256_storeu_si256((__m256i *)o, _mm256_or_si256(_mm256_and_si256(q0, m4),
+                            _mm256_slli_epi16(_mm256_and_si256(hh, m3), 4)));
+        _mm256_storeu_si256((__m256i *)(o + 32), _mm256_or_si256(_mm256_and_si256(q1, m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), m3), 4)));
+        _mm256_storeu_si256((__m256i *)(o + 64), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), m3), 4)));
+        _mm256_storeu_si256((__m256i *)(o + 96), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), m3), 4)));
+    }
+}
+#endif
+
+/* one K super-block -> u[256] (values + offset), s16[16] scale and mn[16] min (or offset*scale)
+ * per 16 elements, d, dmin.  Shared by the scratch path and the direct mat-vec path. */
+static inline void pyl_decK_sb(int t, const uint8_t *x, uint8_t *u, int16_t *s16, int16_t *mn,
+                               float *d, float *dm) {
+    int s[16], m[16];
+    switch (t) {
+    case PYL_Q2_K: pyl_dec_q2_K(x, u, s, m, d, dm); break;
+    case PYL_Q3_K: pyl_dec_q3_K(x, u, s, m, d, dm); break;
+#if PYL_AVX2
+    case PYL_Q4_K:
+        *d = pyl_rd_f16(x); *dm = pyl_rd_f16(x + 2);
+        for (int j = 0; j < 8; j++) { pyl_scale_min_k4(j, x + 4, &s[2 * j], &m[2 * j]); s[2 * j + 1] = s[2 * j]; m[2 * j + 1] = m[2 * j]; }
+        pyl_dec_q4_K_avx2(x, u);
+        break;
+    case PYL_Q5_K:
+        *d = pyl_rd_f16(x); *dm = pyl_rd_f16(x + 2);
+        for (int j = 0; j < 8; j++) { pyl_scale_min_k4(j, x + 4, &s[2 * j], &m[2 * j]); s[2 * j + 1] = s[2 * j]; m[2 * j + 1] = m[2 * j]; }
+        pyl_dec_q5_K_avx2(x, u);
+        break;
+    default:
+        *d = pyl_rd_f16(x + 208); *dm = 0.0f;
+        for (int j = 0; j < 16; j++) { s[j] = ((const int8_t *)(x + 192))[j]; m[j] = 32 * s[j]; }
+        pyl_dec_q6_K_avx2(x, u);
+        break;
+#else
+    case PYL_Q4_K: pyl_dec_q4_K(x, u, s, m, d, dm); break;
+    case PYL_Q5_K: pyl_dec_q5_K(x, u, s, m, d, dm); break;
+    default: pyl_dec_q6_K(x, u, s, m, d, dm); break;
+#endif
+    }
+    for (int j = 0; j < 16; j++) { s16[j] = (int16_t)s[j]; mn[j] = (int16_t)m[j]; }
+}
+
 static inline void pyl_decode_K(int t, const uint8_t *src, int k, pyl_wrow *W) {
     const int bb = pyl_block_bytes(t);
     for (int b = 0; b < k / 256; b++) {
-        const uint8_t *x = src + (int64_t)bb * b;
-        uint8_t *u = (uint8_t *)W->w + 256 * b;
-        int s16[16], mn[16];
-        float *d = W->d + b, *dm = W->dm + b;
-        switch (t) {
-        case PYL_Q2_K: pyl_dec_q2_K(x, u, s16, mn, d, dm); break;
-        case PYL_Q3_K: pyl_dec_q3_K(x, u, s16, mn, d, dm); break;
-        case PYL_Q4_K: pyl_dec_q4_K(x, u, s16, mn, d, dm); break;
-        case PYL_Q5_K: pyl_dec_q5_K(x, u, s16, mn, d, dm); break;
-        default: pyl_dec_q6_K(x, u, s16, mn, d, dm); break;
-        }
+        int16_t s16[16];
+        pyl_decK_sb(t, src + (int64_t)bb * b, (uint8_t *)W->w + 256 * b, s16, W->mn + 16 * b,
+                    W->d + b, W->dm + b);
         int16_t *__restrict sc = W->sc + 128 * b;
-        int16_t *__restrict mo = W->mn + 16 * b;
         for (int c = 0; c < 8; c++)
-            for (int i = 0; i < 16; i++) sc[16 * c + i] = (int16_t)s16[2 * c + (i >> 3)];
-        for (int j = 0; j < 16; j++) mo[j] = (int16_t)mn[j];
+            for (int i = 0; i < 16; i++) sc[16 * c + i] = s16[2 * c + (i >> 3)];
     }
 }
 
@@ -624,6 +688,91 @@ static inline void pyl_tileF(const int NR, const int NT, int k, const pyl_wrow *
 }
 #endif
 
+#if PYL_AVX2
+/* ---- direct mat-vec (few tokens): exactly the per-element operations of the tiles above,
+ * with each weight block decoded in registers / a stack super-block instead of the row
+ * scratch (no stores of whole decoded rows).  Tests check bit-identity with the tiles. */
+static inline __attribute__((always_inline)) float
+pyl_dotA_direct(const int t, const uint8_t *row, int nb, const pyl_arow *a) {
+    const int bb = pyl_block_bytes(t), HAS_M = pyl_has_m(t);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0.0f;
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *x = row + (int64_t)bb * b;
+        const __m256i w = pyl_dec32_avx2(t, x);
+        const __m256i y = _mm256_loadu_si256((const __m256i *)(a->q + 32 * b));
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w)), ones);
+        const __m256 dd = _mm256_mul_ps(_mm256_set1_ps(pyl_rd_f16(x)), _mm256_broadcast_ss(a->d + b));
+        acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
+        if (HAS_M) accm = fmaf(pyl_rd_f16(x + 2), a->s[b], accm);
+    }
+    return pyl_hsum8(acc) + accm;
+}
+
+static inline __attribute__((always_inline)) float
+pyl_dotK_direct(const int t, const uint8_t *row, int nsb, const pyl_arow *a) {
+    const int bb = pyl_block_bytes(t), HAS_MIN = pyl_has_min(t);
+    __m256 acc = _mm256_setzero_ps();
+    uint8_t u[256] __attribute__((aligned(32)));
+    int16_t s16[16] __attribute__((aligned(32))), mn[16] __attribute__((aligned(32)));
+    for (int b = 0; b < nsb; b++) {
+        float dw, dmw;
+        pyl_decK_sb(t, row + (int64_t)bb * b, u, s16, mn, &dw, &dmw);
+        const int8_t *y = a->q + 256 * b;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 8; c++) {
+            const __m256i scc = _mm256_set_m128i(_mm_set1_epi16(s16[2 * c + 1]), _mm_set1_epi16(s16[2 * c]));
+            const __m256i p = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(u + 32 * c)),
+                                                   _mm256_loadu_si256((const __m256i *)(y + 32 * c)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scc));
+        }
+        const __m256i ms = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)mn),
+                                             _mm256_loadu_si256((const __m256i *)(a->bs + 16 * b)));
+        const float dy = a->d[b];
+        if (HAS_MIN) {
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * dy), _mm256_cvtepi32_ps(sumi), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(-(dmw * dy)), _mm256_cvtepi32_ps(ms), acc);
+        } else {
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * dy), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi, ms)), acc);
+        }
+    }
+    return pyl_hsum8(acc);
+}
+
+#define PYL_DIRECT_ROWS(KIND, T)                                                                 \
+    static void pyl_direct_##T(const uint8_t *w, int64_t ws, int nr, int nb, const pyl_arow *X, \
+                               int nt, float *o, int64_t os) {                                   \
+        for (int r = 0; r < nr; r++)                                                             \
+            for (int i = 0; i < nt; i++) o[i * os + r] = KIND(PYL_##T, w + r * ws, nb, &X[i]);  \
+    }
+PYL_DIRECT_ROWS(pyl_dotA_direct, Q4_0)
+PYL_DIRECT_ROWS(pyl_dotA_direct, Q4_1)
+PYL_DIRECT_ROWS(pyl_dotA_direct, Q5_0)
+PYL_DIRECT_ROWS(pyl_dotA_direct, Q5_1)
+PYL_DIRECT_ROWS(pyl_dotA_direct, Q8_0)
+PYL_DIRECT_ROWS(pyl_dotK_direct, Q2_K)
+PYL_DIRECT_ROWS(pyl_dotK_direct, Q3_K)
+PYL_DIRECT_ROWS(pyl_dotK_direct, Q4_K)
+PYL_DIRECT_ROWS(pyl_dotK_direct, Q5_K)
+PYL_DIRECT_ROWS(pyl_dotK_direct, Q6_K)
+
+typedef void (*pyl_direct_fn)(const uint8_t *, int64_t, int, int, const pyl_arow *, int, float *, int64_t);
+static inline pyl_direct_fn pyl_direct_for(int t) {
+    switch (t) {
+    case PYL_Q4_0: return pyl_direct_Q4_0; case PYL_Q4_1: return pyl_direct_Q4_1;
+    case PYL_Q5_0: return pyl_direct_Q5_0; case PYL_Q5_1: return pyl_direct_Q5_1;
+    case PYL_Q8_0: return pyl_direct_Q8_0; case PYL_Q2_K: return pyl_direct_Q2_K;
+    case PYL_Q3_K: return pyl_direct_Q3_K; case PYL_Q4_K: return pyl_direct_Q4_K;
+    case PYL_Q5_K: return pyl_direct_Q5_K; case PYL_Q6_K: return pyl_direct_Q6_K;
+    default: return 0;
+    }
+}
+#define PYL_DIRECT_MAX_TOKENS 2
+#else
+#define PYL_DIRECT_MAX_TOKENS 0
+#endif
+
 /* specialisations: full tiles (NR = PYL_R, NT = 1..PYL_T) get constant loop bounds; partial
  * tiles take the same code with runtime bounds (identical per-element operations) */
 #define PYL_SPECIALISE(NAME, FLAGNAME)                                                            \
@@ -670,12 +819,24 @@ static inline void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int6
     pyl_arow X[PYL_T];
     pyl_full_fn full[PYL_T];
     pyl_part_fn part;
+    const int fam = pyl_family(t);
+#if PYL_AVX2
+    { /* the next row tile of this thread (static schedule: adjacent rows) */
+        const char *nx = (const char *)(wsrc + (r0 + nr) * wstride);
+        for (int64_t i = 0; i < (int64_t)nr * wstride; i += 64) _mm_prefetch(nx + i, _MM_HINT_T0);
+    }
+    if (n <= PYL_DIRECT_MAX_TOKENS && fam != 2) {
+        for (int i = 0; i < n; i++) X[i] = pyl_act_row(A, i);
+        pyl_direct_for(t)(wsrc + r0 * wstride, wstride, nr, fam == 0 ? k / 32 : k / 256, X, (int)n,
+                          out + r0, os);
+        return;
+    }
+#endif
     pyl_tile_fns(t, full, &part);
     for (int r = 0; r < nr; r++) {
         pyl_wrow_init(&W[r], scratch + (int64_t)r * PYL_ROWB(k), k);
         pyl_decode(t, wsrc + (r0 + r) * wstride, k, &W[r]);
     }
-    const int fam = pyl_family(t);
     const int nb = fam == 0 ? k / 32 : fam == 1 ? k / 256 : k;
     const int T = fam == 0 ? PYL_TA : PYL_T;
     for (int64_t t0 = 0; t0 < n; t0 += T) {
