@@ -55,7 +55,8 @@ def test_generation_prompt_and_fallback():
 
 
 def test_extras():
-    src = ("{{ bos_token }}{{ {'z': 'ü', 'a': [1, 2]} | tojson }}|{{ strftime_now('%Y') | length }}"
+    src = ("{{ bos_token }}{{ {'z': 'ü', 'a': [1, 2]} | tojson }}|"
+           "{{ strftime_now('%Y') | length }}"
            "|{% for i in range(5) %}{% if i == 1 %}{% continue %}{% endif %}"
            "{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}|{{ extra }}")
     out = ChatTemplate(src, bos_token="<s>").apply([], extra="kw")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import DATA, load_data
+from pyllama.vocab.attrs import USER_DEFINED
 from pyllama.vocab.spm import merge_symbols
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
@@ -47,8 +48,8 @@ def gemma_tables(gemma_vocab):
     from pyllama.models import resolve
     scores = np.asarray(GGUFReader(resolve("gemma-3-270m")).metadata["tokenizer.ggml.scores"])
     score = {t: float(scores[i]) for t, i in ids.items()}
-    user = sorted(((toks[i], int(i)) for i in np.nonzero(v.attr & 16)[0] if not v.is_control(i)),
-                  key=lambda s: -len(s[0].encode()))
+    user = sorted(((toks[i], int(i)) for i in np.nonzero(v.attr & USER_DEFINED)[0]
+                   if not v.is_control(i)), key=lambda s: -len(s[0].encode()))
     return ids, score, user
 
 
@@ -88,8 +89,8 @@ def test_qwen_bpe_matches_llama_cpp_loop(qwen_vocab):
     ranks = {tuple(m.split(" ", 1)): r for r, m in enumerate(md["tokenizer.ggml.merges"])}
     toks = md["tokenizer.ggml.tokens"].tolist()
     ids = dict(zip(toks, range(len(toks))))
-    user = sorted(((toks[i], int(i)) for i in np.nonzero(v.attr & 16)[0] if not v.is_control(i)),
-                  key=lambda s: -len(s[0].encode()))
+    user = sorted(((toks[i], int(i)) for i in np.nonzero(v.attr & USER_DEFINED)[0]
+                   if not v.is_control(i)), key=lambda s: -len(s[0].encode()))
     pre = v._tok.pre_tokenizer
     bad = 0
     for text in texts():
