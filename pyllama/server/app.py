@@ -343,7 +343,9 @@ class Server:
         ctx = _Req(mode, params, S.completion_id(), self.model_name,
                    bool(chat and body.tools and body.tool_choice != "none"), body)
         if params.stream:
-            return StreamingResponse(self._stream(request, ch, tasks, ctx),
+            # an error before the first chunk is a plain JSON error, as in llama.cpp
+            first = await self._next_event(request, ch, tasks)
+            return StreamingResponse(self._stream(ch, tasks, ctx, first),
                                      media_type="text/event-stream",
                                      headers={"X-Accel-Buffering": "no",
                                               "Cache-Control": "no-cache"})
@@ -392,29 +394,37 @@ class Server:
         if len(tokens) >= n_ctx:
             raise S.exceed_context(len(tokens), n_ctx)
 
-    async def _wait(self, request: Request, ch: Channel, tasks: list[Task]):
-        """Gather one result per task; a client disconnect or --timeout cancels them all."""
-        results: dict[int, object] = {}
+    async def _next_event(self, request: Request, ch: Channel, tasks: list[Task]):
+        """The next result; a client disconnect, --timeout or an engine error cancels the tasks
+        (an error is raised)."""
         t0 = time.monotonic()
         try:
-            while len(results) < len(tasks):
+            while True:
                 try:
                     ev = await ch.get(timeout=0.25)
+                    break
                 except asyncio.TimeoutError:
                     if await request.is_disconnected():
-                        raise asyncio.CancelledError
+                        raise ClientGone()
                     if time.monotonic() - t0 > self.cfg.timeout:
                         raise ServerError(500, "request timed out")
-                    continue
-                if isinstance(ev, BaseException):
-                    raise ev
-                if isinstance(ev, S.Final):
-                    results[ev.index] = ev
-                elif isinstance(ev, dict):
-                    return ev
-        finally:
+            if isinstance(ev, BaseException):
+                raise ev
+            return ev
+        except BaseException:
             for t in tasks:
                 t.cancelled = True
+            raise
+
+    async def _wait(self, request: Request, ch: Channel, tasks: list[Task]):
+        """One result per task (a slot action answers with its dict)."""
+        results: dict[int, object] = {}
+        while len(results) < len(tasks):
+            ev = await self._next_event(request, ch, tasks)
+            if isinstance(ev, dict):
+                return ev
+            if isinstance(ev, S.Final):
+                results[ev.index] = ev
         return [results[i] for i in sorted(results)]
 
     def _final_body(self, r: "_Req", finals: list[S.Final]):
@@ -430,14 +440,15 @@ class Server:
             results.append((f, content, calls))
         return S.chat_completion(results, r.model, r.cid, r.params.n_probs)
 
-    async def _stream(self, request: Request, ch: Channel, tasks: list[Task], r: "_Req"):
+    async def _stream(self, ch: Channel, tasks: list[Task], r: "_Req", first):
         n_done, started = 0, set()
         filters = {}
+        ping = self.cfg.sse_ping_interval if self.cfg.sse_ping_interval > 0 else None
         try:
             while n_done < len(tasks):
                 try:
-                    ev = await ch.get(timeout=self.cfg.sse_ping_interval
-                                      if self.cfg.sse_ping_interval > 0 else None)
+                    ev, first = (first, None) if first is not None else (
+                        await ch.get(timeout=ping), None)
                 except asyncio.TimeoutError:
                     yield b":\n\n"
                     continue
@@ -505,6 +516,10 @@ class Server:
                                    timings=f.timings.to_json()))
 
 
+class ClientGone(Exception):
+    """The client went away before its answer was ready."""
+
+
 class _Req:
     """What a response builder needs to know about its request."""
 
@@ -567,6 +582,10 @@ async def _server_error(request: Request, exc: ServerError):
     return error_response(exc)
 
 
+async def _client_gone(request: Request, exc: ClientGone):
+    return Response(b"", 499)
+
+
 async def _http_error(request: Request, exc: HTTPException):
     if exc.status_code in (404, 405):
         return error_response(ServerError(404, "File Not Found"))
@@ -604,5 +623,6 @@ def create_app(cfg, engine: Engine) -> Gate:
         "/embedding", "/embeddings", "/v1/embeddings", "/rerank", "/reranking", "/v1/rerank",
         "/v1/reranking", "/infill")]
     app = Starlette(routes=routes, exception_handlers={
-        ServerError: _server_error, HTTPException: _http_error, Exception: _any_error})
+        ServerError: _server_error, ClientGone: _client_gone, HTTPException: _http_error,
+        Exception: _any_error})
     return Gate(app, s)
