@@ -57,6 +57,26 @@ BUILTIN = {
         "{{- '<|' + m.role + '|>\\n' + m.content + '<|endoftext|>\\n' -}}"
         "{%- endfor -%}"
         "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}"),
+    "phi4": (
+        "{%- for m in messages -%}"
+        "{{- '<|im_start|>' + m.role + '<|im_sep|>' + m.content + '<|im_end|>' -}}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant<|im_sep|>' -}}{%- endif -%}"),
+    "falcon3": (
+        "{%- for m in messages -%}{{- '<|' + m.role + '|>\\n' + m.content + '\\n' -}}{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}"),
+    "granite": (
+        "{%- for m in messages -%}"
+        "{{- '<|start_of_role|>' + m.role + '<|end_of_role|>' + m.content + '<|end_of_text|>\\n' -}}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}"
+        "{{- '<|start_of_role|>assistant<|end_of_role|>' -}}{%- endif -%}"),
+    "llama4": (
+        "{%- for m in messages -%}"
+        "{{- '<|header_start|>' + m.role + '<|header_end|>\\n\\n' + m.content | trim + '<|eot|>' -}}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}"
+        "{{- '<|header_start|>assistant<|header_end|>\\n\\n' -}}{%- endif -%}"),
     "vicuna": (
         "{%- for m in messages -%}"
         "{%- if m.role == 'system' -%}{{- m.content + '\\n' -}}"

@@ -78,6 +78,16 @@ def test_builtin_names():
     assert ChatTemplate.for_model(v, "chatml").apply(msgs[:1], add_generation_prompt=False) == \
         "<|im_start|>system\nS<|im_end|>\n"
     assert ChatTemplate.for_model(v, "{{ messages | length }}").apply(msgs) == "4"
+    one = msgs[1:2]
+    assert ChatTemplate.for_model(v, "phi4").apply(one) == \
+        "<|im_start|>user<|im_sep|> hi <|im_end|><|im_start|>assistant<|im_sep|>"
+    assert ChatTemplate.for_model(v, "falcon3").apply(one) == "<|user|>\n hi \n<|assistant|>\n"
+    assert ChatTemplate.for_model(v, "granite").apply(one) == (
+        "<|start_of_role|>user<|end_of_role|> hi <|end_of_text|>\n"
+        "<|start_of_role|>assistant<|end_of_role|>")
+    assert ChatTemplate.for_model(v, "llama4").apply(one) == (
+        "<|header_start|>user<|header_end|>\n\nhi<|eot|>"
+        "<|header_start|>assistant<|header_end|>\n\n")
 
 
 def test_errors_are_template_errors():
