@@ -49,12 +49,14 @@ def resolve_seed(seed: int) -> int:
 
 class SamplerChain:
     def __init__(self, params: SamplerParams, n_vocab: int, *, eog_ids=(), token_pieces=None,
-                 tokenize=None, n_ctx: int = 0, n_ctx_train: int = 0, eot_id=None):
+                 tokenize=None, n_ctx: int = 0, n_ctx_train: int = 0, eot_id=None,
+                 suppress_ids=()):
         """eog_ids: end-of-generation tokens (ignore_eos, infill); token_pieces: id -> str (or a
         list of str), needed by DRY (sequence breakers) and infill; tokenize: str -> ids for multi-character DRY
-        breakers (else a longest-piece match over the pieces); n_ctx resolves
-        penalty_last_n == -1; n_ctx_train bounds DRY (0: unbounded); eot_id: infill's fallback
-        token (default: the first EOG id)."""
+        breakers (else a longest-piece match over the pieces); n_ctx (else n_ctx_train) is what
+        a last_n of -1 means (older llama.cpp; the current one only takes >= 0); eot_id:
+        infill's fallback token (default: the first EOG id); suppress_ids: the vocab's
+        suppress tokens (tokenizer.ggml.suppress_tokens), always -inf."""
         self.params, self.n_vocab = params, int(n_vocab)
         if token_pieces is not None and not callable(token_pieces):
             token_pieces = list(token_pieces).__getitem__  # a list of pieces works too
@@ -64,16 +66,18 @@ class SamplerChain:
         self.rng = Mt19937(self.seed)
         self.prev: deque = deque(maxlen=max(32, params.n_prev))
         self.names: list[str] = []  # the chain as llama.cpp prints it, disabled ones as "?name"
-        self.samplers = self._build(params, token_pieces, tokenize, n_ctx, n_ctx_train)
+        self.suppress_ids = tuple(int(t) for t in suppress_ids)
+        self.samplers = self._build(params, token_pieces, tokenize, n_ctx or n_ctx_train)
         self._last = None  # Candidates of the last sample(), ordered on demand
         self.last_selected = -1
 
     # -- construction -------------------------------------------------------------------------
-    def _build(self, p: SamplerParams, token_pieces, tokenize, n_ctx, n_ctx_train) -> list:
+    def _build(self, p: SamplerParams, token_pieces, tokenize, n_ctx) -> list:
         chain = []
         bias = list(p.logit_bias.items())
         if p.ignore_eos:  # (without EOG tokens llama.cpp warns and ignores it: the caller's part)
             bias += [(t, -np.inf) for t in self.eog_ids]
+        bias += [(t, -np.inf) for t in self.suppress_ids]
         if bias:
             chain.append(LogitBias(bias))
         if p.mirostat in (1, 2):
@@ -86,7 +90,7 @@ class SamplerChain:
             raise ValueError(f"unknown mirostat version {p.mirostat}")
         self.names = [s.name for s in chain]
         for name in p.samplers:
-            s = self._make(name, p, token_pieces, tokenize, n_ctx, n_ctx_train)
+            s = self._make(name, p, token_pieces, tokenize, n_ctx)
             if s is not None:
                 chain.append(s)
             if name != "adaptive_p":
@@ -96,20 +100,20 @@ class SamplerChain:
         self.names.append(chain[-1].name if "adaptive_p" in p.samplers else "dist")
         return chain
 
-    def _make(self, name, p, token_pieces, tokenize, n_ctx, n_ctx_train):
+    def _make(self, name, p, token_pieces, tokenize, n_ctx):
         """One chain entry; None for a sampler that its parameters disable (llama.cpp's "?name")."""
         if name == "penalties":
-            last_n = n_ctx if p.penalty_last_n == -1 else p.penalty_last_n
+            last_n = n_ctx if p.penalty_last_n == -1 else max(p.penalty_last_n, 0)
             off = last_n <= 0 or (p.penalty_repeat == 1 and p.penalty_freq == 0 and p.penalty_present == 0)
             return None if off else Penalties(last_n, p.penalty_repeat, p.penalty_freq, p.penalty_present)
         if name == "dry":
-            if p.dry_multiplier == 0 or p.dry_base < 1 or p.dry_penalty_last_n == 0:
+            last_n = n_ctx if p.dry_penalty_last_n == -1 else max(p.dry_penalty_last_n, 0)
+            if p.dry_multiplier == 0 or p.dry_base < 1 or last_n == 0:
                 return None
             if token_pieces is None:
                 raise ValueError("DRY needs token_pieces (id -> str) for its sequence breakers")
             brk = process_breakers(p.dry_sequence_breakers, self.n_vocab, token_pieces, tokenize)
-            return DRY(n_ctx_train, p.dry_multiplier, p.dry_base, p.dry_allowed_length,
-                       p.dry_penalty_last_n, brk)
+            return DRY(p.dry_multiplier, p.dry_base, p.dry_allowed_length, last_n, brk)
         simple = {
             "top_k": lambda: TopK(p.top_k) if p.top_k > 0 else None,
             "top_p": lambda: TopP(p.top_p, p.min_keep) if p.top_p < 1 else None,
@@ -191,7 +195,7 @@ class SamplerChain:
         c = object.__new__(SamplerChain)
         c.params, c.n_vocab, c.eog_ids, c.seed = self.params, self.n_vocab, self.eog_ids, self.seed
         c.names = self.names
-        c.eot_id = self.eot_id
+        c.eot_id, c.suppress_ids = self.eot_id, self.suppress_ids
         c.rng = self.rng.copy()
         c.prev = deque(self.prev, maxlen=self.prev.maxlen)
         c.samplers = [s.clone() for s in self.samplers]

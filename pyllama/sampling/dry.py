@@ -18,7 +18,6 @@ from pyllama.sampling.samplers import Sampler
 MAX_CHAR_LEN = 40
 MAX_SEQ_LEN = 20
 FLOAT_MAX_LOG = 88.7228391
-UNBOUNDED = 1 << 20
 
 
 def process_breakers(breakers, n_vocab: int, token_pieces, tokenize=None) -> dict:
@@ -79,14 +78,12 @@ def _greedy_tokenizer(words: list):
 class DRY(Sampler):
     name = "dry"
 
-    def __init__(self, n_ctx_train: int, multiplier: float, base: float, allowed_length: int,
-                 penalty_last_n: int, breakers: dict):
-        self.total = int(n_ctx_train) if n_ctx_train else UNBOUNDED
+    def __init__(self, multiplier: float, base: float, allowed_length: int, penalty_last_n: int,
+                 breakers: dict):
         self.multiplier, self.base = np.float32(multiplier), np.float32(base)
-        self.allowed, self.last_n = int(allowed_length), int(penalty_last_n)
+        self.allowed, self.last_n = int(allowed_length), max(int(penalty_last_n), 0)
         self.breakers = breakers  # shared, never mutated
-        eff = self.total if self.last_n == -1 else max(self.last_n, 0)
-        self.tokens: deque = deque(maxlen=eff)
+        self.tokens: deque = deque(maxlen=self.last_n)
 
     @property
     def enabled(self) -> bool:
@@ -100,15 +97,14 @@ class DRY(Sampler):
         self.tokens.clear()
 
     def clone(self) -> "DRY":
-        c = DRY(self.total, self.multiplier, self.base, self.allowed, self.last_n, self.breakers)
+        c = DRY(self.multiplier, self.base, self.allowed, self.last_n, self.breakers)
         c.tokens.extend(self.tokens)
         return c
 
     def apply(self, cur: Candidates) -> None:
         if not self.enabled:
             return
-        eff = self.total if self.last_n == -1 else max(self.last_n, 0)
-        n = min(len(self.tokens), eff, self.total)
+        n = min(len(self.tokens), self.last_n)
         if n <= self.allowed:
             return
         rat = list(self.tokens)[::-1][:n]  # rat[i]: i tokens back from the newest

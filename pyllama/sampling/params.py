@@ -13,14 +13,11 @@ SAMPLER_LETTERS = {
     "dry": "d", "top_k": "k", "typ_p": "y", "top_p": "p", "top_n_sigma": "s", "min_p": "m",
     "temperature": "t", "xtc": "x", "infill": "i", "penalties": "e", "adaptive_p": "a",
 }
-ALT_NAMES = {
-    "top-k": "top_k", "top-p": "top_p", "top-n-sigma": "top_n_sigma", "nucleus": "top_p",
-    "typical-p": "typ_p", "typical": "typ_p", "typ-p": "typ_p", "typ": "typ_p", "min-p": "min_p",
-    "temp": "temperature", "adaptive-p": "adaptive_p",
-    # no-separator spellings
-    "topk": "top_k", "topp": "top_p", "topnsigma": "top_n_sigma", "typp": "typ_p",
-    "minp": "min_p", "adaptivep": "adaptive_p",
-}
+# aliases as common_sampler_types_from_names builds them: kebab-case and no-separator forms of
+# the names with "_", plus nucleus, temp and typ
+ALT_NAMES = {alias: name for name in SAMPLER_LETTERS if "_" in name
+             for alias in (name.replace("_", "-"), name.replace("_", ""))}
+ALT_NAMES.update({"nucleus": "top_p", "temp": "temperature", "typ": "typ_p"})
 DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
                     "temperature")
 
@@ -32,6 +29,7 @@ def parse_sampler_names(names, allow_alt_names: bool = True, warn=None) -> list[
         names = names.split(";")
     out = []
     for name in names:
+        name = name.lower()
         if name in SAMPLER_LETTERS:
             out.append(name)
         elif allow_alt_names and name in ALT_NAMES:
@@ -86,7 +84,7 @@ class SamplerParams:
     dry_multiplier: float = 0.0
     dry_base: float = 1.75
     dry_allowed_length: int = 2
-    dry_penalty_last_n: int = -1
+    dry_penalty_last_n: int = 64
     dry_sequence_breakers: list = field(default_factory=lambda: ["\n", ":", '"', "*"])
     top_n_sigma: float = -1.0
     mirostat: int = 0

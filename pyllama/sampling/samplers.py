@@ -168,7 +168,7 @@ class TopNSigma(Sampler):
         self.n = F32(n)
 
     def apply(self, cur: Candidates) -> None:
-        """Mask logits below max - n * std (over the finite logits), then softmax (sorted)."""
+        """Mask logits below max - n * std (over the finite logits) to -inf; nothing removed."""
         if self.n <= 0.0 or cur.size <= 1:
             return
         valid = cur.logits != -np.inf
@@ -179,7 +179,6 @@ class TopNSigma(Sampler):
         logits = cur.logits.copy()
         logits[logits < F32(mx - self.n * std)] = -np.inf
         cur.logits = logits
-        softmax(cur, do_sort=True)
 
 
 class TempExt(Sampler):

@@ -203,6 +203,8 @@ def test_ignore_eos():
     c = SamplerChain(SamplerParams(seed=1, temp=0.0, ignore_eos=True), 4, eog_ids=[2])
     assert c.sample(x) != 2
     assert c.probs_full(x)[2] == 0
+    c = SamplerChain(SamplerParams(seed=1, temp=0.0), 4, suppress_ids=[2])  # vocab suppress tokens
+    assert c.sample(x) != 2 and c.describe().startswith("logits -> logit-bias ->")
 
 
 def test_default_chain_speed_large_vocab():

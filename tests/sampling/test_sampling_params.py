@@ -15,7 +15,7 @@ def test_defaults_are_llama_cpps():
     p = SamplerParams()
     assert (p.seed, p.top_k, p.top_p, p.min_p, p.temp, p.typ_p) == (0xFFFFFFFF, 40, 0.95, 0.05, 0.8, 1.0)
     assert (p.penalty_last_n, p.penalty_repeat, p.penalty_freq, p.penalty_present) == (64, 1.0, 0.0, 0.0)
-    assert (p.dry_multiplier, p.dry_base, p.dry_allowed_length) == (0.0, 1.75, 2)
+    assert (p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n) == (0.0, 1.75, 2, 64)
     assert p.dry_sequence_breakers == ["\n", ":", '"', "*"]
     assert (p.xtc_probability, p.xtc_threshold, p.top_n_sigma) == (0.0, 0.1, -1.0)
     assert (p.mirostat, p.mirostat_tau, p.mirostat_eta) == (0, 5.0, 0.1)
@@ -27,10 +27,13 @@ def test_defaults_are_llama_cpps():
 
 def test_sampler_names_canonical_alt_and_unknown():
     warned = []
-    assert parse_sampler_names("top_k;top-p;nucleus;typ;temp;min-p;topk;penalties;bogus",
-                               warn=warned.append) == [
-        "top_k", "top_p", "top_p", "typ_p", "temperature", "min_p", "top_k", "penalties"]
-    assert warned == ["common_sampler_types_from_names: unable to match sampler by name 'bogus'"]
+    assert parse_sampler_names("top_k;top-p;nucleus;typ;temp;min-p;topk;Top_N_Sigma;typ-p;"
+                               "adaptivep;penalties;typical;bogus", warn=warned.append) == [
+        "top_k", "top_p", "top_p", "typ_p", "temperature", "min_p", "top_k", "top_n_sigma",
+        "typ_p", "adaptive_p", "penalties"]
+    # names are lower-cased; "typical" is no alias in llama.cpp
+    assert warned == ["common_sampler_types_from_names: unable to match sampler by name 'typical'",
+                      "common_sampler_types_from_names: unable to match sampler by name 'bogus'"]
     assert parse_sampler_names(["top-k", "dry"], allow_alt_names=False) == ["dry"]
 
 

@@ -98,12 +98,15 @@ def test_typical_orders_by_distance_to_entropy():
 
 
 def test_top_n_sigma_masks_below_max_minus_n_std():
-    # logits 4 2 0 -2: mean 1, std sqrt((9+1+1+9)/4) = 2.236; n = 1 keeps >= 1.764: ids 0,1
+    # logits 4 2 0 -2: mean 1, std sqrt((9+1+1+9)/4) = 2.236; n = 1 keeps >= 1.764: ids 0,1;
+    # the others become -inf but stay in the (unsorted) list
     cur = cands([4, 2, 0, -2])
     TopNSigma(1.0).apply(cur)
-    assert kept(cur) == [0, 1, 2, 3] and cur.sorted
-    assert np.isneginf(cur.logits[2:]).all()
-    assert cur.p[0] == pytest.approx(1 / (1 + math.exp(-2)), rel=1e-6)  # softmax of 4, 2
+    assert kept(cur) == [0, 1, 2, 3] and not cur.sorted
+    assert cur.logits[:2].tolist() == [4, 2] and np.isneginf(cur.logits[2:]).all()
+    cur = cands([4, 2, 0, -2])
+    TopNSigma(2.0).apply(cur)  # keeps >= 4 - 4.47: ids 0, 1, 2
+    assert np.isneginf(cur.logits).tolist() == [False, False, False, True]
 
 
 def test_temperature_scales_and_zero_keeps_the_first_max():
@@ -207,9 +210,9 @@ def test_softmax_sorted():
 PIECES = ["a", "b", "c", ":", "d"]
 
 
-def _dry(history, multiplier=1.0, base=1.75, allowed=2, last_n=-1, breakers=("\n", ":")):
+def _dry(history, multiplier=1.0, base=1.75, allowed=2, last_n=64, breakers=("\n", ":")):
     brk = process_breakers(list(breakers), len(PIECES), PIECES.__getitem__)
-    d = DRY(0, multiplier, base, allowed, last_n, brk)
+    d = DRY(multiplier, base, allowed, last_n, brk)
     for t in history:
         d.accept(t)
     cur = cands([0, 0, 0, 0, 0])
