@@ -242,6 +242,8 @@ def _clamped(body) -> dict:
     if v.get("adaptive_target") is not None:
         v["adaptive_target"] = min(v["adaptive_target"], 1.0)
     _check_range("adaptive_decay", v.get("adaptive_decay"), 0.0, 0.99)
+    if "dry_sequence_breakers" in v and not v["dry_sequence_breakers"]:
+        raise invalid("Error: dry_sequence_breakers must be a non-empty array of strings")
     if v.get("dry_base") is not None and v["dry_base"] < 1.0:
         del v["dry_base"]
     if "seed" in v:

@@ -56,6 +56,8 @@ JSON_CASES = [
     ("/completion", {"prompt": ""}, 400, "invalid_request_error", None),
     ("/completion", {"prompt": "x", "id_slot": 7}, 400, "invalid_request_error", None),
     ("/completion", {"prompt": "x", "repeat_last_n": -2}, 400, "invalid_request_error", None),
+    ("/completion", {"prompt": "x", "dry_sequence_breakers": []}, 400, "invalid_request_error",
+     "Error: dry_sequence_breakers must be a non-empty array of strings"),
     ("/completion", {"prompt": "x", "grammar": "root ::= \"a\""}, 501, "not_supported_error",
      None),
     ("/v1/chat/completions", {"model": "m"}, 400, "invalid_request_error",
