@@ -67,13 +67,15 @@ BUILTIN = {
         "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}"),
     "granite": (
         "{%- for m in messages -%}"
-        "{{- '<|start_of_role|>' + m.role + '<|end_of_role|>' + m.content + '<|end_of_text|>\\n' -}}"
+        "{{- '<|start_of_role|>' + m.role + '<|end_of_role|>' + m.content"
+        " + '<|end_of_text|>\\n' -}}"
         "{%- endfor -%}"
         "{%- if add_generation_prompt -%}"
         "{{- '<|start_of_role|>assistant<|end_of_role|>' -}}{%- endif -%}"),
     "llama4": (
         "{%- for m in messages -%}"
-        "{{- '<|header_start|>' + m.role + '<|header_end|>\\n\\n' + m.content | trim + '<|eot|>' -}}"
+        "{{- '<|header_start|>' + m.role + '<|header_end|>\\n\\n' + m.content | trim"
+        " + '<|eot|>' -}}"
         "{%- endfor -%}"
         "{%- if add_generation_prompt -%}"
         "{{- '<|header_start|>assistant<|header_end|>\\n\\n' -}}{%- endif -%}"),
