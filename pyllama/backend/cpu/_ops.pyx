@@ -20,14 +20,42 @@ def max_threads():
 
 
 # -- rms_norm ------------------------------------------------------------------------------------
+cdef extern from *:
+    """
+    #include "pyl_vmath.h"
+    /* sum of (double)(x[i]*x[i]) (squares rounded to f32, as ggml's rms_norm); with AVX2 in 8
+       double lanes (two 4-lane accumulators) then a fixed tree and the tail in order, else
+       sequentially. Fixed order for a given d. */
+    static inline double pyl_sumsq(const float *x, int64_t d) {
+        double s = 0.0;
+        int64_t i = 0;
+    #if PYL_VM_SIMD
+        __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+        for (; i + 8 <= d; i += 8) {
+            __m256 v = _mm256_loadu_ps(x + i);
+            __m256 q = _mm256_mul_ps(v, v);
+            a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(q)));
+            a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(q, 1)));
+        }
+        a0 = _mm256_add_pd(a0, a1);
+        __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a0), _mm256_extractf128_pd(a0, 1));
+        s = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    #endif
+        for (; i < d; i++) {
+            float v = x[i] * x[i];
+            s += (double)v;
+        }
+        return s;
+    }
+    """
+    double pyl_sumsq(const float* x, int64_t d) noexcept nogil
+
+
 cdef inline void _rms_row(const float* x, const float* w, float* y, Py_ssize_t d,
                           float eps) noexcept nogil:
-    cdef double s = 0.0
+    cdef double s = pyl_sumsq(x, d)
     cdef float v, mean, scale
     cdef Py_ssize_t i
-    for i in range(d):
-        v = x[i] * x[i]
-        s += <double>v
     mean = <float>(s / <double>d)
     scale = <float>1.0 / sqrtf(mean + eps)
     if w != NULL:
@@ -48,7 +76,7 @@ def rms_norm(const float[:, ::1] x, const float[::1] w, float eps, float[:, ::1]
         wp = &w[0]
     if n == 0 or d == 0:
         return
-    for r in prange(n, nogil=True, num_threads=n_threads, schedule="static"):
+    for r in prange(n, nogil=True, num_threads=n_threads, schedule="dynamic", chunksize=8):
         _rms_row(&x[r, 0], wp, &out[r, 0], d, eps)
 
 
@@ -192,7 +220,7 @@ def unary(int kind, const float[::1] x, const float[::1] g, float[::1] out, floa
         return
     if g is not None:
         gp = &g[0]
-    for c in prange(nc, nogil=True, num_threads=n_threads, schedule="static"):
+    for c in prange(nc, nogil=True, num_threads=n_threads, schedule="dynamic"):
         lo = c * CHUNK
         m = n - lo
         if m > CHUNK:
