@@ -165,7 +165,9 @@ def decode_body(raw: bytes, kind: type):
         raise ServerError(500, f"[json.exception.parse_error.101] parse error: invalid UTF-8 byte "
                                f"at index {e.start}")
     if not raw.strip():
-        raw = b"{}"
+        raise ServerError(500, "[json.exception.parse_error.101] parse error at line 1, column 1: "
+                               "attempting to parse an empty input; check that your input string "
+                               "or stream contains the expected JSON")
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as e:

@@ -30,6 +30,7 @@ RAW_CASES = [
     ("/v1/chat/completions", b"[1, 2", 500, "server_error", None),
     ("/completion", b'{"prompt": "\xc3\x28 bad utf8", "n_predict": 1}', 500, "server_error", None),
     ("/tokenize", b'{"content": "\xff"}', 500, "server_error", None),
+    ("/completion", b"", 500, "server_error", None),
 ]
 
 
