@@ -8,6 +8,7 @@
 """
 from .activation import quantize_q8_0_rows, quantize_q8_1_rows, quantize_q8_K_rows
 from .codec import DEQUANTIZE_TYPES, QUANTIZE_TYPES, dequantize, quantize
+from .iq4nl import quantize_iq4_nl
 from .layout import BLOCK_LAYOUT, K_SCALE_SIZE, QK_K, VEC_DOT_TYPE, BlockLayout
 from .reference import bf16_to_f32, infer_shape, k4_scale_min, q3_k_scales
 from .quantize import f32_to_bf16, nearest_int, roundf
@@ -15,6 +16,6 @@ from .quantize import f32_to_bf16, nearest_int, roundf
 __all__ = [
     "BLOCK_LAYOUT", "BlockLayout", "VEC_DOT_TYPE", "QK_K", "K_SCALE_SIZE",
     "dequantize", "quantize", "QUANTIZE_TYPES", "DEQUANTIZE_TYPES",
-    "quantize_q8_0_rows", "quantize_q8_1_rows", "quantize_q8_K_rows",
+    "quantize_q8_0_rows", "quantize_q8_1_rows", "quantize_q8_K_rows", "quantize_iq4_nl",
     "bf16_to_f32", "f32_to_bf16", "infer_shape", "k4_scale_min", "q3_k_scales", "nearest_int", "roundf",
 ]

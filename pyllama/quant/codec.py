@@ -6,6 +6,7 @@ import numpy as np
 from ..gguf import GGMLType
 from . import kquants
 from . import quantize as q
+from .iq4nl import quantize_iq4_nl
 from .layout import BLOCK_LAYOUT
 from .reference import dequantize
 
@@ -17,6 +18,7 @@ _BLOCKED = {
     GGMLType.Q8_K: q._quant_q8_k, GGMLType.Q2_K: kquants.quantize_q2_k,
     GGMLType.Q3_K: kquants.quantize_q3_k, GGMLType.Q4_K: kquants.quantize_q4_k,
     GGMLType.Q5_K: kquants.quantize_q5_k, GGMLType.Q6_K: kquants.quantize_q6_k,
+    GGMLType.IQ4_NL: quantize_iq4_nl,
 }
 QUANTIZE_TYPES = frozenset(_BLOCKED) | {GGMLType.F32, GGMLType.F16, GGMLType.BF16}
 DEQUANTIZE_TYPES = frozenset(BLOCK_LAYOUT)

@@ -13,6 +13,7 @@ import numpy as np
 from ..gguf import GGMLType
 from .layout import BLOCK_LAYOUT, QK_K
 from .quantize import first_absmax, nearest_int
+from .quantize import serial_sum as _ssum
 
 F32 = np.float32
 GROUP_MAX_EPS = F32(1e-15)
@@ -21,15 +22,6 @@ GROUP_MAX_EPS = F32(1e-15)
 def _div(a, b):
     with np.errstate(divide="ignore", invalid="ignore"):
         return (a / b).astype(F32)
-
-
-def _ssum(v: np.ndarray) -> np.ndarray:
-    """Sum over the last axis left to right in float32, like ggml's `for (i...) sum += v[i]`."""
-    cols = np.ascontiguousarray(np.moveaxis(v, -1, 0), dtype=F32)
-    acc = cols[0].copy()
-    for c in cols[1:]:
-        acc += c
-    return acc
 
 
 def max_pos(v: np.ndarray) -> np.ndarray:

@@ -60,6 +60,7 @@ _FIELDS = {
     GGMLType.Q6_K: (("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16),
                     ("d", "<f2", 1)),
     GGMLType.Q8_K: (("d", "<f4", 1), ("qs", "i1", 256), ("bsums", "<i2", 16)),
+    GGMLType.IQ4_NL: (("d", "<f2", 1), ("qs", "u1", 16)),
 }
 
 BLOCK_LAYOUT: dict[GGMLType, BlockLayout] = {
@@ -72,7 +73,7 @@ VEC_DOT_TYPE: dict[GGMLType, GGMLType] = {
     GGMLType.Q4_0: GGMLType.Q8_0, GGMLType.Q5_0: GGMLType.Q8_0, GGMLType.Q8_0: GGMLType.Q8_0,
     GGMLType.Q4_1: GGMLType.Q8_1, GGMLType.Q5_1: GGMLType.Q8_1,
     GGMLType.Q2_K: GGMLType.Q8_K, GGMLType.Q3_K: GGMLType.Q8_K, GGMLType.Q4_K: GGMLType.Q8_K,
-    GGMLType.Q5_K: GGMLType.Q8_K, GGMLType.Q6_K: GGMLType.Q8_K,
+    GGMLType.Q5_K: GGMLType.Q8_K, GGMLType.Q6_K: GGMLType.Q8_K, GGMLType.IQ4_NL: GGMLType.Q8_0,
 }
 
 

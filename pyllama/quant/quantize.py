@@ -30,6 +30,15 @@ def nearest_int(x: np.ndarray) -> np.ndarray:
     return (v.view(np.int32) & 0x007FFFFF) - 0x00400000
 
 
+def serial_sum(v: np.ndarray) -> np.ndarray:
+    """Sum over the last axis left to right in float32, like ggml's `for (i...) sum += v[i]`."""
+    cols = np.ascontiguousarray(np.moveaxis(v, -1, 0), dtype=F32)
+    acc = cols[0].copy()
+    for c in cols[1:]:
+        acc += c
+    return acc
+
+
 def _safe_inv(d: np.ndarray) -> np.ndarray:
     """`d ? 1.0f/d : 0.0f` in float32."""
     with np.errstate(divide="ignore"):

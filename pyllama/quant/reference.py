@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..gguf import GGMLType
+from .iq4nl import dequantize_iq4_nl
 from .layout import BLOCK_LAYOUT, QK_K
 
 _LO_HI = np.array([0, 4], dtype=np.uint8)
@@ -152,6 +153,7 @@ _DEQUANT = {
     GGMLType.Q5_1: _deq_q5_1, GGMLType.Q8_0: _deq_q8_0, GGMLType.Q8_1: _deq_q8_1,
     GGMLType.Q2_K: _deq_q2_k, GGMLType.Q3_K: _deq_q3_k, GGMLType.Q4_K: _deq_q4_k,
     GGMLType.Q5_K: _deq_q5_k, GGMLType.Q6_K: _deq_q6_k, GGMLType.Q8_K: _deq_q8_k,
+    GGMLType.IQ4_NL: dequantize_iq4_nl,
 }
 
 

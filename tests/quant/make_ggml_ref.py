@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 TYPES = ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q8_K",
-         "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+         "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL"]
 OUT = os.path.join(os.path.dirname(__file__), "..", "data", "quant", "ggml_quantize_ref.npz")
 
 
@@ -78,8 +78,12 @@ def main(so_path: str, cpu_path: str) -> None:
     res = {"x": x}
     for t in TYPES:
         res[t] = ggml_quantize(lib, t, x, BLOCK_LAYOUT[GGMLType[t]].row_bytes(256))
-    for t in ("Q8_0", "Q8_1", "Q8_K"):
+    for t in ("Q8_0", "Q8_1", "Q8_K", "IQ4_NL"):
         res[t + "_cpu"] = cpu_from_float(cpu, GGMLType[t], x, BLOCK_LAYOUT[GGMLType[t]].row_bytes(256))
+    res["IQ4_NL_ntry7"] = np.zeros_like(res["IQ4_NL"])       # quantize_iq4_nl (llama-quantize)
+    lib.quantize_iq4_nl(x.ctypes.data_as(ctypes.c_void_p),
+                        res["IQ4_NL_ntry7"].ctypes.data_as(ctypes.c_void_p),
+                        ctypes.c_int64(x.shape[0]), ctypes.c_int64(256), None)
     np.savez_compressed(OUT, **res)
     print(OUT, os.path.getsize(OUT), "bytes")
 

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from pyllama.gguf import GGMLType
-from pyllama.quant import (BLOCK_LAYOUT, dequantize, quantize, quantize_q8_0_rows,
-                           quantize_q8_1_rows, quantize_q8_K_rows)
+from pyllama.quant import (BLOCK_LAYOUT, dequantize, quantize, quantize_iq4_nl,
+                           quantize_q8_0_rows, quantize_q8_1_rows, quantize_q8_K_rows)
 
 REF = os.path.join(os.path.dirname(__file__), "..", "data", "quant", "ggml_quantize_ref.npz")
 TYPES = ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q8_K",
-         "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+         "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL"]
 
 
 @pytest.fixture(scope="module")
@@ -20,15 +20,30 @@ def ref():
         return {k: z[k] for k in z.files}
 
 
+def assert_same_blocks(ours, want, t, x):
+    lay = BLOCK_LAYOUT[t]
+    assert ours.shape == want.shape
+    ob, wb = ours.reshape(-1, lay.block_bytes), want.reshape(-1, lay.block_bytes)
+    diff = (ob != wb).any(axis=1)
+    if t == GGMLType.IQ4_NL:   # ggml leaves indices of (near) all-zero blocks stale; d must be 0
+        zero = np.abs(x.reshape(-1, 32)).max(axis=1) < 1e-15
+        diff &= ~(zero & (ob[:, :2] == wb[:, :2]).all(axis=1))
+    assert not diff.any(), f"{diff.sum()} of {diff.size} blocks differ (first {diff.argmax()})"
+
+
 @pytest.mark.parametrize("name", TYPES)
 def test_quantize_bitexact_vs_ggml(ref, name):
     t = GGMLType[name]
-    ours = quantize(ref["x"], t)
-    want = ref[name]
-    assert ours.shape == want.shape
-    lay = BLOCK_LAYOUT[t]
-    diff = (ours.reshape(-1, lay.block_bytes) != want.reshape(-1, lay.block_bytes)).any(axis=1)
-    assert not diff.any(), f"{diff.sum()} of {diff.size} blocks differ (first {diff.argmax()})"
+    assert_same_blocks(quantize(ref["x"], t), ref[name], t, ref["x"])
+
+
+def test_iq4_nl_llama_quantize_path(ref):
+    """ntry=7 reproduces quantize_iq4_nl (model files); the default is the KV-cache path."""
+    ours = np.ascontiguousarray(quantize_iq4_nl(ref["x"], ntry=7)).view(np.uint8)
+    assert_same_blocks(ours.reshape(ref["x"].shape[0], -1), ref["IQ4_NL_ntry7"],
+                       GGMLType.IQ4_NL, ref["x"])
+    assert_same_blocks(quantize(ref["x"], GGMLType.IQ4_NL), ref["IQ4_NL_cpu"],
+                       GGMLType.IQ4_NL, ref["x"])
 
 
 @pytest.mark.parametrize("name", ["Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K"])

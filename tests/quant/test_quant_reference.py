@@ -13,7 +13,8 @@ from pyllama.gguf import GGML_BLOCK, GGMLType as T
 from pyllama.quant import (BLOCK_LAYOUT, QUANTIZE_TYPES, VEC_DOT_TYPE, dequantize, quantize,
                            quantize_q8_0_rows, quantize_q8_1_rows, quantize_q8_K_rows)
 
-GGUF_DEQ = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
+GGUF_DEQ = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K,
+            T.IQ4_NL]
 GGUF_Q = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]
 
 
@@ -101,7 +102,7 @@ def test_dequantize_rejects_bad_sizes():
     with pytest.raises(ValueError):
         dequantize(np.zeros(34, np.uint8), T.Q8_0, (31,))
     with pytest.raises(NotImplementedError):
-        dequantize(np.zeros(18, np.uint8), T.IQ4_NL, (32,))
+        dequantize(np.zeros(66, np.uint8), T.IQ2_XXS, (256,))
 
 
 def quant_inputs(rng):
@@ -141,7 +142,7 @@ def test_quantize_f32_and_shapes():
     with pytest.raises(ValueError):
         quantize(x[..., :100], T.Q8_0)
     with pytest.raises(NotImplementedError):
-        quantize(x, T.IQ4_NL)
+        quantize(x, T.IQ2_XXS)
 
 
 @settings(max_examples=60, deadline=None)
@@ -201,7 +202,7 @@ def test_quantize_q8_1_vs_q8_0():
 
 @pytest.mark.parametrize("t,bound,worst", [(T.Q2_K, 0.32, 0.35), (T.Q3_K, 0.17, 0.2),
                                            (T.Q4_K, 0.09, 0.1), (T.Q5_K, 0.045, 0.1),
-                                           (T.Q6_K, 0.022, 0.1)],
+                                           (T.Q6_K, 0.022, 0.1), (T.IQ4_NL, 0.085, 0.12)],
                          ids=lambda v: getattr(v, "name", str(v)))
 def test_kquant_roundtrip(t, bound, worst):
     rng = np.random.default_rng(int(t))
@@ -232,7 +233,7 @@ def test_kquant_beats_legacy_of_same_bits():
 
 def test_quantize_types_listed():
     assert {T.F32, T.F16, T.BF16, T.Q8_0, T.Q8_1, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_K,
-            T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K} == QUANTIZE_TYPES
+            T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL} == QUANTIZE_TYPES
 
 
 def test_q8_0_rows_match_blocks():
