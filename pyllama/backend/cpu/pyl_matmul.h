@@ -244,8 +244,9 @@ static inline __m256i pyl_dec32_avx2(int t, const uint8_t *x) {
     switch (t) {
     case PYL_Q4_0: return _mm256_sub_epi8(pyl_nib32(x + 2), _mm256_set1_epi8(8));
     case PYL_Q4_1: return pyl_nib32(x + 4);
-    case PYL_Q5_0: return _mm256_sub_epi8(_mm256_or_si256(pyl_nib32(x + 6),
-                                          _mm256_and_si256(pyl_bits32(x + 2), b16)), b16);
+    case PYL_Q5_0: /* nibble | (bit ? 0x00 : 0xF0) as int8 == (nibble | bit << 4) - 16 */
+        return _mm256_or_si256(pyl_nib32(x + 6), _mm256_andnot_si256(pyl_bits32(x + 2),
+                                                                      _mm256_set1_epi8((char)0xF0)));
     case PYL_Q5_1: return _mm256_or_si256(pyl_nib32(x + 8), _mm256_and_si256(pyl_bits32(x + 4), b16));
     default: return _mm256_loadu_si256((const __m256i *)(x + 2));
     }
@@ -284,6 +285,18 @@ static inline void pyl_decode_A(int t, const uint8_t *src, int k, pyl_wrow *W) {
 static inline void pyl_scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
     if (j < 4) { *sc = q[j] & 63; *m = q[j + 4] & 63; }
     else { *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4); *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4); }
+}
+/* the 8 scales then the 8 mins of a Q4_K/Q5_K block (llama.cpp's utmp unpacking) */
+static inline void pyl_scale_min_k4_all(const uint8_t *q, uint8_t *out16) {
+    uint32_t a[4];
+    memcpy(a, q, 12);
+    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+    a[3] = ((a[2] >> 4) & k2) | (((a[1] >> 6) & k3) << 4);
+    const uint32_t uaux = a[1] & k1;
+    a[1] = (a[2] & k2) | (((a[0] >> 6) & k3) << 4);
+    a[2] = uaux;
+    a[0] &= k1;
+    memcpy(out16, a, 16);
 }
 static inline void pyl_dec_q4_K(const uint8_t *__restrict x, uint8_t *__restrict u, int *__restrict s16, int *__restrict mn, float *d, float *dm) {
     *d = pyl_rd_f16(x); *dm = pyl_rd_f16(x + 2);
@@ -407,21 +420,27 @@ static inline void pyl_decK_sb(int t, const uint8_t *x, uint8_t *u, int16_t *s16
     case PYL_Q2_K: pyl_dec_q2_K(x, u, s, m, d, dm); break;
     case PYL_Q3_K: pyl_dec_q3_K(x, u, s, m, d, dm); break;
 #if PYL_AVX2
-    case PYL_Q4_K:
+    case PYL_Q4_K: case PYL_Q5_K: {
         *d = pyl_rd_f16(x); *dm = pyl_rd_f16(x + 2);
-        for (int j = 0; j < 8; j++) { pyl_scale_min_k4(j, x + 4, &s[2 * j], &m[2 * j]); s[2 * j + 1] = s[2 * j]; m[2 * j + 1] = m[2 * j]; }
-        pyl_dec_q4_K_avx2(x, u);
-        break;
-    case PYL_Q5_K:
-        *d = pyl_rd_f16(x); *dm = pyl_rd_f16(x + 2);
-        for (int j = 0; j < 8; j++) { pyl_scale_min_k4(j, x + 4, &s[2 * j], &m[2 * j]); s[2 * j + 1] = s[2 * j]; m[2 * j + 1] = m[2 * j]; }
-        pyl_dec_q5_K_avx2(x, u);
-        break;
-    default:
+        uint8_t sm[16];
+        pyl_scale_min_k4_all(x + 4, sm);
+        const __m256i sc2 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)sm),
+                                                                   _mm_loadl_epi64((const __m128i *)sm)));
+        const __m256i mn2 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(sm + 8)),
+                                                                   _mm_loadl_epi64((const __m128i *)(sm + 8))));
+        _mm256_storeu_si256((__m256i *)s16, sc2);
+        _mm256_storeu_si256((__m256i *)mn, mn2);
+        if (t == PYL_Q4_K) pyl_dec_q4_K_avx2(x, u); else pyl_dec_q5_K_avx2(x, u);
+        return;
+    }
+    default: {
         *d = pyl_rd_f16(x + 208); *dm = 0.0f;
-        for (int j = 0; j < 16; j++) { s[j] = ((const int8_t *)(x + 192))[j]; m[j] = 32 * s[j]; }
+        const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + 192)));
+        _mm256_storeu_si256((__m256i *)s16, sc);
+        _mm256_storeu_si256((__m256i *)mn, _mm256_slli_epi16(sc, 5));
         pyl_dec_q6_K_avx2(x, u);
-        break;
+        return;
+    }
 #else
     case PYL_Q4_K: pyl_dec_q4_K(x, u, s, m, d, dm); break;
     case PYL_Q5_K: pyl_dec_q5_K(x, u, s, m, d, dm); break;
