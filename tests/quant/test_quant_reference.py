@@ -213,8 +213,9 @@ def test_kquant_roundtrip(t, bound, worst):
     g_rows = rng.standard_normal((64, 256)).astype(np.float32)
     yg = dequantize(quantize(g_rows, t), t, g_rows.shape)
     assert np.sqrt(((yg - g_rows) ** 2).mean() / (g_rows ** 2).mean()) < bound
+    near = 1e-2 if t == T.IQ4_NL else 2e-3  # IQ4_NL has no 0 level: 0 -> d * 1 ~ max/127
     for i in (0, 1, 2, 10):                 # zeros, constants, one spike: near-exact
-        assert np.abs(y[i] - x[i]).max() <= 2e-3 * max(1.0, np.abs(x[i]).max())
+        assert np.abs(y[i] - x[i]).max() <= near * max(1.0, np.abs(x[i]).max())
     ok = np.arange(len(x)) != 5     # row 5 is ~1e-6: the f16 super-block scale underflows
     scale = np.abs(x).max(axis=1, keepdims=True)
     assert (np.abs(y - x) <= worst * scale)[ok].all()
