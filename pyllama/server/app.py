@@ -456,6 +456,9 @@ class Server:
                     err = ev if isinstance(ev, ServerError) else ServerError(500, str(ev))
                     yield sse(err.body())
                     return
+                if isinstance(ev, S.Progress):
+                    yield sse(self._progress_event(r, ev))
+                    continue
                 if r.mode == "chat" and ev.index not in started:
                     started.add(ev.index)
                     yield sse(S.chat_chunk([S.chat_delta(ev.index, {"role": "assistant",
@@ -473,6 +476,20 @@ class Server:
         finally:
             for t in tasks:
                 t.cancelled = True
+
+    @staticmethod
+    def _progress_event(r: "_Req", p: S.Progress) -> dict:
+        """llama.cpp's progress chunk: an empty token chunk (native), an empty text chunk (OAI)
+        or the role delta (chat), carrying `prompt_progress`."""
+        if r.mode == "native":
+            return {"index": p.index, "content": "", "tokens": [], "stop": False, "id_slot": -1,
+                    "tokens_predicted": 0, "tokens_evaluated": p.total,
+                    "prompt_progress": p.to_json()}
+        if r.mode == "oai":
+            return {**S.oai_completion_chunk(p.index, "", r.model, r.cid),
+                    "prompt_progress": p.to_json()}
+        return S.chat_chunk([S.chat_delta(p.index, {"role": "assistant", "content": None})],
+                            r.model, r.cid, prompt_progress=p.to_json())
 
     def _partial_events(self, r: "_Req", p: S.Partial, filters: dict):
         if r.mode == "native":

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..log import get_logger
-from .schemas import Final, Partial, ServerError, TaskParams, Timings, TokenProb
+from .schemas import Final, Partial, Progress, ServerError, TaskParams, Timings, TokenProb
 
 log = get_logger("server")
 
@@ -405,6 +405,7 @@ class Engine:
                 rows = [self.ctx.get_logits_ith(i0 + k) for k in range(len(toks))]
             else:
                 slot.on_prompt_chunk(toks)
+                self._send_progress(slot)
                 if slot.prompting:
                     continue
                 slot.t_prompt_done = time.perf_counter()
@@ -466,6 +467,13 @@ class Engine:
             slot.task.index, text, [slot.generated[-1]] if slot.generated else [], new_probs,
             slot.n_decoded, len(slot.prompt),
             slot.timings() if slot.params.timings_per_token else None))
+
+    @staticmethod
+    def _send_progress(slot: Slot) -> None:
+        if slot.params.stream and slot.params.return_progress:
+            slot.task.channel.put(Progress(
+                slot.task.index, len(slot.prompt), slot.n_cached, slot.n_prompt_done,
+                (time.perf_counter() - slot.t_start) * 1e3))
 
     def _finish(self, slot: Slot, stop_type: str) -> None:
         task, p = slot.task, slot.params

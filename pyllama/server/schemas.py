@@ -108,6 +108,7 @@ class CompletionBody(msgspec.Struct):
     json_schema: Any = None
     response_format: Any = None
     return_tokens: bool | None = None
+    return_progress: bool | None = None
     timings_per_token: bool | None = None
     response_fields: list[str] | None = None
     t_max_predict_ms: int | None = None
@@ -191,6 +192,7 @@ class TaskParams:
     id_slot: int = -1
     stream: bool = False
     return_tokens: bool = False
+    return_progress: bool = False
     timings_per_token: bool = False
     ignore_eos: bool = False
     t_max_predict_ms: int = -1
@@ -292,6 +294,7 @@ def build_params(body: CompletionBody, defaults: "RequestDefaults", *, n_vocab: 
         cache_prompt=defaults.cache_prompt if body.cache_prompt is None else body.cache_prompt,
         id_slot=-1 if body.id_slot is None else body.id_slot, stream=bool(body.stream),
         return_tokens=bool(body.return_tokens), timings_per_token=bool(body.timings_per_token),
+        return_progress=bool(body.return_progress),
         ignore_eos=bool(body.ignore_eos),
         t_max_predict_ms=-1 if body.t_max_predict_ms is None else body.t_max_predict_ms)
     values = _clamped(body)
@@ -428,6 +431,20 @@ class Partial:
     n_decoded: int
     n_prompt: int
     timings: Timings | None = None
+
+
+@dataclass
+class Progress:
+    """Prompt processing progress of one task (`return_progress`)."""
+    index: int
+    total: int
+    cache: int
+    processed: int
+    time_ms: float
+
+    def to_json(self) -> dict:
+        return {"total": self.total, "cache": self.cache, "processed": self.processed,
+                "time_ms": round(self.time_ms)}
 
 
 @dataclass

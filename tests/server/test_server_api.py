@@ -333,3 +333,22 @@ def test_mixed_traffic_with_aborts_stays_exact(client, server):
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_return_progress(client):
+    prompt = "the cat sat on the mat " * 10
+    n = len(post(client, "/tokenize", content=prompt, add_special=True)["tokens"])
+    body = {"prompt": prompt, "n_predict": 2, "stream": True, "return_progress": True,
+            "cache_prompt": False}
+    with client.stream("POST", "/completion", json=body) as r:
+        events = [json.loads(e) for e in sse_events(r)]
+    progress = [e["prompt_progress"] for e in events if "prompt_progress" in e]
+    assert progress and progress[-1]["processed"] == progress[-1]["total"] == n
+    assert all(e["content"] == "" for e in events if "prompt_progress" in e)
+    assert sum(1 for e in events if e.get("tokens")) == 2
+    with client.stream("POST", "/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": True,
+            "return_progress": True}) as r:
+        chunks = [json.loads(e) for e in sse_events(r) if e != "[DONE]"]
+    assert chunks[0]["prompt_progress"]["processed"] == chunks[0]["prompt_progress"]["total"]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
