@@ -137,7 +137,7 @@ def softmax(cur: Candidates, do_sort: bool) -> None:
         sort_descending(cur)
     max_l = cur.logits[0] if cur.sorted else cur.logits.max()
     p = np.exp(cur.logits - max_l, dtype=np.float32)
-    cur.p = p / np.float32(p.sum(dtype=np.float64))
+    cur.p = p / np.cumsum(p, dtype=np.float32)[-1]  # sequential float sum, as the C loop
 
 
 def apply_temperature(cur: Candidates, temp: float) -> None:
@@ -191,10 +191,13 @@ def first_reaching(p: np.ndarray, u: float) -> tuple[int, float]:
     return i, total
 
 
-def discrete_select(cur: Candidates, u: float) -> int:
-    """std::discrete_distribution<int>(p) with uniform u (libstdc++): cumulative p / sum in
-    double with the last set to 1, then the first position whose cumulative value is >= u."""
+def discrete_select(cur: Candidates, draw) -> int:
+    """std::discrete_distribution<int>(p) (libstdc++): a single candidate is returned without a
+    draw; otherwise cumulative p / sum in double with the last set to 1, then the first
+    position whose cumulative value is >= the uniform `draw()`."""
+    if cur.size <= 1:
+        return 0
     p = cur.p.astype(np.float64)
     run = np.cumsum(p / np.cumsum(p)[-1])  # accumulate, normalise, partial_sum
     run[-1] = 1.0
-    return min(int(np.searchsorted(run, u, side="left")), cur.size - 1)
+    return min(int(np.searchsorted(run, draw(), side="left")), cur.size - 1)

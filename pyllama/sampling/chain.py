@@ -8,9 +8,10 @@ Chain built from SamplerParams like common_sampler_init:
 step, or uses the `u` it is given instead. It does not accept: call `accept(token)` to update the
 history. The RNG is numpy's MT19937 seeded and read like llama.cpp's std::mt19937 (rng.py), so
 a seed gives llama.cpp's uniforms; 0xFFFFFFFF or -1 picks a random seed. XTC has its own
-generator with the same seed, as in llama.cpp, so `dist` still makes one draw per sample.
-(One deliberate difference: llama.cpp's mirostat draws nothing when a single candidate is left;
-here every sample() draws exactly once, so speculative decoding can replay the stream.)
+generator with the same seed, as in llama.cpp, so `dist` still makes one draw per sample. Like
+llama.cpp, mirostat and adaptive-p (std::discrete_distribution) draw nothing when a single
+candidate is left; the number of draws is always a function of the chain state and the logits,
+so replaying the same logits in the same order replays the same tokens.
 """
 import random
 from collections import deque
@@ -110,9 +111,10 @@ class SamplerChain:
             last_n = n_ctx if p.dry_penalty_last_n == -1 else max(p.dry_penalty_last_n, 0)
             if p.dry_multiplier == 0 or p.dry_base < 1 or last_n == 0:
                 return None
-            if token_pieces is None:
+            breakers = [b for b in p.dry_sequence_breakers if b]
+            if breakers and token_pieces is None:
                 raise ValueError("DRY needs token_pieces (id -> str) for its sequence breakers")
-            brk = process_breakers(p.dry_sequence_breakers, self.n_vocab, token_pieces, tokenize)
+            brk = process_breakers(breakers, self.n_vocab, token_pieces, tokenize) if breakers else {}
             return DRY(p.dry_multiplier, p.dry_base, p.dry_allowed_length, last_n, brk)
         simple = {
             "top_k": lambda: TopK(p.top_k) if p.top_k > 0 else None,
@@ -142,13 +144,13 @@ class SamplerChain:
         cur = Candidates.from_logits(logits)
         if cur.size != self.n_vocab:
             raise ValueError(f"logits have {cur.size} entries, the vocabulary {self.n_vocab}")
-        u = self.draw_uniform() if u is None else float(u)
+        draw = self.draw_uniform if u is None else (lambda: float(u))
         for s in self.samplers:
             if isinstance(s, (Mirostat, AdaptiveP)):
-                s.apply(cur, u)
+                s.apply(cur, draw)  # draws only when more than one candidate is left
                 return cur
             s.apply(cur)
-        dist_select(cur, u)
+        dist_select(cur, draw())
         return cur
 
     def sample(self, logits, u: float | None = None) -> int:

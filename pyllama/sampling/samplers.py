@@ -319,7 +319,7 @@ class Mirostat(Sampler):
         self.n_vocab, self.tau, self.eta, self.m = n_vocab, F32(tau), F32(eta), m
         self.mu = F32(2 * self.tau)
 
-    def apply(self, cur: Candidates, u: float) -> None:
+    def apply(self, cur: Candidates, draw) -> None:
         softmax(cur, do_sort=False)  # the m best suffice: no need to sort the whole vocabulary
         best = cur.p[top_k_indices(cur.logits, cur.ids, min(self.m, cur.size))]
         n = min(self.m - 1, cur.size - 1)
@@ -333,7 +333,7 @@ class Mirostat(Sampler):
             k = F32((eps * F32(2.0) ** self.mu) / (1 - F32(self.n_vocab) ** -eps)) ** (1 / s_hat)
         top_k(cur, max(_c_int(k), 1))
         softmax(cur, do_sort=True)
-        cur.selected = discrete_select(cur, u)
+        cur.selected = discrete_select(cur, draw)
         self._update(cur)
 
     def _update(self, cur: Candidates) -> None:
@@ -355,7 +355,7 @@ class MirostatV2(Mirostat):
     def __init__(self, tau: float, eta: float):
         super().__init__(0, tau, eta)
 
-    def apply(self, cur: Candidates, u: float) -> None:
+    def apply(self, cur: Candidates, draw) -> None:
         """Drop candidates whose surprise -log2 p exceeds mu (keep at least one), draw."""
         softmax(cur, do_sort=False)
         with np.errstate(divide="ignore"):
@@ -364,7 +364,7 @@ class MirostatV2(Mirostat):
             keep = top_k_indices(cur.logits, cur.ids, 1)
         cur.keep(keep, in_order=True)
         softmax(cur, do_sort=True)
-        cur.selected = discrete_select(cur, u)
+        cur.selected = discrete_select(cur, draw)
         self._update(cur)
 
     def clone(self) -> "MirostatV2":
@@ -388,10 +388,10 @@ class AdaptiveP(Sampler):
         self.total_weight = F32(1 / (1 - self.decay))
         self.pending = None  # (token, original p)
 
-    def apply(self, cur: Candidates, u: float) -> None:
+    def apply(self, cur: Candidates, draw) -> None:
         softmax(cur, do_sort=False)
         if self.target < 0:
-            cur.selected = discrete_select(cur, u)
+            cur.selected = discrete_select(cur, draw)
             return
         original = cur.p.copy()
         tgt = F32(min(max(self.target, 0), 1))
@@ -401,7 +401,7 @@ class AdaptiveP(Sampler):
         new = (self.PEAK - self.SHARPNESS * d * d / (1 + d)).astype(np.float32)
         cur.logits = np.where(cur.logits == -np.inf, cur.logits, new).astype(np.float32)
         softmax(cur, do_sort=False)
-        cur.selected = discrete_select(cur, u)
+        cur.selected = discrete_select(cur, draw)
         self.pending = (int(cur.ids[cur.selected]), original[cur.selected])
 
     def accept(self, token: int) -> None:

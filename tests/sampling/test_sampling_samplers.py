@@ -172,7 +172,7 @@ def test_mirostat_v2_truncates_by_surprise_and_updates_mu():
     # tau 1 -> mu 2; surprise -log2 p = 1 2 3 3: keep ids 0,1, renormalised 2/3 1/3
     m = MirostatV2(tau=1.0, eta=0.1)
     cur = cands(LN([0.5, 0.25, 0.125, 0.125]))
-    m.apply(cur, u=0.9)  # cumulative 0.667, 1.0: u 0.9 -> id 1
+    m.apply(cur, lambda: 0.9)  # cumulative 0.667, 1.0: u 0.9 -> id 1
     assert kept(cur) == [0, 1] and cur.ids[cur.selected] == 1
     # mu = 2 - 0.1 * (-log2(1/3) - 1)
     assert m.mu == pytest.approx(2 - 0.1 * (math.log2(3) - 1), rel=1e-6)
@@ -184,7 +184,7 @@ def test_mirostat_v1_zipf_estimate():
     p = np.array([1, 1 / 4, 1 / 9, 1 / 16])
     m = Mirostat(n_vocab=4, tau=1.0, eta=0.1)
     cur = cands(LN(p / p.sum()))
-    m.apply(cur, u=0.5)
+    m.apply(cur, lambda: 0.5)
     assert kept(cur) == [0, 1] and cur.p == pytest.approx([0.8, 0.2], rel=1e-5)
     assert cur.ids[cur.selected] == 0
     assert m.mu == pytest.approx(2 - 0.1 * (-math.log2(0.8) - 1), rel=1e-5)
@@ -279,7 +279,7 @@ def test_adaptive_p_reshapes_around_the_target():
     # p .5 .3 .2: d = |p - .5| / .3 = 0, 2/3, 1; logit = 5 - 10 d^2 / (1 + d) = 5, 2.333, 0
     a = AdaptiveP(0.5, 0.9)
     cur = cands(LN([0.5, 0.3, 0.2]))
-    a.apply(cur, u=0.99)
+    a.apply(cur, lambda: 0.99)
     assert cur.logits == pytest.approx([5, 5 - 10 * (4 / 9) / (5 / 3), 0], rel=1e-5)
     e = np.exp([5, 5 - 8 / 3, 0])
     assert cur.p == pytest.approx(e / e.sum(), rel=1e-5)
