@@ -33,6 +33,7 @@ class ServerConfig:
     n_keep: int = 0
     cache_prompt: bool = True
     reverse_prompts: list[str] = field(default_factory=list)
+    special: bool = False           # -sp: special tokens (EOG included) appear in the text
     sampling: Any = None            # pyllama.sampling.SamplerParams or None for its defaults
     slot_prompt_similarity: float = 0.10
     # endpoints and chat

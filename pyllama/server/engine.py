@@ -427,8 +427,8 @@ class Engine:
         slot.t_last = time.perf_counter()
         eog = tok in self.vocab.eog_ids
         prev = len(slot.text)
-        if not eog:
-            slot.text += slot.utf8.decode(self.model.token_to_piece(tok, False))
+        if self.cfg.special or not eog:
+            slot.text += slot.utf8.decode(self.model.token_to_piece(tok, self.cfg.special))
         stop = None
         if p.stop:
             i, word = find_stop(slot.text, p.stop, prev - max(map(len, p.stop)))

@@ -352,3 +352,11 @@ def test_return_progress(client):
         chunks = [json.loads(e) for e in sse_events(r) if e != "[DONE]"]
     assert chunks[0]["prompt_progress"]["processed"] == chunks[0]["prompt_progress"]["total"]
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
+
+
+def test_eos_stops_and_is_not_in_the_text(client):
+    eos = post(client, "/tokenize", content="<|im_end|>")["tokens"]
+    assert len(eos) == 1
+    r = greedy(client, n=5, logit_bias=[[eos[0], 100.0]], return_tokens=True)
+    assert r["stop_type"] == "eos" and r["content"] == "" and r["tokens"] == eos
+    assert r["tokens_predicted"] == 1

@@ -29,10 +29,10 @@ def test_flags_map_onto_the_config(tool, tiny_model_path, tmp_path):
     c = config(tool, tiny_model_path("llama"), "-np", "3", "-no-kvu", "--temp", "0.2", "-r",
                "STOP", "-n", "5", "--api-key", "a,b", "--api-key-file", str(keys), "-a", "x,y",
                "-c", "2048", "--metrics", "--no-slots", "--slot-save-path", str(tmp_path),
-               "--no-cache-prompt", "-to", "30", "--chat-template", "chatml")
+               "--no-cache-prompt", "-to", "30", "--chat-template", "chatml", "-sp")
     assert c.n_slots == 3 and not c.unified and c.n_ctx == 2048
     assert c.sampling.temp == 0.2 and "temp" in c.sampling.user_set
     assert c.reverse_prompts == ["STOP"] and c.n_predict == 5 and c.timeout == 30
     assert c.api_keys == ["a", "b", "k3", "k4"] and c.alias == ["x", "y"]
     assert c.endpoint_metrics and not c.endpoint_slots and c.slot_save_path == str(tmp_path)
-    assert not c.cache_prompt and c.chat_template == "chatml"
+    assert not c.cache_prompt and c.chat_template == "chatml" and c.special

@@ -197,9 +197,13 @@ def test_api_key(keyed_server):
 
 def test_disabled_endpoints_and_load_failure(tmp_path, tiny_llama):
     import httpx
-    s = ServerProc(["-m", tiny_llama, "-c", "256", "-np", "1", "--no-slots"]).wait_ready()
+    s = ServerProc(["-m", tiny_llama, "-c", "256", "-np", "1", "--no-slots", "-sp"]).wait_ready()
     try:
         with httpx.Client(base_url=s.url, timeout=60) as c:
+            eos = c.post("/tokenize", json={"content": "<|im_end|>"}).json()["tokens"]
+            r = c.post("/completion", json={"prompt": "a", "temperature": 0,
+                                            "logit_bias": [[eos[0], 100.0]]}).json()
+            assert r["content"] == "<|im_end|>" and r["stop_type"] == "eos"  # -sp
             check_error(c.get("/metrics"), 501, "not_supported_error",
                         "This server does not support metrics endpoint. Start it with "
                         "`--metrics`")
