@@ -1,7 +1,7 @@
 """Our chain against llama.cpp's own sampler chain: golden.json holds what the reference tree's
 src/llama-sampler.cpp (driven by tests/data/sampling/llama_sampler_driver.cpp) selected on the
 same deterministic logits with the same seed: the token, the number of candidates left after the
-chain and the top-3 candidate probabilities, at every step, for 15 configurations."""
+chain and the top-3 candidate probabilities, at every step, for 18 configurations."""
 import json
 import os
 

@@ -44,6 +44,10 @@ CONFIGS = {
     "logit_bias": ({"logit_bias": {5: 3.0}}, {"bias_tok": 5, "bias": 3.0}),
     "min_keep": ({"top_p": 0.3, "min_keep": 5, "top_k": 0}, {"top_p": 0.3, "min_keep": 5, "top_k": 0}),
     "seq_kmt": ({"samplers": ["top_k", "min_p", "temperature"], "temp": 0.7}, {"seq": "kmt", "temp": 0.7}),
+    "adaptive_p": ({"samplers": ["top_k", "adaptive_p"], "adaptive_target": 0.3, "top_k": 100},
+                   {"seq": "ka", "ad_target": 0.3, "top_k": 100}),
+    "adaptive_p_off": ({"samplers": ["top_k", "temperature", "adaptive_p"]}, {"seq": "kta"}),
+    "n_sigma_default": ({"top_n_sigma": 1.0}, {"nsigma": 1.0}),
 }
 SEED = 1234
 

@@ -37,8 +37,10 @@ int main(int argc, char ** argv) {
         llama_sampler_chain_add(chain, llama_sampler_init_temp(temp));
         llama_sampler_chain_add(chain, llama_sampler_init_mirostat_v2(seed, F("tau", 5), F("eta", 0.1)));
     } else {
+        bool adaptive = false;
         for (char c : seq) {
             llama_sampler * s = nullptr;
+            if (c == 'a') { adaptive = true; continue; }
             switch (c) {
                 case 'e': s = llama_sampler_init_penalties(n_vocab, I("last_n", 64), F("repeat", 1), F("freq", 0), F("present", 0)); break;
                 case 'd': s = llama_sampler_init_dry(nullptr, F("dry_mult", 0), F("dry_base", 1.75), I("dry_allowed", 2), I("dry_last_n", 64), nullptr, 0); break;
@@ -52,7 +54,9 @@ int main(int argc, char ** argv) {
             }
             llama_sampler_chain_add(chain, s);
         }
-        llama_sampler_chain_add(chain, llama_sampler_init_dist(seed));
+        llama_sampler_chain_add(chain, adaptive
+            ? llama_sampler_init_adaptive_p(F("ad_target", -1), F("ad_decay", 0.9), seed)
+            : llama_sampler_init_dist(seed));
     }
     std::vector<float> logits((size_t) n_vocab * steps);
     FILE * f = fopen(path, "rb");
