@@ -14,7 +14,7 @@ import functools
 
 import numpy as np
 
-from .quantize import F32, q8_0_fields, q8_k_fields
+from .legacy import F32, q8_0_fields, q8_k_fields
 
 
 def _c_float(fn):

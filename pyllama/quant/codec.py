@@ -5,7 +5,7 @@ import numpy as np
 
 from ..gguf import GGMLType
 from . import kquants
-from . import quantize as q
+from . import legacy as q
 from .iq4nl import quantize_iq4_nl
 from .layout import BLOCK_LAYOUT
 from .reference import dequantize

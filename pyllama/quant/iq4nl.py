@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..gguf import GGMLType
-from .quantize import F32, _blocks, first_absmax
-from .quantize import serial_sum as _ssum
+from .legacy import F32, _blocks, first_absmax
+from .legacy import serial_sum as _ssum
 
 KVALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
                    dtype=np.int8)

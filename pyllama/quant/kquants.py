@@ -12,8 +12,8 @@ import numpy as np
 
 from ..gguf import GGMLType
 from .layout import BLOCK_LAYOUT, QK_K
-from .quantize import first_absmax, nearest_int
-from .quantize import serial_sum as _ssum
+from .legacy import first_absmax, nearest_int
+from .legacy import serial_sum as _ssum
 
 F32 = np.float32
 GROUP_MAX_EPS = F32(1e-15)

@@ -1,8 +1,10 @@
-"""numpy reference quantizers: ggml's `quantize_row_*_ref`, vectorised over blocks.
+"""Reference quantizers for the legacy block types (ggml's `quantize_row_*_ref`, vectorised over
+blocks) and the float helpers every quantizer shares (ggml's rounding, first-extreme selection,
+serial float32 sums).
 
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q8_K and F16/BF16 are bit-exact ports (float32 arithmetic in
 ggml's order, ggml's rounding: `roundf` = half away from zero, `nearest_int` = half to even,
-truncating `(int8_t)` casts); the K-quants live in kquants.py. All are checked bit for bit
+truncating `(int8_t)` casts); the K-quants live in kquants.py, IQ4_NL in iq4nl.py. All are checked bit for bit
 against ggml's own output (tests/quant/test_quant_ggml.py).
 """
 from __future__ import annotations
