@@ -84,14 +84,43 @@ static inline void pyl_quant_q8_0(const float *x, int k, int8_t *q, float *d, fl
     for (int b = 0; b < k / 32; b++) {
         const float *xb = x + 32 * b;
         float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
-        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
         int sum = 0;
+#if PYL_AVX2
+        __m256 v[4];
+        const __m256 sign = _mm256_set1_ps(-0.0f);
+        __m256 ma = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(xb + 8 * i);
+            ma = _mm256_max_ps(ma, _mm256_andnot_ps(sign, v[i]));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(ma, 1), _mm256_castps256_ps128(ma));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        amax = _mm_cvtss_f32(m4);
+        const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+        __m256i iv[4], acc = _mm256_setzero_si256();
+        for (int i = 0; i < 4; i++) {
+            iv[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], id),
+                                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            acc = _mm256_add_epi32(acc, iv[i]);
+        }
+        const __m256i p01 = _mm256_packs_epi32(iv[0], iv[1]), p23 = _mm256_packs_epi32(iv[2], iv[3]);
+        const __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23),
+                                                      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(q + 32 * b), p);
+        __m128i a4 = _mm_add_epi32(_mm256_extracti128_si256(acc, 1), _mm256_castsi256_si128(acc));
+        a4 = _mm_add_epi32(a4, _mm_shuffle_epi32(a4, 0x4E));
+        a4 = _mm_add_epi32(a4, _mm_shuffle_epi32(a4, 0xB1));
+        sum = _mm_cvtsi128_si32(a4);
+#else
+        for (int j = 0; j < 32; j++) { const float ax = fabsf(xb[j]); amax = ax > amax ? ax : amax; }
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
         for (int j = 0; j < 32; j++) {
             const int v = (int)nearbyintf(xb[j] * id);
             q[32 * b + j] = (int8_t)v;
             sum += v;
         }
+#endif
         const float dd = amax / 127.f;
         d[b] = pyl_round_f16(dd);
         s[b] = pyl_round_f16(dd * (float)sum);
@@ -105,10 +134,22 @@ static inline void pyl_quant_q8_K(const float *x, int k, int8_t *q, float *d, in
         const float *xb = x + 256 * b;
         int8_t *qb = q + 256 * b;
         float amax = 0.0f, mx = 0.0f;
+#if PYL_AVX2
+        const __m256 sign = _mm256_set1_ps(-0.0f);
+        __m256 ma = _mm256_setzero_ps();
+        for (int j = 0; j < 256; j += 8) ma = _mm256_max_ps(ma, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + j)));
+        __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(ma, 1), _mm256_castps256_ps128(ma));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        amax = _mm_cvtss_f32(m4);
+        for (int j = 0; j < 256; j++)       /* the first value of largest magnitude */
+            if (fabsf(xb[j]) == amax) { mx = xb[j]; break; }
+#else
         for (int j = 0; j < 256; j++) {
             const float ax = fabsf(xb[j]);
             if (ax > amax) { amax = ax; mx = xb[j]; }
         }
+#endif
         if (amax == 0.0f) {
             d[b] = 0.0f;
             memset(qb, 0, 256);
@@ -116,10 +157,25 @@ static inline void pyl_quant_q8_K(const float *x, int k, int8_t *q, float *d, in
             continue;
         }
         const float iscale = -127.f / mx;
+#if PYL_AVX2
+        const __m256 is = _mm256_set1_ps(iscale);
+        const __m256i lim = _mm256_set1_epi32(127);
+        for (int j = 0; j < 256; j += 32) {
+            __m256i iv[4];
+            for (int i = 0; i < 4; i++)
+                iv[i] = _mm256_min_epi32(lim, _mm256_cvtps_epi32(_mm256_round_ps(
+                    _mm256_mul_ps(is, _mm256_loadu_ps(xb + j + 8 * i)),
+                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+            const __m256i p01 = _mm256_packs_epi32(iv[0], iv[1]), p23 = _mm256_packs_epi32(iv[2], iv[3]);
+            _mm256_storeu_si256((__m256i *)(qb + j), _mm256_permutevar8x32_epi32(
+                _mm256_packs_epi16(p01, p23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        }
+#else
         for (int j = 0; j < 256; j++) {
             const int v = (int)nearbyintf(iscale * xb[j]);
             qb[j] = (int8_t)(v < 127 ? v : 127);
         }
+#endif
         for (int j = 0; j < 16; j++) {
             int sum = 0;
             for (int i = 0; i < 16; i++) sum += qb[16 * j + i];
