@@ -178,7 +178,7 @@ OPTIONS: list[Opt] = [
     _O("-co --color", "optenum", "color", "Colorize output to distinguish prompt and user input "
        "from generations ('on', 'off', or 'auto', default: 'auto')", hint="[on|off|auto]",
        choices=("on", "off", "auto"), const="on", tools={C, CO, SP}, conv=_on_off_auto("--color"),
-       note="bare --color is an old spelling; use --color on"),
+       status=NOOP, note="pyllama prints plain text"),
     # ---- model, prompt, generation length --------------------------------------------------
     _O("-m --model", "str", "model", "model path to load", hint="FNAME", env="LLAMA_ARG_MODEL"),
     _O("-mu --model-url", "str", "model_url", "model download url", hint="MODEL_URL",
@@ -266,7 +266,7 @@ OPTIONS: list[Opt] = [
        "all sequences (default: false)", neg="-no-kvu --no-kv-unified", env="LLAMA_ARG_KV_UNIFIED",
        tools={S, P}),
     _O("--kv-unified-per-slot", "int", "kv_unified_per_slot", "per-slot context cap in a "
-       "unified cache (default: 0 = unset)", env="LLAMA_ARG_KV_UNIFIED_PER_SLOT", tools={S}),
+       "unified cache (default: 0 = unset)", env="LLAMA_ARG_KV_UNIFIED_PER_SLOT", tools={S}, status=UNSUP, note="per-slot caps in a unified cache"),
     _O("--context-shift", "bool", "ctx_shift", "whether to use context shift on infinite text "
        "generation (default: disabled)", neg="--no-context-shift", env="LLAMA_ARG_CONTEXT_SHIFT",
        tools={S, C, CO, P}, status=UNSUP, note="context shift"),
@@ -504,10 +504,12 @@ OPTIONS += [
        env="LLAMA_ARG_SPEC_DRAFT_P_MIN", **_SPEC),
     _O("--spec-draft-p-split --draft-p-split", "float", "speculative.p_split", "speculative "
        "decoding split probability (default: 0.10)", hint="P",
-       env="LLAMA_ARG_SPEC_DRAFT_P_SPLIT", group="speculative", tools={SP}),
+       env="LLAMA_ARG_SPEC_DRAFT_P_SPLIT", group="speculative", tools={SP}, status=NOOP,
+       note="pyllama drafts a single branch"),
     _O("-ngld --gpu-layers-draft --n-gpu-layers-draft --spec-draft-ngl", "str",
        "speculative.n_gpu_layers", "number of layers to store in VRAM for the draft model "
-       "(default: auto)", hint="N", env="LLAMA_ARG_N_GPU_LAYERS_DRAFT", conv=_ngl, **_SPEC),
+       "(default: auto)", hint="N", env="LLAMA_ARG_N_GPU_LAYERS_DRAFT", conv=_ngl, status=NOOP,
+       note="the draft model runs on the target's backend", **_SPEC),
     _O("-ctkd --cache-type-k-draft --spec-draft-type-k", "str", "speculative.cache_type_k",
        "KV cache data type for K for the draft model (default: f16)", hint="TYPE",
        env="LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K", conv=_kv_type, group="speculative"),
@@ -620,7 +622,7 @@ OPTIONS += [
     _O("--in-suffix", "str", "input_suffix", "string to suffix after user inputs with (default: "
        "empty)", tools={CO}, **_EX),
     _O("-ptc --print-token-count", "int", "n_print", "print token count every N tokens "
-       "(default: -1)", tools={CO}, **_EX),
+       "(default: -1)", tools={CO}, **_EX, status=UNSUP, note="token count printing"),
     _O("--prompt-cache", "str", "path_prompt_cache", "file to cache prompt state for faster "
        "startup (default: none)", hint="FNAME", tools={CO}, status=UNSUP, note="prompt caches",
        **_EX),
@@ -633,7 +635,7 @@ OPTIONS += [
     _O("-gaw --grp-attn-w", "int", "grp_attn_w", "group-attention width (default: 512)",
        tools={CO}, status=UNSUP, note="self-extend", **_EX),
     _O("--simple-io", "flag", "simple_io", "use basic IO for better compatibility in "
-       "subprocesses and limited consoles", tools={C, CO}, **_EX),
+       "subprocesses and limited consoles", tools={C, CO}, **_EX, status=NOOP, note="pyllama always uses plain stdin/stdout"),
     _O("--show-timings", "bool", "show_timings", "whether to show timing information after each "
        "response (default: true)", neg="--no-show-timings", env="LLAMA_ARG_SHOW_TIMINGS",
        tools={C}, **_EX),
@@ -653,13 +655,13 @@ OPTIONS += [
     _O("--reasoning-format", "enum", "reasoning_format", "controls whether thought tags are "
        "allowed and/or extracted from the response (default: auto)",
        choices=("none", "deepseek", "deepseek-legacy", "auto"), hint="FORMAT",
-       env="LLAMA_ARG_THINK", tools=SCCO, **_EX),
+       env="LLAMA_ARG_THINK", tools=SCCO, **_EX, status=NOOP, note="reasoning is not extracted: content is returned as generated"),
     _O("-rea --reasoning", "enum", "reasoning", "use reasoning/thinking in the chat ('on', "
        "'off', or 'auto', default: 'auto')", choices=("on", "off", "auto"), hint="[on|off|auto]",
-       env="LLAMA_ARG_REASONING", tools=SCCO, **_EX),
+       env="LLAMA_ARG_REASONING", tools=SCCO, **_EX, status=NOOP, note="reasoning is not extracted: content is returned as generated"),
     _O("--reasoning-budget", "int", "reasoning_budget", "controls the amount of thinking "
        "allowed; -1 = unrestricted, 0 = disable thinking (default: -1)",
-       env="LLAMA_ARG_THINK_BUDGET", tools=SCCO, **_EX),
+       env="LLAMA_ARG_THINK_BUDGET", tools=SCCO, **_EX, status=NOOP, note="reasoning is not extracted: content is returned as generated"),
     # ---- llama-server ------------------------------------------------------------------------
     _O("--host", "str", "hostname", "ip address to listen, or bind to an UNIX socket if the "
        "address ends with .sock (default: 127.0.0.1)", hint="HOST", env="LLAMA_ARG_HOST",
@@ -667,7 +669,7 @@ OPTIONS += [
     _O("--port", "int", "port", "port to listen (default: 8080)", hint="PORT",
        env="LLAMA_ARG_PORT", tools={S}, **_EX),
     _O("--reuse-port", "flag", "reuse_port", "allow multiple sockets to bind to the same port",
-       env="LLAMA_ARG_REUSE_PORT", tools={S}, **_EX),
+       env="LLAMA_ARG_REUSE_PORT", tools={S}, **_EX, status=UNSUP, note="SO_REUSEPORT"),
     _O("--api-key", "str", "api_keys", "API key to use for authentication, multiple keys can be "
        "provided as a comma-separated list (default: none)", hint="KEY", env="LLAMA_API_KEY",
        tools={S}, conv=lambda s: [k for k in s.split(",") if k], **_EX),
@@ -687,7 +689,7 @@ OPTIONS += [
        env="LLAMA_ARG_TAGS", tools={S}, **_EX),
     _O("-cb --cont-batching", "bool", "cont_batching", "enable continuous batching (default: "
        "enabled)", neg="-nocb --no-cont-batching", env="LLAMA_ARG_CONT_BATCHING", tools={S},
-       **_EX),
+       **_EX, status=NOOP, note="pyllama always batches continuously"),
     _O("--cache-prompt", "bool", "cache_prompt", "whether to enable prompt caching (default: "
        "enabled)", neg="--no-cache-prompt", env="LLAMA_ARG_CACHE_PROMPT", tools={S}, **_EX),
     _O("--cache-reuse", "int", "n_cache_reuse", "min chunk size to attempt reusing from the "

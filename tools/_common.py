@@ -176,12 +176,31 @@ class Spinner:
         return False
 
 
+def pick_backend(params: Params) -> str:
+    """-ngl / -dev → backend: 'cuda' when layers are to be offloaded and a CUDA backend is usable,
+    else 'cpu' (an explicit -ngl N > 0 then warns, like llama.cpp on a CPU-only build)."""
+    ngl = params.model_kwargs()["n_gpu_layers"]
+    if ngl != 0:
+        try:
+            from pyllama.backend import cuda
+            probe = getattr(cuda, "available", None)
+            if hasattr(cuda, "CudaBackend") and (probe is None or probe()):
+                return "cuda"
+        except Exception:  # noqa: BLE001 - no pycuda / driver / GPU
+            pass
+        if "n_gpu_layers" in params.set_fields and ngl > 0:
+            print("warning: no usable GPU found, --gpu-layers option will be ignored",
+                  file=sys.stderr)
+    return "cpu"
+
+
 def load_model(params: Params, **extra):
-    """pyllama.load_model on the resolved path, with the TTY spinner."""
+    """pyllama.load_model on the resolved path and backend, with the TTY spinner."""
     import inspect
     import pyllama
     path = resolve_model(params)
     kwargs = params.model_kwargs()
+    kwargs["backend"] = pick_backend(params)
     kwargs.update(extra)
     try:
         sig = inspect.signature(pyllama.load_model)

@@ -74,6 +74,8 @@ def completion(params, model, ctx, sampler, out: Output):
     if len(ids) > ctx.n_ctx - 4:
         log().error(f"prompt is too long ({len(ids)} tokens, max {ctx.n_ctx - 4})")
         return None
+    if params.verbose_prompt:
+        verbose_prompt(model, params.prompt, ids)
     if params.display_prompt:
         out.raw(b"".join(model.token_to_piece(t, params.special) for t in ids))
     interactive = params.interactive or params.interactive_first
@@ -93,6 +95,17 @@ def completion(params, model, ctx, sampler, out: Output):
                     params.antiprompt, params.sampling.ignore_eos, params.special)
         ids = ids + st.tokens
     return st or _empty_stats()
+
+
+def verbose_prompt(model, prompt: str, ids) -> None:
+    """--verbose-prompt: the prompt and its tokens on stderr, as llama.cpp's main prints them."""
+    lg = log()
+    lg.info(f"main: prompt: '{prompt}'")
+    lg.info(f"main: number of tokens in prompt = {len(ids)}")
+    for t in ids:
+        piece = model.token_to_piece(t, True).decode("utf-8", "replace")
+        lg.info(f"{t:6d} -> '{piece}'")
+    lg.info("")
 
 
 def _report_stop(st, out: Output, interactive: bool) -> None:
