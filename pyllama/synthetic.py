@@ -133,7 +133,8 @@ def write_skeleton(src: str, dst_gz: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pyllama.synthetic", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m pyllama.synthetic",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("src", help="source GGUF: path, bundled alias, or a skeleton .gguf.gz")
     ap.add_argument("out", help="output path")
     ap.add_argument("--seed", type=int, default=0)

@@ -1,0 +1,283 @@
+"""CudaBackend: the base.OPS contract on one NVIDIA GPU through PyCUDA (kernels in cuda/*.cu).
+
+Activations stay on the device as `DevArray`s between ops; an op given a numpy array uploads it.
+Weights are uploaded once (`weight`), in their GGUF block layout; types without a kernel
+(anything but F32, F16, Q8_0, Q5_0, Q4_K, Q6_K) are dequantized to F32 at upload. KV buffers are
+device arrays (`alloc_kv`). Every kernel runs on one stream; the host waits only when it reads a
+result (`np.asarray(devarray)`: the logits, once per decode step). Scratch comes from a pycuda
+memory pool, so after the first step no step allocates device memory.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import BackendError
+from ...gguf import GGMLType
+from ..base import ROPE_NEOX, ROPE_NORM, Backend, Weight
+from ..ref import rope_theta_scale
+from .runtime import DevArray, Device
+
+_MM_TYPES = {GGMLType.F32: "f32", GGMLType.F16: "f16", GGMLType.Q8_0: "q8_0",
+             GGMLType.Q5_0: "q5_0", GGMLType.Q4_K: "q4_K", GGMLType.Q6_K: "q6_K"}
+_MM_WARPS, _MM_TILE = 4, 8              # must match cuda/matmul.cu
+_ATT_THREADS = 128                      # cuda/attention.cu: ATT_WARPS * 32
+_ATT_PER = (1, 2, 4, 8)                 # head dims per lane: head size <= 32 * 8
+_EW_THREADS, _EW_MAX_BLOCKS = 256, 8192
+_KV_DTYPES = {"f16": np.float16, "f32": np.float32}
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+
+    def __init__(self, n_threads: int | None = None, device: int = 0):
+        super().__init__(n_threads)
+        self.dev = Device(device)
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _in(self, x, dtype=np.float32) -> DevArray:
+        """x as a device array of dtype (numpy input is uploaded)."""
+        if isinstance(x, DevArray):
+            if x.dtype != np.dtype(dtype):
+                raise BackendError(f"cuda: expected {np.dtype(dtype)}, got {x!r}")
+            return x
+        return DevArray.upload(self.dev, np.ascontiguousarray(x, dtype=dtype))
+
+    def _empty(self, shape, dtype=np.float32) -> DevArray:
+        return DevArray.empty(self.dev, shape, dtype)
+
+    def _ew_grid(self, n: int) -> tuple[int, int]:
+        return (max(1, min(_cdiv(n, _EW_THREADS), _EW_MAX_BLOCKS)), 1)
+
+    def synchronize(self) -> None:
+        self.dev.synchronize()
+
+    # -- memory ----------------------------------------------------------------------------------
+    def weight(self, info) -> Weight:
+        """Upload a tensor once; Weight.dev is its DevArray (bytes [rows, row_bytes], or f32)."""
+        w = Weight(info.name, info.type, info.shape, info.data)
+        if len(w.shape) == 1 or w.type not in _MM_TYPES:
+            host = w.raw if w.type == GGMLType.F32 else _dequantize(w)
+            w.dev = DevArray.upload(self.dev, np.asarray(host, dtype=np.float32).reshape(w.shape),
+                                    persistent=True)
+            w.dev_type = GGMLType.F32
+        else:
+            raw = np.ascontiguousarray(w.raw).view(np.uint8).reshape(w.shape[0], -1)
+            w.dev = DevArray.upload(self.dev, raw, persistent=True)
+            w.dev_type = w.type
+        return w
+
+    def vec(self, w: Weight) -> DevArray:
+        return w.dev.reshape(-1)
+
+    def alloc_kv(self, n_cells: int, row: int, dtype: str) -> DevArray:
+        if dtype not in _KV_DTYPES:
+            raise BackendError(f"cuda: KV cache type {dtype!r} not supported (f16, f32)")
+        buf = DevArray.empty(self.dev, (n_cells, row), _KV_DTYPES[dtype], persistent=True)
+        buf[...] = 0
+        return buf
+
+    # -- weights ---------------------------------------------------------------------------------
+    def matmul(self, w: Weight, x) -> DevArray:
+        x = self._in(x)
+        rows, cols = w.shape[0], w.shape[-1]
+        if x.shape[-1] != cols:
+            raise BackendError(f"matmul {w.name}: x {x.shape} vs W {w.shape}")
+        n = x.size // cols
+        y = self._empty((*x.shape[:-1], rows))
+        if n:
+            row_bytes = w.dev.nbytes // rows
+            self.dev.launch("matmul", "mm_" + _MM_TYPES[w.dev_type], "PqiiPiP",
+                            (_cdiv(rows, _MM_WARPS), _cdiv(n, _MM_TILE)), (_MM_WARPS * 32, 1, 1),
+                            w.dev.ptr, row_bytes, rows, cols, x.ptr, n, y.ptr)
+        return y
+
+    def get_rows(self, w: Weight, ids) -> DevArray:
+        ids = np.ascontiguousarray(ids, dtype=np.int32).reshape(-1)
+        cols = w.shape[-1]
+        out = self._empty((len(ids), cols))
+        if len(ids) and (ids.min() < 0 or ids.max() >= w.shape[0]):
+            raise BackendError(f"get_rows {w.name}: row id out of range")
+        if len(ids):
+            d_ids = self._in(ids, np.int32)
+            row_bytes = w.dev.nbytes // w.shape[0]
+            self.dev.launch("matmul", "get_rows_" + _MM_TYPES[w.dev_type], "PqiPiP",
+                            (_cdiv(_cdiv(cols, 32), 128), len(ids)), (128, 1, 1),
+                            w.dev.ptr, row_bytes, cols, d_ids.ptr, len(ids), out.ptr)
+        return out
+
+    # -- normalisation and rope ------------------------------------------------------------------
+    def rms_norm(self, x, w, eps) -> DevArray:
+        x = self._in(x)
+        d = x.shape[-1]
+        if w is not None and (w.size != d):
+            return self.mul(self.rms_norm(x, None, eps), w)
+        wd = None if w is None else self._in(w)
+        y = self._empty(x.shape)
+        if x.size:
+            self.dev.launch("ops", "rms_norm_f32", "PPfiP", (x.size // d, 1), (256, 1, 1),
+                            x.ptr, 0 if wd is None else wd.ptr, float(eps), d, y.ptr)
+        return y
+
+    def rope(self, x, pos, n_rot, base, freq_scale, mode) -> DevArray:
+        if mode not in (ROPE_NORM, ROPE_NEOX):
+            raise BackendError(f"unsupported rope mode {mode}")
+        x = self._in(x)
+        n, n_head, hd = x.shape
+        if n_rot % 2 or n_rot > hd:
+            raise BackendError(f"rope: n_rot {n_rot} must be even and <= head_dim {hd}")
+        y = self._empty(x.shape)
+        work = n * n_head * (n_rot // 2 + hd - n_rot)
+        if work:
+            p = self._in(np.asarray(pos, dtype=np.int32).reshape(-1), np.int32)
+            self.dev.launch("ops", "rope_f32", "PPiiiiffiP", (_cdiv(work, 256), 1), (256, 1, 1),
+                            x.ptr, p.ptr, n, n_head, hd, n_rot,
+                            float(rope_theta_scale(base, n_rot)), float(freq_scale),
+                            int(mode == ROPE_NEOX), y.ptr)
+        return y
+
+    # -- elementwise -----------------------------------------------------------------------------
+    def _binary(self, kernel: str, a, b) -> DevArray:
+        """y = a op b, the smaller operand broadcast along the other's leading axes."""
+        a, b = self._in(a), self._in(b)
+        if a.size < b.size:                       # add and mul commute
+            a, b = b, a
+        bs = tuple(b.shape)
+        while bs and bs[0] == 1:
+            bs = bs[1:]
+        if b.size == 0 and a.size or a.shape[a.ndim - len(bs):] != bs:
+            raise BackendError(f"cuda {kernel}: cannot broadcast {b.shape} to {a.shape}")
+        y = self._empty(a.shape)
+        if a.size:
+            self.dev.launch("ops", kernel, "PPqqP", self._ew_grid(a.size), (_EW_THREADS, 1, 1),
+                            a.ptr, b.ptr, a.size, b.size, y.ptr)
+        return y
+
+    def add(self, a, b) -> DevArray:
+        return self._binary("add_f32", a, b)
+
+    def mul(self, a, b) -> DevArray:
+        return self._binary("mul_f32", a, b)
+
+    def scale(self, x, s: float) -> DevArray:
+        x = self._in(x)
+        y = self._empty(x.shape)
+        if x.size:
+            self.dev.launch("ops", "scale_f32", "PfqP", self._ew_grid(x.size),
+                            (_EW_THREADS, 1, 1), x.ptr, float(np.float32(s)), x.size, y.ptr)
+        return y
+
+    def _unary(self, kernel: str, x) -> DevArray:
+        x = self._in(x)
+        y = self._empty(x.shape)
+        if x.size:
+            self.dev.launch("ops", kernel, "PqP", self._ew_grid(x.size), (_EW_THREADS, 1, 1),
+                            x.ptr, x.size, y.ptr)
+        return y
+
+    def gelu(self, x) -> DevArray:
+        return self._unary("gelu_f32", x)
+
+    def silu(self, x) -> DevArray:
+        return self._unary("silu_f32", x)
+
+    def _gated(self, kernel: str, gate, up) -> DevArray:
+        g, u = self._in(gate), self._in(up)
+        if g.shape != u.shape:
+            raise BackendError(f"cuda {kernel}: gate {g.shape} vs up {u.shape}")
+        y = self._empty(g.shape)
+        if g.size:
+            self.dev.launch("ops", kernel, "PPqP", self._ew_grid(g.size), (_EW_THREADS, 1, 1),
+                            g.ptr, u.ptr, g.size, y.ptr)
+        return y
+
+    def geglu(self, gate, up) -> DevArray:
+        return self._gated("geglu_f32", gate, up)
+
+    def swiglu(self, gate, up) -> DevArray:
+        return self._gated("swiglu_f32", gate, up)
+
+    def softcap(self, x, cap: float) -> DevArray:
+        x = self._in(x)
+        y = self._empty(x.shape)
+        if x.size:
+            inv = float(np.float32(1.0) / np.float32(cap))
+            self.dev.launch("ops", "softcap_f32", "PffqP", self._ew_grid(x.size),
+                            (_EW_THREADS, 1, 1), x.ptr, inv, float(np.float32(cap)), x.size,
+                            y.ptr)
+        return y
+
+    def argmax(self, x) -> np.ndarray:
+        """Row-wise argmax of x [n, m] (first maximal index; NaN never wins) -> int32 [n]."""
+        x = self._in(x)
+        m = x.shape[-1]
+        out = self._empty((x.size // m,), np.int32)
+        if out.size:
+            self.dev.launch("ops", "argmax_f32", "PiP", (out.size, 1), (256, 1, 1),
+                            x.ptr, m, out.ptr)
+        return out.get()
+
+    # -- KV and attention ------------------------------------------------------------------------
+    def set_rows(self, cache: DevArray, cells, rows) -> None:
+        cells = np.ascontiguousarray(cells, dtype=np.int32).reshape(-1)
+        rows = self._in(rows)
+        row = cache.shape[1]
+        if rows.size != len(cells) * row:
+            raise BackendError(f"set_rows: {rows.shape} rows for {len(cells)} cells of {row}")
+        if len(cells) and (cells.min() < 0 or cells.max() >= cache.shape[0]):
+            raise BackendError("set_rows: cell index out of range")
+        if not len(cells):
+            return
+        kernel = {np.float16: "set_rows_f16", np.float32: "set_rows_f32"}[cache.dtype.type]
+        c = self._in(cells, np.int32)
+        self.dev.launch("ops", kernel, "PiPPq", self._ew_grid(rows.size), (_EW_THREADS, 1, 1),
+                        cache.ptr, row, c.ptr, rows.ptr, rows.size)
+
+    def attention(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
+                  softcap=0.0) -> DevArray:
+        q = self._in(q)
+        n_q, n_head, d_k = q.shape
+        n_kv = k_cache.shape[1] // d_k
+        if d_k > 32 * _ATT_PER[-1] or v_cache.shape[1] != k_cache.shape[1]:
+            raise BackendError(f"cuda attention: head size {d_k} (K) / V row {v_cache.shape[1]}"
+                               f" not supported (head size <= 256, d_v == d_k)")
+        if k_cache.dtype != v_cache.dtype or k_cache.dtype.type not in (np.float16, np.float32):
+            raise BackendError(f"cuda attention: KV types {k_cache.dtype}/{v_cache.dtype}")
+        if n_kv == 0 or n_head % n_kv or k_cache.shape[1] % d_k:
+            raise BackendError(f"cuda attention: {n_head} heads vs K row {k_cache.shape[1]}")
+        cells = np.ascontiguousarray(kv_cells, dtype=np.int32).reshape(-1)
+        qs = np.ascontiguousarray(q_start, dtype=np.int64).reshape(-1)
+        qe = np.ascontiguousarray(q_end, dtype=np.int64).reshape(-1)
+        _check_lists(cells, qs, qe, n_q, k_cache.shape[0])
+        out = self._empty((n_q, n_head, d_k))
+        if n_q:
+            kt = "f16" if k_cache.dtype == np.float16 else "f32"
+            dc = self._in(cells if len(cells) else np.zeros(1, np.int32), np.int32)
+            dqs, dqe = self._in(qs, np.int64), self._in(qe, np.int64)
+            per = next(p for p in _ATT_PER if 32 * p >= d_k)
+            self.dev.launch("attention", f"attn_p{per}_{kt}", "PPPiiiPPPffP", (n_head, n_q),
+                            (_ATT_THREADS, 1, 1), q.ptr, k_cache.ptr, v_cache.ptr, d_k, n_head,
+                            n_kv, dc.ptr, dqs.ptr, dqe.ptr, float(scale), float(softcap), out.ptr)
+        return out
+
+
+def _dequantize(w: Weight) -> np.ndarray:
+    """Host f32 copy of a weight whose type has no CUDA kernel (uploaded as F32)."""
+    if w.type == GGMLType.F16:
+        return w.raw.astype(np.float32)
+    from ...quant import dequantize
+    return dequantize(np.asarray(w.raw), w.type, w.shape)
+
+
+def _check_lists(cells, qs, qe, n_q: int, n_cells: int) -> None:
+    if qs.shape != (n_q,) or qe.shape != (n_q,):
+        raise BackendError("attention: q_start/q_end must have one entry per query")
+    if n_q == 0:
+        return
+    if len(cells) and (cells.min() < 0 or cells.max() >= n_cells):
+        raise BackendError("attention: kv cell index out of range")
+    if qs.min() < 0 or qe.max() > len(cells) or np.any(qe < qs):
+        raise BackendError("attention: bad q_start/q_end ranges")
