@@ -1,7 +1,7 @@
 """Our chain against llama.cpp's own sampler chain: golden.json holds what the reference tree's
 src/llama-sampler.cpp (driven by tests/data/sampling/llama_sampler_driver.cpp) selected on the
 same deterministic logits with the same seed: the token, the number of candidates left after the
-chain and the top-3 candidate probabilities, at every step, for 18 configurations."""
+chain and the top-3 candidate probabilities, at every step, for 20 configurations."""
 import json
 import os
 
@@ -14,14 +14,20 @@ HERE = os.path.join(os.path.dirname(__file__), "..", "data", "sampling")
 GOLDEN = json.load(open(os.path.join(HERE, "golden.json")))
 
 
-def oracle_logits(steps: int, n_vocab: int) -> np.ndarray:
-    """The logits gen_golden.py fed to llama.cpp: integer hashing only, no RNG stream."""
+def oracle_logits(steps: int, n_vocab: int, period: int) -> np.ndarray:
+    """The logits gen_golden.py fed to llama.cpp: integer hashing only, no RNG stream; rows
+    repeat with a period (so DRY and the penalties see repeats)."""
     i = np.arange(steps * n_vocab, dtype=np.uint64)
     h = (i * np.uint64(2654435761) + np.uint64(12345)) % np.uint64(2 ** 32)
     h = (h ^ (h >> np.uint64(13))) * np.uint64(1274126177) % np.uint64(2 ** 32)
     x = (h.astype(np.float64) / 2 ** 32 * 8.0 - 4.0).astype(np.float32).reshape(steps, n_vocab)
     x[:, :20] += np.float32(3.0)
-    return x
+    return x[np.arange(steps) % period] if period else x
+
+
+def toy_piece(i: int) -> str:
+    """The toy vocabulary of toy_vocab.cpp (DRY's sequence breakers are found in it)."""
+    return ["\n", ":", "x:", " *", '"q', "a", "b", "ab"][i % 50] if i % 50 < 8 else f"w{i}"
 
 
 @pytest.mark.parametrize("config", list(GOLDEN["configs"]))
@@ -30,8 +36,9 @@ def test_matches_llama_cpp_sampler(config):
     params = dict(case["params"])
     if "logit_bias" in params:
         params["logit_bias"] = {int(k): v for k, v in params["logit_bias"].items()}
-    chain = SamplerChain(SamplerParams(seed=GOLDEN["seed"], **params), GOLDEN["n_vocab"])
-    logits = oracle_logits(GOLDEN["steps"], GOLDEN["n_vocab"])
+    chain = SamplerChain(SamplerParams(seed=GOLDEN["seed"], **params), GOLDEN["n_vocab"],
+                         token_pieces=toy_piece)
+    logits = oracle_logits(GOLDEN["steps"], GOLDEN["n_vocab"], case["period"])
     for step, want in enumerate(case["steps"]):
         token = chain.sample(logits[step])
         ids, p = chain.last_candidates

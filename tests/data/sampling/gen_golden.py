@@ -14,15 +14,18 @@ import numpy as np
 N_VOCAB, STEPS, TOP = 1000, 24, 3
 
 
-def oracle_logits() -> np.ndarray:
-    """[STEPS, N_VOCAB] float32 from integer hashing only (no RNG whose stream could change)."""
+def oracle_logits(period: int = 0) -> np.ndarray:
+    """[STEPS, N_VOCAB] float32 from integer hashing only (no RNG whose stream could change);
+    with a period the rows repeat, so the samples repeat and DRY has sequences to penalise."""
     i = np.arange(STEPS * N_VOCAB, dtype=np.uint64)
     h = (i * np.uint64(2654435761) + np.uint64(12345)) % np.uint64(2 ** 32)
     h = (h ^ (h >> np.uint64(13))) * np.uint64(1274126177) % np.uint64(2 ** 32)
     x = (h.astype(np.float64) / 2 ** 32 * 8.0 - 4.0).astype(np.float32).reshape(STEPS, N_VOCAB)
     x[:, :20] += np.float32(3.0)  # a few likely tokens, so repeats (penalties, DRY) happen
-    return x
+    return x[np.arange(STEPS) % period] if period else x
 
+
+BREAKERS = ["\n", ":", '"', "*", "ab"]  # the driver's list when dry_brk=1
 
 # name -> (SamplerParams fields, driver arguments)
 CONFIGS = {
@@ -48,14 +51,25 @@ CONFIGS = {
                    {"seq": "ka", "ad_target": 0.3, "top_k": 100}),
     "adaptive_p_off": ({"samplers": ["top_k", "temperature", "adaptive_p"]}, {"seq": "kta"}),
     "n_sigma_default": ({"top_n_sigma": 1.0}, {"nsigma": 1.0}),
+    # DRY with sequence breakers over the toy vocabulary of toy_vocab.cpp (its "ab" breaker has a
+    # partial-overlap head "a" whose tail is tokenised)
+    "dry_breakers": ({"dry_multiplier": 0.8, "dry_allowed_length": 1, "dry_penalty_last_n": 20,
+                      "dry_sequence_breakers": BREAKERS}, {"dry_mult": 0.8, "dry_allowed": 1,
+                                                           "dry_last_n": 20, "dry_brk": 1}),
+    "dry_breakers_base": ({"dry_multiplier": 2.0, "dry_base": 1.1, "dry_allowed_length": 2,
+                           "dry_sequence_breakers": BREAKERS, "temp": 0.5},
+                          {"dry_mult": 2.0, "dry_base": 1.1, "dry_allowed": 2, "dry_brk": 1, "temp": 0.5}),
 }
 SEED = 1234
 
 
+PERIODIC = {"dry": 3, "dry_breakers": 3, "dry_breakers_base": 4, "penalties": 3}
+
+
 def run(driver: str) -> dict:
-    oracle_logits().tofile("/tmp/oracle_logits.bin")
     out = {"n_vocab": N_VOCAB, "steps": STEPS, "seed": SEED, "configs": {}}
     for name, (params, args) in CONFIGS.items():
+        oracle_logits(PERIODIC.get(name, 0)).tofile("/tmp/oracle_logits.bin")
         lines = subprocess.run([driver, "/tmp/oracle_logits.bin", str(N_VOCAB), str(STEPS),
                                 f"seed={SEED}"] + [f"{k}={v}" for k, v in args.items()],
                                capture_output=True, text=True, check=True).stdout.splitlines()
@@ -65,7 +79,7 @@ def run(driver: str) -> dict:
             cand = sorted(((int(a), float(b)) for a, b in (q.split(":") for q in parts[2:])),
                           key=lambda c: (-c[1], c[0]))
             steps.append({"token": int(parts[0]), "n": int(parts[1]), "top": cand[:TOP]})
-        out["configs"][name] = {"params": params, "steps": steps}
+        out["configs"][name] = {"params": params, "period": PERIODIC.get(name, 0), "steps": steps}
     return out
 
 

@@ -8,9 +8,14 @@
 #include <string>
 #include <vector>
 
+extern int g_toy_n_vocab;  // toy_vocab.cpp
+
 int main(int argc, char ** argv) {
     const char * path = argv[1];
     int n_vocab = atoi(argv[2]), steps = atoi(argv[3]);
+    g_toy_n_vocab = n_vocab;
+    static const char * breakers[] = {"\n", ":", "\"", "*", "ab"};
+    static char fake_vocab[64];  // the toy methods never read the object
     std::map<std::string, std::string> kv;
     for (int i = 4; i < argc; i++) {
         std::string a = argv[i];
@@ -43,7 +48,7 @@ int main(int argc, char ** argv) {
             if (c == 'a') { adaptive = true; continue; }
             switch (c) {
                 case 'e': s = llama_sampler_init_penalties(n_vocab, I("last_n", 64), F("repeat", 1), F("freq", 0), F("present", 0)); break;
-                case 'd': s = llama_sampler_init_dry(nullptr, F("dry_mult", 0), F("dry_base", 1.75), I("dry_allowed", 2), I("dry_last_n", 64), nullptr, 0); break;
+                case 'd': s = llama_sampler_init_dry((const llama_vocab *) fake_vocab, F("dry_mult", 0), F("dry_base", 1.75), I("dry_allowed", 2), I("dry_last_n", 64), breakers, I("dry_brk", 0) ? 5 : 0); break;
                 case 's': s = llama_sampler_init_top_n_sigma(F("nsigma", -1)); break;
                 case 'k': s = llama_sampler_init_top_k(I("top_k", 40)); break;
                 case 'y': s = llama_sampler_init_typical(F("typ_p", 1), min_keep); break;
