@@ -52,14 +52,21 @@ def version_text() -> str:
             f"{platform.machine()}\n")
 
 
+def _cuda_device(cuda) -> str | None:
+    """The name of the usable CUDA device (pyllama.backend.cuda.available()), else None."""
+    ok = cuda.available()
+    ok, name = ok if isinstance(ok, tuple) else (bool(ok), "CUDA")
+    return name if ok else None
+
+
 def list_devices_text() -> str:
     lines = ["Available devices:"]
     try:
-        from pyllama.backend.cuda import devices  # type: ignore[attr-defined]
-        found = list(devices())
-    except (ImportError, AttributeError, Exception):  # no pycuda / driver / GPU
-        found = []
-    lines += [f"  {d}" for d in found] or ["  (none)"]
+        from pyllama.backend import cuda
+        name = _cuda_device(cuda)
+    except Exception:  # noqa: BLE001 - no pycuda / driver / GPU
+        name = None
+    lines.append(f"  CUDA0: {name}" if name else "  (none)")
     return "\n".join(lines) + "\n"
 
 
@@ -183,8 +190,7 @@ def pick_backend(params: Params) -> str:
     if ngl != 0:
         try:
             from pyllama.backend import cuda
-            probe = getattr(cuda, "available", None)
-            if hasattr(cuda, "CudaBackend") and (probe is None or probe()):
+            if _cuda_device(cuda) is not None:
                 return "cuda"
         except Exception:  # noqa: BLE001 - no pycuda / driver / GPU
             pass

@@ -51,3 +51,16 @@ def test_qwen_kld_against_llama_cpp_base_rows():
     ppl.kld_rows(logits[:4], rows, base.tokens[33:37], st)
     assert st.n_same_top == 4
     assert st.sum_kld / st.count < 0.01
+
+
+@pytest.mark.parametrize("alias,case_id,bos", [("gemma-3-270m", "story", "<bos>"),
+                                               ("qwen2.5-coder-0.5b", "code-py", "")])
+def test_simple_greedy_text_matches_llama_cpp(tool, alias, case_id, bos):
+    """llama-simple prints the prompt pieces and llama.cpp's 48 greedy tokens (logits-*.json)."""
+    import json
+    path = real_model_path_or_skip(alias)
+    with open(os.path.join(os.path.dirname(DATA), f"logits-{alias}.json"), encoding="utf-8") as f:
+        case = [c for c in json.load(f)["cases"] if c["id"] == case_id][0]
+    r = tool("simple", "-m", path, "-n", str(len(case["greedy"])), case["text"], timeout=900)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode() == bos + case["text"] + case["greedy_text"] + "\n"
