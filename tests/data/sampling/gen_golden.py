@@ -14,7 +14,7 @@ import numpy as np
 N_VOCAB, STEPS, TOP = 1000, 24, 3
 
 
-def oracle_logits(period: int = 0) -> np.ndarray:
+def oracle_logits(period: int = 0, eog_boost: bool = False) -> np.ndarray:
     """[STEPS, N_VOCAB] float32 from integer hashing only (no RNG whose stream could change);
     with a period the rows repeat, so the samples repeat and DRY has sequences to penalise."""
     i = np.arange(STEPS * N_VOCAB, dtype=np.uint64)
@@ -22,6 +22,8 @@ def oracle_logits(period: int = 0) -> np.ndarray:
     h = (h ^ (h >> np.uint64(13))) * np.uint64(1274126177) % np.uint64(2 ** 32)
     x = (h.astype(np.float64) / 2 ** 32 * 8.0 - 4.0).astype(np.float32).reshape(STEPS, N_VOCAB)
     x[:, :20] += np.float32(3.0)  # a few likely tokens, so repeats (penalties, DRY) happen
+    if eog_boost:  # every third row makes the end-of-generation token 49 likely
+        x[::3, 49] += np.float32(6.0)
     return x[np.arange(STEPS) % period] if period else x
 
 
@@ -59,17 +61,22 @@ CONFIGS = {
     "dry_breakers_base": ({"dry_multiplier": 2.0, "dry_base": 1.1, "dry_allowed_length": 2,
                            "dry_sequence_breakers": BREAKERS, "temp": 0.5},
                           {"dry_mult": 2.0, "dry_base": 1.1, "dry_allowed": 2, "dry_brk": 1, "temp": 0.5}),
+    # infill over the toy vocabulary (EOG = ids 49, 99, ...; "a" prefixes "ab", "w10" "w108")
+    "infill": ({"samplers": ["top_k", "infill"], "top_k": 60}, {"seq": "ki", "top_k": 60}),
+    "infill_text": ({"samplers": ["top_k", "temperature", "infill"], "top_k": 4, "temp": 3.0},
+                    {"seq": "kti", "top_k": 4, "temp": 3.0}),
 }
 SEED = 1234
 
 
 PERIODIC = {"dry": 3, "dry_breakers": 3, "dry_breakers_base": 4, "penalties": 3}
+EOG_BOOST = {"infill"}
 
 
 def run(driver: str) -> dict:
     out = {"n_vocab": N_VOCAB, "steps": STEPS, "seed": SEED, "configs": {}}
     for name, (params, args) in CONFIGS.items():
-        oracle_logits(PERIODIC.get(name, 0)).tofile("/tmp/oracle_logits.bin")
+        oracle_logits(PERIODIC.get(name, 0), name in EOG_BOOST).tofile("/tmp/oracle_logits.bin")
         lines = subprocess.run([driver, "/tmp/oracle_logits.bin", str(N_VOCAB), str(STEPS),
                                 f"seed={SEED}"] + [f"{k}={v}" for k, v in args.items()],
                                capture_output=True, text=True, check=True).stdout.splitlines()
@@ -79,7 +86,8 @@ def run(driver: str) -> dict:
             cand = sorted(((int(a), float(b)) for a, b in (q.split(":") for q in parts[2:])),
                           key=lambda c: (-c[1], c[0]))
             steps.append({"token": int(parts[0]), "n": int(parts[1]), "top": cand[:TOP]})
-        out["configs"][name] = {"params": params, "period": PERIODIC.get(name, 0), "steps": steps}
+        out["configs"][name] = {"params": params, "period": PERIODIC.get(name, 0),
+                                "eog_boost": name in EOG_BOOST, "steps": steps}
     return out
 
 

@@ -55,6 +55,7 @@ int main(int argc, char ** argv) {
                 case 'p': s = llama_sampler_init_top_p(F("top_p", 0.95), min_keep); break;
                 case 'm': s = llama_sampler_init_min_p(F("min_p", 0.05), min_keep); break;
                 case 'x': s = llama_sampler_init_xtc(F("xtc_p", 0), F("xtc_t", 0.1), min_keep, seed); break;
+                case 'i': s = llama_sampler_init_infill((const llama_vocab *) fake_vocab); break;
                 case 't': s = llama_sampler_init_temp_ext(temp, F("dyn_range", 0), F("dyn_exp", 1)); break;
             }
             llama_sampler_chain_add(chain, s);
