@@ -153,8 +153,11 @@ def _validation_message(e: msgspec.ValidationError) -> str:
     name = where.rstrip("`").lstrip(".")
     if msg.startswith("Expected") and ", got `" in msg:
         want, got = msg[len("Expected `"):].split("`, got `")
-        want = _JSON_TYPES.get(want.split(" | ")[0], want.split(" | ")[0])
-        msg = f"type must be {want}, but is {_JSON_TYPES.get(got.rstrip('`'), got.rstrip('`'))}"
+        want, got = want.split(" | ")[0], got.rstrip("`")
+        if want == "int" and got == "float":
+            msg = "type must be an integer, but is a float"
+        else:
+            msg = f"type must be {_JSON_TYPES.get(want, want)}, but is {_JSON_TYPES.get(got, got)}"
     return f"Field '{name}': {msg}" if name else msg
 
 

@@ -35,6 +35,9 @@ def test_wrong_type_names_the_field():
         S.decode_body(b'{"n_predict": "abc"}', S.CompletionBody)
     assert e.value.code == 400 and e.value.type == "invalid_request_error"
     assert e.value.message == "Field 'n_predict': type must be number, but is string"
+    with pytest.raises(S.ServerError) as e:
+        S.decode_body(b'{"n_predict": 1e10}', S.CompletionBody)
+    assert e.value.message == "Field 'n_predict': type must be an integer, but is a float"
 
 
 @pytest.mark.parametrize("n", [-5, 2**31, 10**30])
