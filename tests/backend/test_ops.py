@@ -267,6 +267,35 @@ def test_set_rows_f16_ties_to_even(cpu):
     assert cache[0, 0] == 1.0 and cache[0, 1] == np.float16(1 + 2 ** -9)
 
 
+@pytest.mark.parametrize("width", [7, 16, 21])      # 7: scalar path only; 16: vector; 21: both
+def test_set_rows_f16_rounding_all_classes(ref, cpu, width):
+    """Random f32 bit patterns (normals, f16 subnormals, ties, overflow, inf, NaN) round exactly
+    like numpy's astype(float16) (round to nearest even)."""
+    rng = np.random.default_rng(width)
+    n = 30000
+    bits = rng.integers(0, 2**32, size=(n, width), dtype=np.uint64).astype(np.uint32)
+    # bias half of the patterns into the f16 range (exponents 100..145) and onto exact ties
+    near = (bits & 0x807FFFFF) | (rng.integers(100, 146, size=bits.shape, dtype=np.uint32) << 23)
+    bits[: n // 2] = near[: n // 2]
+    bits[n // 4: n // 2] = (bits[n // 4: n // 2] & ~np.uint32(0x1FFF)) | np.uint32(0x1000)
+    rows = bits.view(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = rows.astype(np.float16)
+    for b in (ref, cpu):
+        cache = b.alloc_kv(n, width, "f16")
+        b.set_rows(cache, np.arange(n), rows)
+        nan = np.isnan(want)
+        assert np.array_equal(np.isnan(cache), nan)
+        assert np.array_equal(cache.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+
+
+def test_set_rows_rejects_bad_cell(cpu):
+    cache = cpu.alloc_kv(4, 8, "f16")
+    with pytest.raises(BackendError):
+        cpu.set_rows(cache, np.array([4]), randn(1, 8))
+    assert np.all(cache == 0)
+
+
 # -- matmul / get_rows delegate to the quantized-matmul modules --------------------------------
 def test_matmul_and_get_rows_f32(ref, cpu):
     w = randn(40, 64)

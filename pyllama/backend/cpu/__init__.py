@@ -143,9 +143,13 @@ class CpuBackend(Backend):
 
     # -- KV and attention --------------------------------------------------------------------
     def set_rows(self, cache, cells, rows):
-        rows = np.asarray(rows).reshape(len(cells), cache.shape[1])
-        with np.errstate(over="ignore"):                  # |x| > 65504 -> inf, as in ggml
-            cache[np.asarray(cells, dtype=np.int64)] = rows.astype(cache.dtype)
+        """cache[cells[i]] = rows[i]; f16 caches round to nearest even (|x| > 65504 -> inf)."""
+        cells = np.ascontiguousarray(cells, dtype=np.int64)
+        rows = _c32(rows).reshape(len(cells), cache.shape[1])
+        if cache.dtype not in (np.float16, np.float32) or cache.strides[1] != cache.itemsize:
+            raise BackendError(f"set_rows: unsupported cache {cache.dtype} {cache.strides}")
+        if not _ops.set_rows(cache, cells, rows, self._nt(rows.size)):
+            raise BackendError("set_rows: cell index out of range")
 
     def attention(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
         q = _c32(q)
@@ -154,9 +158,9 @@ class CpuBackend(Backend):
         cells = np.ascontiguousarray(kv_cells, dtype=np.int32)
         qs = np.ascontiguousarray(q_start, dtype=np.int64)
         qe = np.ascontiguousarray(q_end, dtype=np.int64)
-        max_len = _check_lists(cells, qs, qe, n_q, k_cache.shape[0])
+        max_len, total = _check_lists(cells, qs, qe, n_q, k_cache.shape[0])
         out = np.empty((n_q, n_head, d_v), dtype=np.float32)
-        nt = self._nt(int((qe - qs).sum()) * n_head * (d_k + d_v) // 4)
+        nt = self._nt(total * n_head * (d_k + d_v) // 4)
         hb = self.attn_heads_per_task or _heads_per_task(n_q, n_kv, n_head // n_kv, nt)
         _attn.attention(q, _bytes(k_cache), _bytes(v_cache), f16, n_kv, cells, qs, qe,
                         float(scale), float(softcap), out, max_len, hb, nt)
@@ -184,17 +188,16 @@ def _kv_layout(q, k_cache, v_cache):
     return n_kv, v_cache.shape[1] // n_kv, k_cache.dtype == np.float16
 
 
-def _check_lists(cells, qs, qe, n_q, n_cells) -> int:
-    """Validate the cell list and per-query ranges; returns the longest range."""
+def _check_lists(cells, qs, qe, n_q, n_cells) -> tuple[int, int]:
+    """Validate the cell list and per-query ranges; returns (longest range, total listed)."""
     if qs.shape != (n_q,) or qe.shape != (n_q,):
         raise BackendError("attention: q_start/q_end must have one entry per query")
-    if n_q == 0:
-        return 0
-    if len(cells) and (cells.min() < 0 or cells.max() >= n_cells):
+    longest, total = _attn.check_lists(cells, qs, qe, n_cells)
+    if longest == -1:
         raise BackendError("attention: kv cell index out of range")
-    if qs.min() < 0 or qe.max() > len(cells) or np.any(qe < qs):
+    if longest == -2:
         raise BackendError("attention: bad q_start/q_end ranges")
-    return int((qe - qs).max())
+    return longest, total
 
 
 def _bytes(cache: np.ndarray) -> np.ndarray:

@@ -264,3 +264,22 @@ def attention(const float[:, :, ::1] q, const uint8_t[:, ::1] kb, const uint8_t[
                       &kb[0, 0] + g * dk * esz, &vb[0, 0] + g * dv * esz, kst, vst, f16,
                       cp + q_start[i], <int>(q_end[i] - q_start[i]), dk, dv, scale, softcap,
                       &scratch[threadid(), 0], ns, &out[i, 0, 0])
+
+
+def check_lists(const int32_t[::1] cells, const int64_t[::1] q_start, const int64_t[::1] q_end,
+                int64_t n_cells):
+    """(longest range, total listed) after checking every cell index is in [0, n_cells) and
+    0 <= q_start[i] <= q_end[i] <= len(cells); (-1, 0) on a bad cell, (-2, 0) on a bad range."""
+    cdef Py_ssize_t i, n = cells.shape[0], nq = q_start.shape[0]
+    cdef int64_t longest = 0, total = 0, ln
+    for i in range(n):
+        if cells[i] < 0 or cells[i] >= n_cells:
+            return -1, 0
+    for i in range(nq):
+        ln = q_end[i] - q_start[i]
+        if q_start[i] < 0 or ln < 0 or q_end[i] > n:
+            return -2, 0
+        total += ln
+        if ln > longest:
+            longest = ln
+    return longest, total

@@ -5,8 +5,11 @@ fixed order, so a row's result does not depend on the batch (ARCHITECTURE decisi
 
 Numerics follow ggml's CPU ops (see pyllama/backend/ref.py for the oracle and the notes).
 """
+import numpy as np
+
 from cython.parallel cimport prange
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint16_t
+from libc.string cimport memcpy
 from libc.math cimport cosf, sinf, sqrtf, tanhf
 
 cdef extern from "omp_shim.h" nogil:
@@ -226,3 +229,78 @@ def unary(int kind, const float[::1] x, const float[::1] g, float[::1] out, floa
         if m > CHUNK:
             m = CHUNK
         _unary_chunk(kind, &x[lo], gp + lo if gp != NULL else NULL, &out[lo], m, a, b)
+
+
+# -- set_rows ------------------------------------------------------------------------------------
+cdef extern from *:
+    """
+    #include "pyl_vmath.h"
+    /* f32 -> f16 bits, round to nearest even; overflow -> inf, NaN -> quiet NaN (F. Giesen's
+       float_to_half_fast3_rtne construction) */
+    static inline uint16_t pyl_f2h(float f) {
+        const uint32_t f32inf = 255u << 23, f16max = (127u + 16u) << 23;
+        const uint32_t magic_u = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+        uint32_t u, sign;
+        uint16_t o;
+        memcpy(&u, &f, 4);
+        sign = u & 0x80000000u;
+        u ^= sign;
+        if (u >= f16max) {
+            o = u > f32inf ? 0x7e00 : 0x7c00;
+        } else if (u < (113u << 23)) {              /* f16 subnormal or zero */
+            float g, magic;
+            memcpy(&g, &u, 4);
+            memcpy(&magic, &magic_u, 4);
+            g += magic;
+            memcpy(&u, &g, 4);
+            o = (uint16_t)(u - magic_u);
+        } else {
+            uint32_t odd = (u >> 13) & 1u;
+            u += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
+            o = (uint16_t)(u >> 13);
+        }
+        return (uint16_t)(o | (sign >> 16));
+    }
+
+    static void pyl_row_f16(uint16_t *dst, const float *src, int64_t n) {
+        int64_t i = 0;
+    #if PYL_VM_SIMD
+        for (; i + 8 <= n; i += 8)
+            _mm_storeu_si128((__m128i *)(dst + i),
+                             _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    #endif
+        for (; i < n; i++)
+            dst[i] = pyl_f2h(src[i]);
+    }
+    """
+    void pyl_row_f16(uint16_t* dst, const float* src, int64_t n) noexcept nogil
+    uint16_t pyl_f2h(float f) noexcept nogil
+
+
+def f2h(float f):
+    """The scalar f32 -> f16 bits conversion (for tests)."""
+    return pyl_f2h(f)
+
+
+def set_rows(cache, const int64_t[::1] cells, const float[:, ::1] rows, int n_threads):
+    """cache[cells[i]] = rows[i] rounded to the cache dtype (f16: nearest even; f32: copy).
+    cache is [n_cells, row] with contiguous rows. Returns False (writing nothing) if a cell is
+    out of range."""
+    cdef Py_ssize_t i, n = cells.shape[0], d = rows.shape[1], n_cells = cache.shape[0]
+    cdef uint16_t[:, ::1] c16
+    cdef float[:, ::1] c32
+    cdef bint f16 = cache.dtype == np.float16
+    for i in range(n):
+        if cells[i] < 0 or cells[i] >= n_cells:
+            return False
+    if n == 0:
+        return True
+    if f16:
+        c16 = cache.view(np.uint16)
+        for i in prange(n, nogil=True, num_threads=n_threads, schedule="static"):
+            pyl_row_f16(&c16[cells[i], 0], &rows[i, 0], d)
+    else:
+        c32 = cache
+        for i in prange(n, nogil=True, num_threads=n_threads, schedule="static"):
+            memcpy(&c32[cells[i], 0], &rows[i, 0], d * sizeof(float))
+    return True
