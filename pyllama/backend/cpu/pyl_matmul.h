@@ -658,11 +658,13 @@ pyl_tileK(const int NR, const int NT, const int HAS_MIN, int nsb, const pyl_wrow
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
     for (int b = 0; b < nsb; b++) {
+#pragma GCC unroll 1
         for (int r = 0; r < NR; r++) {
             const uint8_t *u = (const uint8_t *)W[r].w + 256 * b;
             const int16_t *sc = W[r].sc + 128 * b;
             __m256i sumi[PYL_T];
             for (int t = 0; t < NT; t++) sumi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
             for (int c = 0; c < 8; c++) {
                 const __m256i uc = _mm256_loadu_si256((const __m256i *)(u + 32 * c));
                 const __m256i scc = _mm256_loadu_si256((const __m256i *)(sc + 16 * c));
@@ -670,6 +672,7 @@ pyl_tileK(const int NR, const int NT, const int HAS_MIN, int nsb, const pyl_wrow
                     const __m256i p = _mm256_maddubs_epi16(uc,
                         _mm256_loadu_si256((const __m256i *)(yq[t] + 256 * b + 32 * c)));
                     sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, scc));
+                    __asm__("" : "+x"(sumi[t]));   /* keep gcc from re-associating into a spilling tree */
                 }
             }
             const __m256i mn = _mm256_loadu_si256((const __m256i *)(W[r].mn + 16 * b));
