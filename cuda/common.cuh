@@ -1,11 +1,11 @@
 // Shared device helpers: ggml block layouts and their dequantization to f32, warp reductions.
 //
 // Dequantization follows ggml's dequantize_row_* (ggml-quants.c) value for value: every product
-// and difference is rounded separately (__fmul_rn / __fsub_rn), so no fused multiply-add changes a
-// weight, and the result equals the numpy reference bit for bit.
+// and difference is rounded separately (__fmul_rn / __fsub_rn on the device), so no fused
+// multiply-add changes a weight, and the result equals the numpy reference bit for bit.
 //
 // A weight row is read in "chunks" of 32 consecutive elements: one q8_0/q5_0/q4_0 block, one
-// 32-element sub-block of a Q4_K / Q6_K super-block, or 32 F32/F16 values. dequant_chunk<TYPE>
+// 32-element sub-block of a Q4_K / Q6_K super-block, or 32 F32/F16 values. pyl_dequant_chunk<TYPE>
 // writes chunk c of a row into w[32] (elements past `cols` as 0 for F32/F16 rows).
 #pragma once
 #include <cuda_fp16.h>
@@ -21,7 +21,19 @@
 
 #define PYL_WARP 32
 
-__device__ __forceinline__ float pyl_half(const uint8_t *p) {
+// The dequantizers are __host__ __device__ so tests can check them bit for bit on a machine
+// without a GPU (tests/cuda/test_dequant_host.py). On the device the roundings are explicit
+// intrinsics; the host build must use -ffp-contract=off for the same arithmetic.
+#define PYL_HD __host__ __device__ __forceinline__
+#ifdef __CUDA_ARCH__
+#define PYL_MUL(a, b) __fmul_rn((a), (b))
+#define PYL_SUB(a, b) __fsub_rn((a), (b))
+#else
+#define PYL_MUL(a, b) ((a) * (b))
+#define PYL_SUB(a, b) ((a) - (b))
+#endif
+
+PYL_HD float pyl_half(const uint8_t *p) {
     // an f16 at any 2-byte-aligned or unaligned address (q8_0 blocks are 34 bytes)
     const uint16_t bits = (uint16_t)p[0] | ((uint16_t)p[1] << 8);
     return __half2float(__ushort_as_half(bits));
@@ -44,7 +56,7 @@ __device__ __forceinline__ float pyl_warp_max(float v) {
 
 // ---- per-type chunk dequantization --------------------------------------------------------
 
-__device__ __forceinline__ void pyl_dq_f32(const uint8_t *row, int c, int cols, float *w) {
+PYL_HD void pyl_dq_f32(const uint8_t *row, int c, int cols, float *w) {
     const float *r = (const float *)row;
 #pragma unroll
     for (int k = 0; k < 32; ++k) {
@@ -53,7 +65,7 @@ __device__ __forceinline__ void pyl_dq_f32(const uint8_t *row, int c, int cols, 
     }
 }
 
-__device__ __forceinline__ void pyl_dq_f16(const uint8_t *row, int c, int cols, float *w) {
+PYL_HD void pyl_dq_f16(const uint8_t *row, int c, int cols, float *w) {
     const __half *r = (const __half *)row;
 #pragma unroll
     for (int k = 0; k < 32; ++k) {
@@ -63,17 +75,17 @@ __device__ __forceinline__ void pyl_dq_f16(const uint8_t *row, int c, int cols, 
 }
 
 // block_q8_0 {f16 d; int8 qs[32]} = 34 bytes; y = qs * d
-__device__ __forceinline__ void pyl_dq_q8_0(const uint8_t *row, int c, float *w) {
+PYL_HD void pyl_dq_q8_0(const uint8_t *row, int c, float *w) {
     const uint8_t *b = row + (size_t)c * 34;
     const float d = pyl_half(b);
 #pragma unroll
     for (int k = 0; k < 32; ++k) {
-        w[k] = __fmul_rn((float)(int8_t)b[2 + k], d);
+        w[k] = PYL_MUL((float)(int8_t)b[2 + k], d);
     }
 }
 
 // block_q5_0 {f16 d; uint8 qh[4]; uint8 qs[16]} = 22 bytes; y = (q - 16) * d
-__device__ __forceinline__ void pyl_dq_q5_0(const uint8_t *row, int c, float *w) {
+PYL_HD void pyl_dq_q5_0(const uint8_t *row, int c, float *w) {
     const uint8_t *b = row + (size_t)c * 22;
     const float d = pyl_half(b);
     const uint32_t qh = (uint32_t)b[2] | ((uint32_t)b[3] << 8) | ((uint32_t)b[4] << 16) |
@@ -83,13 +95,13 @@ __device__ __forceinline__ void pyl_dq_q5_0(const uint8_t *row, int c, float *w)
     for (int j = 0; j < 16; ++j) {
         const int x0 = (qs[j] & 0x0F) | (((qh >> j) & 1u) << 4);
         const int x1 = (qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4);
-        w[j] = __fmul_rn((float)(x0 - 16), d);
-        w[j + 16] = __fmul_rn((float)(x1 - 16), d);
+        w[j] = PYL_MUL((float)(x0 - 16), d);
+        w[j + 16] = PYL_MUL((float)(x1 - 16), d);
     }
 }
 
 // block_q4_K {f16 d; f16 dmin; uint8 scales[12]; uint8 qs[128]} = 144 bytes, 8 sub-blocks of 32
-__device__ __forceinline__ void pyl_scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
+PYL_HD void pyl_scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
     if (j < 4) {
         *sc = q[j] & 63;
         *m = q[j + 4] & 63;
@@ -99,23 +111,23 @@ __device__ __forceinline__ void pyl_scale_min_k4(int j, const uint8_t *q, int *s
     }
 }
 
-__device__ __forceinline__ void pyl_dq_q4_K(const uint8_t *row, int c, float *w) {
+PYL_HD void pyl_dq_q4_K(const uint8_t *row, int c, float *w) {
     const uint8_t *b = row + (size_t)(c >> 3) * 144;
     const int j = c & 7;
     int sc, m;
     pyl_scale_min_k4(j, b + 4, &sc, &m);
-    const float d1 = __fmul_rn(pyl_half(b), (float)sc);
-    const float m1 = __fmul_rn(pyl_half(b + 2), (float)m);
+    const float d1 = PYL_MUL(pyl_half(b), (float)sc);
+    const float m1 = PYL_MUL(pyl_half(b + 2), (float)m);
     const uint8_t *q = b + 16 + (j >> 1) * 32;
     const int shift = (j & 1) * 4;
 #pragma unroll
     for (int l = 0; l < 32; ++l) {
-        w[l] = __fsub_rn(__fmul_rn(d1, (float)((q[l] >> shift) & 0xF)), m1);
+        w[l] = PYL_SUB(PYL_MUL(d1, (float)((q[l] >> shift) & 0xF)), m1);
     }
 }
 
 // block_q6_K {uint8 ql[128]; uint8 qh[64]; int8 scales[16]; f16 d} = 210 bytes
-__device__ __forceinline__ void pyl_dq_q6_K(const uint8_t *row, int c, float *w) {
+PYL_HD void pyl_dq_q6_K(const uint8_t *row, int c, float *w) {
     const uint8_t *b = row + (size_t)(c >> 3) * 210;
     const int sub = c & 7, n = sub >> 2, qq = sub & 3;
     const float d = pyl_half(b + 208);
@@ -126,12 +138,12 @@ __device__ __forceinline__ void pyl_dq_q6_K(const uint8_t *row, int c, float *w)
 #pragma unroll
     for (int l = 0; l < 32; ++l) {
         const int q = (((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32;
-        w[l] = __fmul_rn(__fmul_rn(d, (float)sc[l >> 4]), (float)q);
+        w[l] = PYL_MUL(PYL_MUL(d, (float)sc[l >> 4]), (float)q);
     }
 }
 
 template <int TYPE>
-__device__ __forceinline__ void pyl_dequant_chunk(const uint8_t *row, int c, int cols, float *w) {
+PYL_HD void pyl_dequant_chunk(const uint8_t *row, int c, int cols, float *w) {
     if (TYPE == PYL_F32) {
         pyl_dq_f32(row, c, cols, w);
     } else if (TYPE == PYL_F16) {

@@ -15,6 +15,7 @@ from pyllama.backend.base import Weight
 from pyllama.backend.cuda import DevArray
 from pyllama.errors import BackendError
 from pyllama.gguf import GGMLType
+from pyllama.quant import quantize
 
 pytestmark = pytest.mark.cuda
 
@@ -36,7 +37,7 @@ def make_weight(be, rng, qtype, rows, cols):
     elif qtype == GGMLType.F16:
         raw = w.astype(np.float16)
     else:
-        raw = gguf.quants.quantize(w, QT(int(qtype)))
+        raw = quantize(w, qtype)                      # gguf cannot quantize K-quants
     deq = gguf.quants.dequantize(raw, QT(int(qtype))).reshape(rows, cols).astype(np.float32)
     return be.weight(_Info(f"w.{qtype.name}", qtype, (rows, cols), raw)), deq, raw
 
@@ -85,7 +86,7 @@ def test_matmul_3d_input_and_unsupported_type(cuda, rng):
     y = np.asarray(cuda.matmul(w, x))
     assert y.shape == (3, 2, 16)
     np.testing.assert_allclose(y, x @ deq.T, rtol=1e-5, atol=1e-6)
-    q4 = gguf.quants.quantize(rng.standard_normal((8, 64)).astype(np.float32), QT.Q4_0)
+    q4 = quantize(rng.standard_normal((8, 64)).astype(np.float32), GGMLType.Q4_0)
     w4 = cuda.weight(_Info("q4_0", GGMLType.Q4_0, (8, 64), q4))   # uploaded as F32
     deq4 = gguf.quants.dequantize(q4, QT.Q4_0).reshape(8, 64)
     np.testing.assert_allclose(np.asarray(cuda.matmul(w4, x[0])), x[0] @ deq4.T, rtol=1e-5,
@@ -158,7 +159,6 @@ def test_set_rows(cuda, rng, dtype):
 
 def test_set_rows_q8_0_kernel(cuda, rng):
     """The q8_0 KV write kernel (not yet wired to alloc_kv) == pyllama.quant's ggml quantizer."""
-    from pyllama.quant import quantize
     rows = rng.standard_normal((3, 128)).astype(np.float32)
     rows[1] = 0.0
     cache = DevArray.empty(cuda.dev, (8, 4 * 34), np.uint8)

@@ -14,6 +14,7 @@ Kernel loading (`load_module`): for each cuda/<name>.cu, in this order
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import shutil
@@ -117,11 +118,14 @@ def load_module(drv, name: str, cc: str):
 
 
 class Device:
-    """One CUDA context (made on the calling thread), one stream, a memory pool, the kernels."""
+    """One CUDA context (made on the calling thread), one stream, a memory pool, the kernels.
+
+    PyCUDA aborts the process at exit if a context is still on the main thread's stack, so the
+    context is popped at exit (as pycuda.autoinit does) and on a failed start.
+    """
 
     def __init__(self, ordinal: int = 0):
         drv = probe()
-        from pycuda.tools import DeviceMemoryPool
         self.drv = drv
         try:
             self.dev = drv.Device(ordinal)
@@ -130,12 +134,31 @@ class Device:
             raise BackendError(f"CUDA not available: {e}") from e
         self._threads = {threading.get_ident()}
         self._lock = threading.Lock()
+        try:
+            self._start()
+        except BaseException:
+            self.ctx.pop()
+            raise
+        atexit.register(self._at_exit)
+
+    def _start(self) -> None:
+        from pycuda.tools import DeviceMemoryPool
         self.cc = "%d%d" % self.dev.compute_capability()
         self.name = self.dev.name()
-        self.stream = drv.Stream()
+        self.stream = self.drv.Stream()
         self.pool = DeviceMemoryPool()
         self.funcs: dict[str, object] = {}
-        self.modules = {n: load_module(drv, n, self.cc) for n in KERNEL_FILES}
+        self.modules = {n: load_module(self.drv, n, self.cc) for n in KERNEL_FILES}
+
+    def _at_exit(self) -> None:
+        if threading.get_ident() not in self._threads:
+            return
+        try:
+            self.stream.synchronize()
+            self.pool.stop_holding()
+            self.ctx.pop()
+        except self.drv.Error:
+            pass
 
     def activate(self) -> None:
         """Make the context current on this thread (the engine thread may differ from the
