@@ -117,6 +117,14 @@ def top_k_indices(logits: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
     n = len(logits)
     if k >= n:
         return descending_order(logits, ids)  # ids may be in any order here
+    live = logits > -np.inf
+    n_live = int(np.count_nonzero(live))
+    if n_live < n:  # masked (-inf) runs make argpartition crawl: select among the live ones
+        at = np.flatnonzero(live)
+        if n_live >= k:
+            return at[top_k_indices(logits[at], ids[at], k)]
+        return np.concatenate([at[descending_order(logits[at], ids[at])],
+                               lowest_ids(np.flatnonzero(~live), ids, k - n_live)])
     part = np.argpartition(logits, n - k)[n - k:]
     thr = logits[part].min()
     n_eq_all = np.count_nonzero(logits == thr)
@@ -127,6 +135,13 @@ def top_k_indices(logits: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
         eq = eq[np.argsort(ids[eq], kind="stable")][: k - len(above)]
         part = np.concatenate([above, eq])
     return part[descending_order(logits[part], ids[part])]
+
+
+def lowest_ids(at: np.ndarray, ids: np.ndarray, r: int) -> np.ndarray:
+    """The r positions of `at` with the lowest ids, in id order (ids are unique)."""
+    if r < len(at):
+        at = at[np.argpartition(ids[at], r - 1)[:r]]
+    return at[np.argsort(ids[at])]
 
 
 def softmax(cur: Candidates, do_sort: bool) -> None:
