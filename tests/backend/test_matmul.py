@@ -149,6 +149,14 @@ def test_matvec_1d_and_out(t):
     np.testing.assert_array_equal(out[0], y)
 
 
+def test_leading_dims():
+    raw = rand_weight(T.Q5_0, 6, 64)
+    x = act(6, 64).reshape(2, 3, 64)
+    y = mm.matmul(weight(T.Q5_0, raw), x)
+    assert y.shape == (2, 3, 6)
+    np.testing.assert_array_equal(y.reshape(6, 6), mm.matmul(weight(T.Q5_0, raw), x.reshape(6, 64)))
+
+
 def test_out_with_row_stride():
     raw = rand_weight(T.Q8_0, 8, 64)
     x = act(3, 64)

@@ -97,7 +97,8 @@ def _raw2d(w) -> tuple[np.ndarray, int]:
 
 
 def matmul(w, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """y [n, rows] = x [n, k] @ W[rows, k]^T (x float32; a 1-D x gives a 1-D y)."""
+    """y [..., rows] = x [..., k] @ W[rows, k]^T (x float32, any leading shape; out: float32 of
+    that shape, or a [n, >= rows] view with contiguous rows, e.g. a column slice)."""
     raw, k = _raw2d(w)
     x2 = x if (x.dtype == np.float32 and x.flags.c_contiguous) else \
         np.ascontiguousarray(x, dtype=np.float32)
@@ -107,7 +108,7 @@ def matmul(w, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         raise BackendError(f"{w.name}: x has {x2.shape[1]} columns, weight rows have {k}")
     n, rows = x2.shape[0], raw.shape[0]
     if out is None:
-        out = np.empty((n, rows) if x.ndim == 2 else (rows,), np.float32)
+        out = np.empty(x.shape[:-1] + (rows,), np.float32)
     o2 = out if out.ndim == 2 else out.reshape(n, rows)
     nth = _state["threads"]
     wtype = int(w.type)
