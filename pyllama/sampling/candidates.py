@@ -75,7 +75,7 @@ def _arange(n: int) -> np.ndarray:
     return a
 
 
-def descending_order(logits: np.ndarray, ids: np.ndarray, ids_ascending: bool = False) -> np.ndarray:
+def descending_order(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Indices sorting by logit descending, then id ascending. Large arrays: an unstable argsort
     (several times faster than a stable one), then each run of equal logits re-sorted by id."""
     if len(logits) <= 256:
@@ -102,12 +102,12 @@ def sort_descending(cur: Candidates) -> None:
     masked = cur.logits == -np.inf
     if masked.any():
         live, dead = np.flatnonzero(~masked), np.flatnonzero(masked)
-        live = live[descending_order(cur.logits[live], cur.ids[live], cur.ascending)]
+        live = live[descending_order(cur.logits[live], cur.ids[live])]
         if not cur.ascending:
             dead = dead[np.argsort(cur.ids[dead], kind="stable")]
         order = np.concatenate([live, dead])
     else:
-        order = descending_order(cur.logits, cur.ids, cur.ascending)
+        order = descending_order(cur.logits, cur.ids)
     cur.keep(order)
     cur.sorted = True
 

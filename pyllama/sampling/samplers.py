@@ -11,8 +11,7 @@ from collections import Counter, deque
 import numpy as np
 
 from pyllama.sampling.candidates import (
-    Candidates, apply_temperature, descending_order, discrete_select, softmax, sort_descending,
-    top_k_indices)
+    Candidates, apply_temperature, discrete_select, softmax, sort_descending, top_k_indices)
 
 F32 = np.float32
 
