@@ -90,7 +90,7 @@ def write_tiny_gguf(path: str, arch: str = "llama", seed: int = 0, overrides: di
 def _random_tensor(rng, name: str, shape) -> np.ndarray:
     if name.endswith("norm.weight"):
         return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
-    scale = 1.0 if "token_embd" in name else 1.0 / np.sqrt(shape[-1])
+    scale = 0.25 if "token_embd" in name else 1.0 / np.sqrt(shape[-1])
     return (scale * rng.standard_normal(shape)).astype(np.float32)
 
 

@@ -66,6 +66,11 @@ def speculative_generate(ctx, sampler, prompt: list[int], drafter: Drafter,
     stops = set(ctx.model.vocab.eog_ids if stop_tokens is None else stop_tokens)
     if not prompt:
         raise ContextError("empty prompt")
+    if p.mode == "rejection":
+        if not isinstance(drafter, DraftModelDrafter):
+            raise ValueError("rejection sampling needs a draft model")
+        if draft_sampler is None:
+            draft_sampler = make_draft_sampler(sampler, drafter.ctx.model)
     t0 = time.perf_counter()
     n = prepare_prompt(ctx, prompt, seq_id)
     decode_tokens(ctx, prompt[n:], seq_id)
@@ -113,7 +118,8 @@ def _round(ctx, sampler, history, drafter, p: SpecParams, st: SpecStats, seq_id,
     if budget <= 0:
         drafts = []
     elif p.mode == "rejection":
-        drafts, q_rows = _draft_sampled(drafter, history, budget, draft_sampler)
+        drafts, q_rows = _draft_sampled(drafter, history, budget, draft_sampler,
+                                        ctx.model.n_vocab)
     else:
         drafts = drafter.draft(history, budget)
     if len(drafts) < p.n_min:
@@ -153,19 +159,30 @@ def _accept_chain(ctx, sampler, drafts, stops) -> list[int]:
     return out
 
 
-def _draft_sampled(drafter: DraftModelDrafter, history, n_max, draft_sampler):
-    """Sample up to n_max drafts from the draft model's full distribution q (its chain)."""
+def _draft_sampled(drafter: DraftModelDrafter, history, n_max, draft_sampler, n_vocab):
+    """Sample up to n_max drafts from the draft model's full distribution q (its own chain with
+    the target's parameters and a seed of its own; any q keeps the output exact)."""
     drafter.sync(history)
     ds = draft_sampler
     toks, qs = [], []
     for i in range(n_max):
-        q = ds.probs_full(drafter.ctx.get_logits_ith(-1))
+        q = np.zeros(n_vocab, dtype=np.float64)
+        qd = ds.probs_full(drafter.ctx.get_logits_ith(-1))
+        m = min(n_vocab, len(qd))
+        q[:m] = qd[:m]
         t = _choice(q, ds.draw_uniform())
         toks.append(t)
         qs.append(q)
         if i + 1 < n_max:
             decode_tokens(drafter.ctx, [t], drafter.seq_id)
     return toks, qs
+
+
+def make_draft_sampler(sampler, draft_model):
+    """A chain for drafting in "rejection" mode: the target's parameters, a derived seed."""
+    from ..sampling import SamplerChain
+    seed = (int(getattr(sampler, "seed", 0)) * 2654435761 + 1) & 0xFFFFFFFF
+    return SamplerChain(sampler.params.replace(seed=seed), draft_model.n_vocab)
 
 
 def _accept_rejection(ctx, sampler, drafts, q_rows) -> list[int]:

@@ -148,3 +148,26 @@ def test_ngram_drafter_proposes_the_continuation_of_the_last_match():
     assert d.draft(h, 10) == [4, 5, 6, 9]
     assert d.draft(h, 2) == [4, 5]
     assert d.draft([7, 8], 4) == []
+
+
+def test_rejection_mode_with_the_target_as_draft_accepts_everything(target):
+    """p == q exactly (logits do not depend on the batch shape), so min(1, p/q) = 1 always."""
+    ctx = pyllama.Context(target, n_ctx=1024, n_ubatch=64)
+    drafter = DraftModelDrafter(pyllama.Context(target, n_ctx=1024, n_ubatch=64))
+    st = SpecStats()
+    toks = list(speculative_generate(ctx, chain(target, temp=0.9, seed=7), prompt(), drafter,
+                                     SpecParams(n_max=4, mode="rejection"), n_predict=60,
+                                     stop_tokens=(), stats=st))
+    assert len(toks) == 60
+    assert st.n_drafted > 0 and st.n_accept == st.n_drafted
+
+
+def test_rejection_mode_with_another_draft_runs_and_rejects(target, other_draft):
+    ctx = pyllama.Context(target, n_ctx=1024, n_ubatch=64)
+    drafter = DraftModelDrafter(pyllama.Context(other_draft, n_ctx=1024, n_ubatch=64))
+    st = SpecStats()
+    toks = list(speculative_generate(ctx, chain(target, temp=0.9, seed=7), prompt(), drafter,
+                                     SpecParams(n_max=4, mode="rejection"), n_predict=60,
+                                     stop_tokens=(), stats=st))
+    assert len(toks) == 60 and all(0 <= t < target.n_vocab for t in toks)
+    assert st.n_accept < st.n_drafted
