@@ -86,6 +86,8 @@ class Slot:
         del self.cache[n_past:]
         self.n_prompt_done, self.n_cached = n_past, n_past
         self.sampler = e.new_sampler(p.sampling)
+        for t in task.prompt:       # llama.cpp replays the prompt: penalties and DRY see it
+            self.sampler.accept(t)
         self.sampled: int | None = None
         self.generated: list[int] = []
         self.text, self.n_sent, self.n_decoded = "", 0, 0

@@ -360,3 +360,13 @@ def test_eos_stops_and_is_not_in_the_text(client):
     r = greedy(client, n=5, logit_bias=[[eos[0], 100.0]], return_tokens=True)
     assert r["stop_type"] == "eos" and r["content"] == "" and r["tokens"] == eos
     assert r["tokens_predicted"] == 1
+
+
+def test_penalties_see_the_prompt(client):
+    """llama.cpp replays the prompt into the sampler: with a huge presence penalty the first
+    generated token is never a prompt token."""
+    prompt_ids = set(post(client, "/tokenize", content=PROMPT, add_special=True)["tokens"])
+    plain = greedy(client, n=1, return_tokens=True)["tokens"][0]
+    assert plain in prompt_ids  # the tiny model repeats itself without a penalty
+    r = greedy(client, n=1, presence_penalty=1000.0, return_tokens=True)
+    assert r["tokens"][0] not in prompt_ids
