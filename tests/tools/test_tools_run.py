@@ -205,3 +205,25 @@ def test_bench_formats(tool, tiny):
 def test_bench_ranges():
     from pyllama.tools.bench import int_list
     assert int_list("1,8-32*2,64-256+64") == [1, 8, 16, 32, 64, 128, 192, 256]
+
+
+def test_speculative_simple_ngram_equals_plain_greedy(tool, tiny):
+    prompt = "the cat the cat the cat"
+    model, ids, gen = _greedy(tiny, prompt, 17)       # llama.cpp emits n+1 tokens for -n 16
+    r = tool("speculative-simple", "-m", tiny, "--spec-type", "ngram-simple", "-p", prompt,
+             "-n", "16", "--temp", "0", "-c", "256")
+    assert r.returncode == 0, r.stderr
+    text = b"\n\n" + b"".join(model.token_to_piece(t, True) for t in ids) + \
+        b"".join(model.token_to_piece(t, False) for t in gen) + b"\n\n"
+    assert r.stdout == text
+    assert re.search(r"n_predict = 17\n", r.stderr) and "n_drafted = " in r.stderr
+    assert re.search(r"accept    = [\d.]+%", r.stderr)
+
+
+def test_speculative_needs_a_drafter(tool, tiny):
+    r = tool("speculative-simple", "-m", tiny, "-p", "x", "-n", "2")
+    assert r.returncode == 1 and "failed to initialize speculative decoding" in r.stderr
+    r = tool("speculative", "-m", tiny, "-p", "x", "-n", "2")
+    assert r.returncode == 1 and "--model-draft is required" in r.stderr
+    r = tool("speculative", "-m", tiny, "-md", tiny, "-p", "x", "-n", "-5")
+    assert r.returncode == 1 and "--n-predict must be >= -1" in r.stderr
