@@ -229,3 +229,21 @@ def test_devarray_views_and_assignment(cuda, rng):
     np.testing.assert_array_equal(np.asarray(d), a)
     d[...] = 0
     assert not np.asarray(d).any()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("softcap", [0.0, 20.0])
+def test_tiled_attention_equals_decode_kernel(cuda, rng, shape, softcap):
+    """The prefill (tiled, shared-memory) kernel and the decode kernel give identical bits."""
+    n_head, n_kv, d = SHAPES[shape]
+    q, k, v, cells, qs, qe = _attn_inputs(rng, n_head, n_kv, d, np.float16)
+    kd, vd = cuda.alloc_kv(*k.shape, "f16"), cuda.alloc_kv(*v.shape, "f16")
+    kd[...], vd[...] = k, v
+    tiled = np.asarray(cuda.attention(q, kd, vd, cells, qs, qe, 0.1, softcap))
+    saved = cuda.attn_tiled_min_queries
+    cuda.attn_tiled_min_queries = 1 << 30
+    try:
+        decode = np.asarray(cuda.attention(q, kd, vd, cells, qs, qe, 0.1, softcap))
+    finally:
+        cuda.attn_tiled_min_queries = saved
+    np.testing.assert_array_equal(tiled, decode)

@@ -21,6 +21,7 @@ _MM_TYPES = {GGMLType.F32: "f32", GGMLType.F16: "f16", GGMLType.Q8_0: "q8_0",
              GGMLType.Q5_0: "q5_0", GGMLType.Q4_K: "q4_K", GGMLType.Q6_K: "q6_K"}
 _MM_WARPS, _MM_TILE = 4, 8              # must match cuda/matmul.cu
 _ATT_THREADS = 128                      # cuda/attention.cu: ATT_WARPS * 32
+_ATT_TILED_WARPS = 8                    # cuda/attention.cu: ATT_TILED_WARPS
 _ATT_PER = (1, 2, 4, 8)                 # head dims per lane: head size <= 32 * 8
 _EW_THREADS, _EW_MAX_BLOCKS = 256, 8192
 _KV_DTYPES = {"f16": np.float16, "f32": np.float32}
@@ -32,6 +33,9 @@ def _cdiv(a: int, b: int) -> int:
 
 class CudaBackend(Backend):
     name = "cuda"
+    # launches with at least this many queries use the tiled (prefill) attention kernel; both
+    # kernels give bit-identical rows, so this only moves time
+    attn_tiled_min_queries = 2
 
     def __init__(self, n_threads: int | None = None, device: int = 0):
         super().__init__(n_threads)
@@ -258,9 +262,18 @@ class CudaBackend(Backend):
             dc = self._in(cells if len(cells) else np.zeros(1, np.int32), np.int32)
             dqs, dqe = self._in(qs, np.int64), self._in(qe, np.int64)
             per = next(p for p in _ATT_PER if 32 * p >= d_k)
-            self.dev.launch("attention", f"attn_p{per}_{kt}", "PPPiiiPPPffP", (n_head, n_q),
-                            (_ATT_THREADS, 1, 1), q.ptr, k_cache.ptr, v_cache.ptr, d_k, n_head,
-                            n_kv, dc.ptr, dqs.ptr, dqe.ptr, float(scale), float(softcap), out.ptr)
+            group = n_head // n_kv
+            args = (dc.ptr, dqs.ptr, dqe.ptr, float(scale), float(softcap), out.ptr)
+            if n_q >= self.attn_tiled_min_queries and group <= _ATT_TILED_WARPS:
+                tile_q = _ATT_TILED_WARPS // group
+                self.dev.launch("attention", f"attn_tiled_p{per}_{kt}", "PPPiiiiiPPPffP",
+                                (n_kv, _cdiv(n_q, tile_q)), (_ATT_TILED_WARPS * 32, 1, 1),
+                                q.ptr, k_cache.ptr, v_cache.ptr, d_k, n_head, n_kv, n_q, tile_q,
+                                *args)
+            else:
+                self.dev.launch("attention", f"attn_p{per}_{kt}", "PPPiiiPPPffP", (n_head, n_q),
+                                (_ATT_THREADS, 1, 1), q.ptr, k_cache.ptr, v_cache.ptr, d_k,
+                                n_head, n_kv, *args)
         return out
 
 
