@@ -301,6 +301,8 @@ def build_params(body: CompletionBody, defaults: "RequestDefaults", *, n_vocab: 
         ignore_eos=bool(body.ignore_eos),
         t_max_predict_ms=-1 if body.t_max_predict_ms is None else body.t_max_predict_ms)
     values = _clamped(body)
+    if defaults.n_predict > 0 and not 0 <= p.n_predict <= defaults.n_predict:
+        p.n_predict = defaults.n_predict    # the server's -n caps every request (llama.cpp)
     p.sampling = _sampler_params(defaults.sampling, values, body, n_vocab, tokenize)
     p.settings = generation_settings(p, defaults)
     return p
