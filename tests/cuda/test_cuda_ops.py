@@ -165,8 +165,7 @@ def test_set_rows_q8_0_kernel(cuda, rng):
     cache[...] = 0
     cells = cuda._in(np.array([6, 1, 3], np.int32), np.int32)
     x = cuda._in(rows)
-    cuda.dev.launch("ops", "set_rows_q8_0", "PiPPq", (1, 1), (256, 1, 1), cache.ptr, 128,
-                    cells.ptr, x.ptr, 12)
+    cuda._launch("set_rows_q8_0", (1, 1), (256, 1, 1), cache.ptr, 128, cells.ptr, x.ptr, 12)
     got = np.asarray(cache)
     want = np.asarray(quantize(rows, GGMLType.Q8_0)).view(np.uint8).reshape(3, -1)
     np.testing.assert_array_equal(got[[6, 1, 3]], want)

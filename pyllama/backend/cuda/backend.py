@@ -24,7 +24,35 @@ _ATT_THREADS = 128                      # cuda/attention.cu: ATT_WARPS * 32
 _ATT_TILED_WARPS = 8                    # cuda/attention.cu: ATT_TILED_WARPS
 _ATT_PER = (1, 2, 4, 8)                 # head dims per lane: head size <= 32 * 8
 _EW_THREADS, _EW_MAX_BLOCKS = 256, 8192
+_CONST_MAX_BYTES, _CONST_MAX_ENTRIES = 1 << 16, 256
 _KV_DTYPES = {"f16": np.float16, "f32": np.float32}
+
+
+_OPS_SIGS = {
+    "rms_norm_f32": "PPfiP", "rope_f32": "PPiiiiffiP", "add_f32": "PPqqP", "mul_f32": "PPqqP",
+    "scale_f32": "PfqP", "gelu_f32": "PqP", "silu_f32": "PqP", "geglu_f32": "PPqP",
+    "swiglu_f32": "PPqP", "softcap_f32": "PffqP", "set_rows_f16": "PiPPq",
+    "set_rows_f32": "PiPPq", "set_rows_q8_0": "PiPPq", "copy_rows": "PPqqP", "argmax_f32": "PiP",
+}
+
+
+def kernel_signatures() -> dict[str, tuple[str, str]]:
+    """Every kernel the backend launches: name -> (module, parameter format in struct letters:
+    P pointer, q int64, i int32, f float32). tests/cuda/test_kernel_abi.py checks it against the
+    kernels' PTX entry signatures."""
+    sig = {}
+    for t in _MM_TYPES.values():
+        sig[f"mm_{t}"] = ("matmul", "PqiiPiP")
+        sig[f"get_rows_{t}"] = ("matmul", "PqiPiP")
+    for per in _ATT_PER:
+        for kt in ("f16", "f32"):
+            sig[f"attn_p{per}_{kt}"] = ("attention", "PPPiiiPPPffP")
+            sig[f"attn_tiled_p{per}_{kt}"] = ("attention", "PPPiiiiiPPPffP")
+    sig.update({name: ("ops", fmt) for name, fmt in _OPS_SIGS.items()})
+    return sig
+
+
+_SIGS = kernel_signatures()
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -40,6 +68,21 @@ class CudaBackend(Backend):
     def __init__(self, n_threads: int | None = None, device: int = 0):
         super().__init__(n_threads)
         self.dev = Device(device)
+        self._consts: dict[tuple, DevArray] = {}
+
+    def _idx(self, a, dtype) -> DevArray:
+        """A small read-only input (token ids, positions, cell lists) on the device, uploaded
+        once per distinct content: the layers of a step share the same positions and cells."""
+        a = np.ascontiguousarray(a, dtype=dtype)
+        if a.nbytes > _CONST_MAX_BYTES:
+            return DevArray.upload(self.dev, a)
+        key = (a.dtype.str, a.shape, a.tobytes())
+        d = self._consts.get(key)
+        if d is None:
+            if len(self._consts) >= _CONST_MAX_ENTRIES:
+                self._consts.clear()
+            d = self._consts[key] = DevArray.upload(self.dev, a)
+        return d
 
     # -- helpers ---------------------------------------------------------------------------------
     def _in(self, x, dtype=np.float32) -> DevArray:
@@ -58,6 +101,10 @@ class CudaBackend(Backend):
 
     def synchronize(self) -> None:
         self.dev.synchronize()
+
+    def _launch(self, name: str, grid, block, *args) -> None:
+        module, fmt = _SIGS[name]
+        self.dev.launch(module, name, fmt, grid, block, *args)
 
     # -- memory ----------------------------------------------------------------------------------
     def weight(self, info) -> Weight:
@@ -94,9 +141,9 @@ class CudaBackend(Backend):
         y = self._empty((*x.shape[:-1], rows))
         if n:
             row_bytes = w.dev.nbytes // rows
-            self.dev.launch("matmul", "mm_" + _MM_TYPES[w.dev_type], "PqiiPiP",
-                            (_cdiv(rows, _MM_WARPS), _cdiv(n, _MM_TILE)), (_MM_WARPS * 32, 1, 1),
-                            w.dev.ptr, row_bytes, rows, cols, x.ptr, n, y.ptr)
+            self._launch("mm_" + _MM_TYPES[w.dev_type],
+                         (_cdiv(rows, _MM_WARPS), _cdiv(n, _MM_TILE)), (_MM_WARPS * 32, 1, 1),
+                         w.dev.ptr, row_bytes, rows, cols, x.ptr, n, y.ptr)
         return y
 
     def get_rows(self, w: Weight, ids) -> DevArray:
@@ -106,11 +153,11 @@ class CudaBackend(Backend):
         if len(ids) and (ids.min() < 0 or ids.max() >= w.shape[0]):
             raise BackendError(f"get_rows {w.name}: row id out of range")
         if len(ids):
-            d_ids = self._in(ids, np.int32)
+            d_ids = self._idx(ids, np.int32)
             row_bytes = w.dev.nbytes // w.shape[0]
-            self.dev.launch("matmul", "get_rows_" + _MM_TYPES[w.dev_type], "PqiPiP",
-                            (_cdiv(_cdiv(cols, 32), 128), len(ids)), (128, 1, 1),
-                            w.dev.ptr, row_bytes, cols, d_ids.ptr, len(ids), out.ptr)
+            self._launch("get_rows_" + _MM_TYPES[w.dev_type],
+                         (_cdiv(_cdiv(cols, 32), 128), len(ids)), (128, 1, 1),
+                         w.dev.ptr, row_bytes, cols, d_ids.ptr, len(ids), out.ptr)
         return out
 
     # -- normalisation and rope ------------------------------------------------------------------
@@ -122,8 +169,8 @@ class CudaBackend(Backend):
         wd = None if w is None else self._in(w)
         y = self._empty(x.shape)
         if x.size:
-            self.dev.launch("ops", "rms_norm_f32", "PPfiP", (x.size // d, 1), (256, 1, 1),
-                            x.ptr, 0 if wd is None else wd.ptr, float(eps), d, y.ptr)
+            self._launch("rms_norm_f32", (x.size // d, 1), (256, 1, 1),
+                         x.ptr, 0 if wd is None else wd.ptr, float(eps), d, y.ptr)
         return y
 
     def rope(self, x, pos, n_rot, base, freq_scale, mode) -> DevArray:
@@ -136,11 +183,11 @@ class CudaBackend(Backend):
         y = self._empty(x.shape)
         work = n * n_head * (n_rot // 2 + hd - n_rot)
         if work:
-            p = self._in(np.asarray(pos, dtype=np.int32).reshape(-1), np.int32)
-            self.dev.launch("ops", "rope_f32", "PPiiiiffiP", (_cdiv(work, 256), 1), (256, 1, 1),
-                            x.ptr, p.ptr, n, n_head, hd, n_rot,
-                            float(rope_theta_scale(base, n_rot)), float(freq_scale),
-                            int(mode == ROPE_NEOX), y.ptr)
+            p = self._idx(np.asarray(pos, dtype=np.int32).reshape(-1), np.int32)
+            self._launch("rope_f32", (_cdiv(work, 256), 1), (256, 1, 1),
+                         x.ptr, p.ptr, n, n_head, hd, n_rot,
+                         float(rope_theta_scale(base, n_rot)), float(freq_scale),
+                         int(mode == ROPE_NEOX), y.ptr)
         return y
 
     # -- elementwise -----------------------------------------------------------------------------
@@ -156,8 +203,8 @@ class CudaBackend(Backend):
             raise BackendError(f"cuda {kernel}: cannot broadcast {b.shape} to {a.shape}")
         y = self._empty(a.shape)
         if a.size:
-            self.dev.launch("ops", kernel, "PPqqP", self._ew_grid(a.size), (_EW_THREADS, 1, 1),
-                            a.ptr, b.ptr, a.size, b.size, y.ptr)
+            self._launch(kernel, self._ew_grid(a.size), (_EW_THREADS, 1, 1),
+                         a.ptr, b.ptr, a.size, b.size, y.ptr)
         return y
 
     def add(self, a, b) -> DevArray:
@@ -170,16 +217,16 @@ class CudaBackend(Backend):
         x = self._in(x)
         y = self._empty(x.shape)
         if x.size:
-            self.dev.launch("ops", "scale_f32", "PfqP", self._ew_grid(x.size),
-                            (_EW_THREADS, 1, 1), x.ptr, float(np.float32(s)), x.size, y.ptr)
+            self._launch("scale_f32", self._ew_grid(x.size),
+                         (_EW_THREADS, 1, 1), x.ptr, float(np.float32(s)), x.size, y.ptr)
         return y
 
     def _unary(self, kernel: str, x) -> DevArray:
         x = self._in(x)
         y = self._empty(x.shape)
         if x.size:
-            self.dev.launch("ops", kernel, "PqP", self._ew_grid(x.size), (_EW_THREADS, 1, 1),
-                            x.ptr, x.size, y.ptr)
+            self._launch(kernel, self._ew_grid(x.size), (_EW_THREADS, 1, 1),
+                         x.ptr, x.size, y.ptr)
         return y
 
     def gelu(self, x) -> DevArray:
@@ -194,8 +241,8 @@ class CudaBackend(Backend):
             raise BackendError(f"cuda {kernel}: gate {g.shape} vs up {u.shape}")
         y = self._empty(g.shape)
         if g.size:
-            self.dev.launch("ops", kernel, "PPqP", self._ew_grid(g.size), (_EW_THREADS, 1, 1),
-                            g.ptr, u.ptr, g.size, y.ptr)
+            self._launch(kernel, self._ew_grid(g.size), (_EW_THREADS, 1, 1),
+                         g.ptr, u.ptr, g.size, y.ptr)
         return y
 
     def geglu(self, gate, up) -> DevArray:
@@ -209,9 +256,9 @@ class CudaBackend(Backend):
         y = self._empty(x.shape)
         if x.size:
             inv = float(np.float32(1.0) / np.float32(cap))
-            self.dev.launch("ops", "softcap_f32", "PffqP", self._ew_grid(x.size),
-                            (_EW_THREADS, 1, 1), x.ptr, inv, float(np.float32(cap)), x.size,
-                            y.ptr)
+            self._launch("softcap_f32", self._ew_grid(x.size),
+                         (_EW_THREADS, 1, 1), x.ptr, inv, float(np.float32(cap)), x.size,
+                         y.ptr)
         return y
 
     def argmax(self, x) -> np.ndarray:
@@ -220,8 +267,8 @@ class CudaBackend(Backend):
         m = x.shape[-1]
         out = self._empty((x.size // m,), np.int32)
         if out.size:
-            self.dev.launch("ops", "argmax_f32", "PiP", (out.size, 1), (256, 1, 1),
-                            x.ptr, m, out.ptr)
+            self._launch("argmax_f32", (out.size, 1), (256, 1, 1),
+                         x.ptr, m, out.ptr)
         return out.get()
 
     # -- KV and attention ------------------------------------------------------------------------
@@ -236,9 +283,9 @@ class CudaBackend(Backend):
         if not len(cells):
             return
         kernel = {np.float16: "set_rows_f16", np.float32: "set_rows_f32"}[cache.dtype.type]
-        c = self._in(cells, np.int32)
-        self.dev.launch("ops", kernel, "PiPPq", self._ew_grid(rows.size), (_EW_THREADS, 1, 1),
-                        cache.ptr, row, c.ptr, rows.ptr, rows.size)
+        c = self._idx(cells, np.int32)
+        self._launch(kernel, self._ew_grid(rows.size), (_EW_THREADS, 1, 1),
+                     cache.ptr, row, c.ptr, rows.ptr, rows.size)
 
     def attention(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
                   softcap=0.0) -> DevArray:
@@ -259,21 +306,21 @@ class CudaBackend(Backend):
         out = self._empty((n_q, n_head, d_k))
         if n_q:
             kt = "f16" if k_cache.dtype == np.float16 else "f32"
-            dc = self._in(cells if len(cells) else np.zeros(1, np.int32), np.int32)
-            dqs, dqe = self._in(qs, np.int64), self._in(qe, np.int64)
+            dc = self._idx(cells if len(cells) else np.zeros(1, np.int32), np.int32)
+            dqs, dqe = self._idx(qs, np.int64), self._idx(qe, np.int64)
             per = next(p for p in _ATT_PER if 32 * p >= d_k)
             group = n_head // n_kv
             args = (dc.ptr, dqs.ptr, dqe.ptr, float(scale), float(softcap), out.ptr)
             if n_q >= self.attn_tiled_min_queries and group <= _ATT_TILED_WARPS:
                 tile_q = _ATT_TILED_WARPS // group
-                self.dev.launch("attention", f"attn_tiled_p{per}_{kt}", "PPPiiiiiPPPffP",
-                                (n_kv, _cdiv(n_q, tile_q)), (_ATT_TILED_WARPS * 32, 1, 1),
-                                q.ptr, k_cache.ptr, v_cache.ptr, d_k, n_head, n_kv, n_q, tile_q,
-                                *args)
+                self._launch(f"attn_tiled_p{per}_{kt}", (n_kv, _cdiv(n_q, tile_q)),
+                             (_ATT_TILED_WARPS * 32, 1, 1),
+                             q.ptr, k_cache.ptr, v_cache.ptr, d_k, n_head, n_kv, n_q, tile_q,
+                             *args)
             else:
-                self.dev.launch("attention", f"attn_p{per}_{kt}", "PPPiiiPPPffP", (n_head, n_q),
-                                (_ATT_THREADS, 1, 1), q.ptr, k_cache.ptr, v_cache.ptr, d_k,
-                                n_head, n_kv, *args)
+                self._launch(f"attn_p{per}_{kt}", (n_head, n_q),
+                             (_ATT_THREADS, 1, 1), q.ptr, k_cache.ptr, v_cache.ptr, d_k,
+                             n_head, n_kv, *args)
         return out
 
 

@@ -27,6 +27,7 @@ from ...errors import BackendError
 
 KERNEL_FILES = ("matmul", "ops", "attention")
 NVCC_FLAGS = ("-std=c++17", "-O3")
+STAGING_BYTES = 16 << 20        # pinned ring for host -> device copies of activations/indices
 
 
 def probe():
@@ -149,6 +150,8 @@ class Device:
         self.pool = DeviceMemoryPool()
         self.funcs: dict[str, object] = {}
         self.modules = {n: load_module(self.drv, n, self.cc) for n in KERNEL_FILES}
+        self._ring = self.drv.pagelocked_empty(STAGING_BYTES, np.uint8)
+        self._ring_off = 0
 
     def _at_exit(self) -> None:
         if threading.get_ident() not in self._threads:
@@ -192,6 +195,23 @@ class Device:
     def synchronize(self) -> None:
         self.stream.synchronize()
 
+    def copy_in(self, dst: int, a: np.ndarray) -> None:
+        """Queue dst <- a (C-contiguous) on the stream. Small arrays go through a pinned ring, so
+        the copy is truly asynchronous (from pageable memory the driver may wait for the
+        stream); the ring is reused only after a stream synchronisation."""
+        n = a.nbytes
+        if n > STAGING_BYTES // 4:
+            self.drv.memcpy_htod_async(dst, a, self.stream)
+            return
+        off = -(-self._ring_off // 256) * 256
+        if off + n > STAGING_BYTES:
+            self.stream.synchronize()           # every earlier copy out of the ring is done
+            off = 0
+        view = self._ring[off:off + n]
+        view[:] = a.reshape(-1).view(np.uint8)
+        self._ring_off = off + n
+        self.drv.memcpy_htod_async(dst, view, self.stream)
+
 
 class DevArray:
     """A C-contiguous device array: address, shape, dtype and the allocation that owns it.
@@ -218,12 +238,11 @@ class DevArray:
 
     @classmethod
     def upload(cls, dev: Device, a: np.ndarray, persistent: bool = False):
-        """Copy a host array in (pageable memory: CUDA stages it before the call returns, so
-        `a` may be a temporary; no synchronisation)."""
+        """Copy a host array in (queued; `a` may be a temporary: it is staged at once)."""
         a = np.ascontiguousarray(a)
         out = cls.empty(dev, a.shape, a.dtype, persistent)
         if a.nbytes:
-            dev.drv.memcpy_htod_async(out.ptr, a, dev.stream)
+            dev.copy_in(out.ptr, a)
         return out
 
     # -- numpy-like surface ----------------------------------------------------------------------
@@ -293,7 +312,7 @@ class DevArray:
         if v is None:                                 # general index: through the host
             host = self.get()
             host[key] = np.asarray(value)
-            drv.memcpy_htod_async(self.ptr, host, st)   # pageable source: staged at once
+            self.dev.copy_in(self.ptr, host)
             return
         if np.isscalar(value) and value == 0:
             if v.nbytes:
@@ -306,7 +325,7 @@ class DevArray:
         else:
             a = np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=v.dtype), v.shape))
             if a.nbytes:
-                drv.memcpy_htod_async(v.ptr, a, st)
+                self.dev.copy_in(v.ptr, a)
 
 
 def _resolve_shape(shape, size: int) -> tuple[int, ...]:
