@@ -899,10 +899,6 @@ static inline void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int6
     pyl_part_fn part;
     const int fam = pyl_family(t);
 #if PYL_AVX2
-    { /* the next row tile of this thread (static schedule: adjacent rows) */
-        const char *nx = (const char *)(wsrc + (r0 + nr) * wstride);
-        for (int64_t i = 0; i < (int64_t)nr * wstride; i += 64) _mm_prefetch(nx + i, _MM_HINT_T0);
-    }
     if (n <= PYL_DIRECT_MAX_TOKENS && fam != 2) {
         for (int i = 0; i < n; i++) X[i] = pyl_act_row(A, i);
         pyl_direct_for(t)(wsrc + r0 * wstride, wstride, nr, fam == 0 ? k / 32 : k / 256, X, (int)n,
