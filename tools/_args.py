@@ -5,7 +5,7 @@ Every option has exactly one disposition (`status`):
   noop         accepted, means nothing here (mmap/numa/GPU placement...); one warning line
   unsupported  not supported yet: using it exits 1 (for a +/- pair only the non-default side)
   deprecated   an old spelling llama.cpp removed; still works, with a one-line note
-Parser rules (common/arg.cpp): config < environment < command line; `_` → `-` in long names;
+Parser rules (common/arg.cpp): config files < environment < command line; `_` → `-` in long names;
 no `--opt=value`; no-value flags from env only when truthy; `LLAMA_ARG_NO_X` forces a +/- pair
 off; a repeated option warns (lists accumulate). docs/flags.md is generated from this table.
 """
@@ -933,12 +933,65 @@ def usage(tool: str) -> str:
     return "\n\n".join(parts)
 
 
-def parse(tool: str, argv: list[str], env=None, stream=None) -> Params:
-    """llama.cpp's common_params_parse for one tool; raises ArgError with llama.cpp's text."""
+def config_files(env) -> list[str]:
+    """/etc/llama.cpp/config.ini, then ${XDG_CONFIG_HOME:-~/.config}/llama.cpp/config.ini."""
+    home = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return [p for p in ("/etc/llama.cpp/config.ini", os.path.join(home, "llama.cpp", "config.ini"))
+            if os.path.isfile(p)]
+
+
+def read_ini(path: str) -> list[tuple[str, str]]:
+    """(key, value) pairs of the global part and the `[*]` section; other sections are presets
+    for other models and are skipped, like llama.cpp's common_params_apply_system_config."""
+    out, section = [], ""
+    with open(path, encoding="utf-8") as f:
+        for raw in f:
+            line = raw.strip()
+            if not line or line[0] in "#;":
+                continue
+            if line.startswith("[") and line.endswith("]"):
+                section = line[1:-1].strip()
+            elif section in ("", "*"):
+                key, _, value = line.partition("=")
+                out.append((key.strip(), value.strip().strip('"')))
+    return out
+
+
+def _apply_config(params: Params, table: dict, paths, notes: _Notes, fresh: set) -> None:
+    """Config keys are long option names without dashes; unknown keys are ignored."""
+    for path in paths:
+        for key, value in read_ini(path):
+            hit = table.get("--" + key.replace("_", "-")) or table.get("-" + key)
+            if hit is None:
+                continue
+            o, positive = hit
+            try:
+                if o.kind in ("flag", "bool"):
+                    v = parse_bool(value) if value else True
+                    if o.kind == "flag":
+                        if v:
+                            notes(o, key)
+                            _set(params, o.dest, o.const)
+                        continue
+                    v = v if positive else not v
+                    notes(o, key, v)
+                    _set(params, o.dest, v)
+                else:
+                    notes(o, key)
+                    _store(params, o, _convert(o, value), fresh)
+            except ConvertError as e:
+                raise ArgError(f'error while handling config file "{path}" key "{key}": {e}') \
+                    from None
+
+
+def parse(tool: str, argv: list[str], env=None, stream=None, config=None) -> Params:
+    """llama.cpp's common_params_parse for one tool: config files < environment < command line;
+    raises ArgError with llama.cpp's text. `config`: INI paths (default: config_files(env))."""
     env = os.environ if env is None else env
     stream = sys.stderr if stream is None else stream
     params = _tool_defaults(tool)
     opts, table, notes = options_for(tool), _lookup(tool), _Notes(stream)
+    _apply_config(params, table, config_files(env) if config is None else config, notes, set())
     _apply_env(params, opts, env, notes, set())
     fresh, count = set(), {}
     i = 0

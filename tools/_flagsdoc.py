@@ -19,7 +19,9 @@ llama-speculative[-simple], llama-perplexity, llama-tokenize) has one dispositio
 **implemented**; **accepted, no effect** (prints one warning line: only where the flag means
 nothing in pyllama); **not supported yet** (one error line, exit 1; for a `--x`/`--no-x` pair
 only the side that turns the feature on); **old spelling** (a spelling llama.cpp removed, still
-accepted here with a one-line note). Rules as in llama.cpp: environment < command line, `_` and
+accepted here with a one-line note). Rules as in llama.cpp: config files
+(`/etc/llama.cpp/config.ini`, then `${XDG_CONFIG_HOME:-~/.config}/llama.cpp/config.ini`; keys
+are long option names without dashes, global part and `[*]` section) < environment < command line, `_` and
 `-` are the same in long names, no `--opt=value`, no-value flags set from the environment only
 by a truthy value (`on`, `enabled`, `true`, `1`), `LLAMA_ARG_NO_<X>` turns a `--x/--no-x` pair
 off. Differences: no `-m` means the bundled default model (gemma-3-270m); `-md` alone enables

@@ -222,3 +222,19 @@ def test_usage_mentions_every_current_flag():
         if o.status != "deprecated":
             assert o.args[0] in text
     assert "(env: LLAMA_ARG_CTX_SIZE)" in text
+
+
+def test_config_file_below_env_below_cli(tmp_path):
+    cfg = tmp_path / "llama.cpp" / "config.ini"
+    cfg.parent.mkdir()
+    cfg.write_text("# comment\nctx-size = 300\ntemp = 0.3\nswa-full = true\nno-escape = true\n"
+                   "unknown-key = 1\n[other-model]\nctx-size = 999\n[*]\ntop-k = 7\n")
+    p, _ = P("completion", env={"XDG_CONFIG_HOME": str(tmp_path)})
+    assert (p.n_ctx, p.sampling.temp, p.swa_full, p.escape, p.sampling.top_k) == \
+        (300, 0.3, True, False, 7)
+    p, _ = P("completion", "-c", "100",
+             env={"XDG_CONFIG_HOME": str(tmp_path), "LLAMA_ARG_TEMPERATURE": "0.9"})
+    assert (p.n_ctx, p.sampling.temp) == (100, 0.9)
+    cfg.write_text("ctx-size = abc\n")
+    with pytest.raises(ArgError, match="config file .* key \"ctx-size\": stoi"):
+        P("completion", env={"XDG_CONFIG_HOME": str(tmp_path)})
