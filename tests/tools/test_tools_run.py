@@ -227,3 +227,19 @@ def test_speculative_needs_a_drafter(tool, tiny):
     assert r.returncode == 1 and "--model-draft is required" in r.stderr
     r = tool("speculative", "-m", tiny, "-md", tiny, "-p", "x", "-n", "-5")
     assert r.returncode == 1 and "--n-predict must be >= -1" in r.stderr
+
+
+def test_perplexity_output_type_1(tool, tiny, text_file):
+    r = tool("perplexity", "-m", tiny, "-f", text_file, "-c", "64", "--chunks", "4", "-b", "128",
+             "--ppl-output-type", "1")
+    assert r.returncode == 0, r.stderr
+    rows = [ln for ln in r.stdout.decode().splitlines() if re.match(r" +\d+  ", ln)]
+    assert [int(ln.split()[0]) for ln in rows] == [0, 0, 128, 128]   # offset of the batch group
+    assert all(re.fullmatch(r" {7}\d|\s+\d+  [\d.]+  [\d.]+  [\d.]+", ln) for ln in rows)
+
+
+def test_completion_interactive_prefix_suffix(tool, tiny):
+    r = tool("completion", "-m", tiny, "-i", "-p", "the", "--in-prefix", "cat ", "--in-suffix",
+             " on", "-n", "3", "--temp", "0", "-no-cnv", stdin=b"sat\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count(b"\n> ") == 2 and "EOF by user" in r.stderr
