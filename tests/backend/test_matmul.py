@@ -190,21 +190,20 @@ def test_batch_invariance_bit_exact(t, threads):
 
 
 @pytest.mark.parametrize("t", [T.Q8_0, T.Q5_0, T.Q4_K, T.Q6_K, T.F16, T.Q4_1, T.Q2_K])
-def test_thread_invariance_bit_exact(t):
-    w = weight(t, rand_weight(t, 61, 512))
-    x = act(37, 512)
+@pytest.mark.parametrize("rows,n", [(61, 37), (1001, 1)])   # mat-mat tiles; direct mat-vec
+def test_thread_invariance_bit_exact(t, rows, n):
+    w = weight(t, rand_weight(t, rows, 512))
+    x = act(n, 512)
     old = mm.get_num_threads()
     try:
-        mm.set_num_threads(1)
-        y1 = mm.matmul(w, x)
-        mm.set_num_threads(2)
-        y2 = mm.matmul(w, x)
-        mm.set_num_threads(3)
-        y3 = mm.matmul(w, x)
+        ys = []
+        for nth in (1, 2, 3):
+            mm.set_num_threads(nth)
+            ys.append(mm.matmul(w, x))
     finally:
         mm.set_num_threads(old)
-    np.testing.assert_array_equal(y1, y2)
-    np.testing.assert_array_equal(y1, y3)
+    np.testing.assert_array_equal(ys[0], ys[1])
+    np.testing.assert_array_equal(ys[0], ys[2])
 
 
 # ---------------------------------------------------------------------- real models ---------

@@ -173,7 +173,7 @@ cdef void _tiles(int wtype, const uint8_t *wp, int64_t wstride, int64_t rows, in
     cdef Py_ssize_t ntiles = (rows + PYL_R - 1) // PYL_R, it
     cdef int tid = 0, nr
     cdef int64_t r0
-    if ntiles < 2 or rows * wstride * n < 32768:
+    if ntiles < 2 or rows * wstride * n < 131072:   # waking a passive thread costs more
         nth = 1
     if nth == 1:
         for it in range(ntiles):
