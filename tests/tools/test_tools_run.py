@@ -243,3 +243,13 @@ def test_completion_interactive_prefix_suffix(tool, tiny):
              " on", "-n", "3", "--temp", "0", "-no-cnv", stdin=b"sat\n")
     assert r.returncode == 0, r.stderr
     assert r.stdout.count(b"\n> ") == 2 and "EOF by user" in r.stderr
+
+
+def test_bench_help_version_bad_output(tool):
+    r = tool("bench", "-h")
+    assert r.returncode == 0 and r.stdout.startswith(b"usage: llama-bench [options]")
+    r = tool("bench", "--version")
+    assert r.returncode == 0 and r.stderr.startswith("version: ")
+    r = tool("bench", "-o", "xml")
+    assert r.returncode == 1 and "error: invalid parameter for argument: -o" in r.stderr
+    assert b"usage: llama-bench" in r.stdout
