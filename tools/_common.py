@@ -59,6 +59,14 @@ def _cuda_device(cuda) -> str | None:
     return name if ok else None
 
 
+def cuda_usable() -> bool:
+    try:
+        from pyllama.backend import cuda
+        return _cuda_device(cuda) is not None
+    except Exception:  # noqa: BLE001 - no pycuda / driver / GPU
+        return False
+
+
 def list_devices_text() -> str:
     lines = ["Available devices:"]
     try:
@@ -188,12 +196,8 @@ def pick_backend(params: Params) -> str:
     else 'cpu' (an explicit -ngl N > 0 then warns, like llama.cpp on a CPU-only build)."""
     ngl = params.model_kwargs()["n_gpu_layers"]
     if ngl != 0:
-        try:
-            from pyllama.backend import cuda
-            if _cuda_device(cuda) is not None:
-                return "cuda"
-        except Exception:  # noqa: BLE001 - no pycuda / driver / GPU
-            pass
+        if cuda_usable():
+            return "cuda"
         if "n_gpu_layers" in params.set_fields and ngl > 0:
             print("warning: no usable GPU found, --gpu-layers option will be ignored",
                   file=sys.stderr)
