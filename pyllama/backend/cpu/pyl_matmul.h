@@ -284,8 +284,8 @@ static inline int pyl_block_bytes(int t) {
 #if PYL_AVX2
 /* 16 packed bytes -> 32 values: low nibbles (elements 0-15), high nibbles (16-31) */
 static inline __m256i pyl_nib32(const uint8_t *x) {
-    const __m128i q = _mm_loadu_si128((const __m128i *)x), m4 = _mm_set1_epi8(0xF);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+    const __m128i q = _mm_loadu_si128((const __m128i *)x);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0xF));
 }
 static inline __m256i pyl_bits32(const uint8_t *qh) { /* 0xFF where bit j of qh is set */
     uint32_t x32; memcpy(&x32, qh, 4);
