@@ -3,6 +3,13 @@
 matmul/get_rows come from .matmul (quantized dot products); the non-matmul ops from _ops and the
 attention kernel from _attn. The module imports without the compiled extensions; constructing a
 CpuBackend then raises BackendError with the build command.
+
+Beyond base.Backend: `matmul(w, x, out=None)`, `rms_norm(x, w, eps, out=None)` (weight multiply
+fused; x [..., d], e.g. [n, n_head, d] for per-head q/k norms). Results never depend on the thread
+count: small calls (< ~0.2 ms of work) run on one thread, larger ones on n_threads.
+Numerics vs llama.cpp's CPU backend (measured, Gemma 3 270M): per op within ~1e-7 relative of the
+numpy oracle; GELU is the exact formula (ggml uses an f16 table), and q and the softmax
+probabilities are not rounded to f16 as ggml's non-flash mul_mat path does.
 """
 from __future__ import annotations
 
