@@ -28,9 +28,11 @@
 #ifdef __CUDA_ARCH__
 #define PYL_MUL(a, b) __fmul_rn((a), (b))
 #define PYL_SUB(a, b) __fsub_rn((a), (b))
+#define PYL_ADD(a, b) __fadd_rn((a), (b))
 #else
 #define PYL_MUL(a, b) ((a) * (b))
 #define PYL_SUB(a, b) ((a) - (b))
+#define PYL_ADD(a, b) ((a) + (b))
 #endif
 
 PYL_HD float pyl_half(const uint8_t *p) {

@@ -3,7 +3,9 @@
 // Numerics mirror pyllama.backend.ref (ggml's CPU formulas): every f32 product/sum is rounded
 // on its own (__fmul_rn etc., no contraction), and the transcendental parts are evaluated in
 // double and rounded once, so results agree with the numpy oracle to the last bit or one ulp.
-// Reductions (rms_norm, argmax) use one block per row and a fixed tree.
+// Reductions (rms_norm, argmax) use one block per row and a fixed tree. The per-item formulas
+// (pyl_rope_one, pyl_gelu, pyl_silu, pyl_softcap, pyl_q8_0_block) are __host__ __device__ and
+// checked against the numpy reference on the host by tests/cuda/test_ops_host.py.
 #include "common.cuh"
 
 #define OPS_THREADS 256
@@ -38,15 +40,11 @@ extern "C" __global__ void __launch_bounds__(OPS_THREADS)
 // ---- rope ------------------------------------------------------------------------------------
 // x, y [n, n_head, hd]; pos [n]; one thread per (token, head, dim pair or pass-through dim).
 // theta follows ggml_rope_cache_init: (float)pos multiplied by theta_scale once per pair, in f32.
-extern "C" __global__ void rope_f32(const float *__restrict__ x, const int *__restrict__ pos,
-                                    int n, int n_head, int hd, int n_rot, float theta_scale,
-                                    float freq_scale, int neox, float *__restrict__ y) {
+// pyl_rope_one does work item idx (also built for the host: tests/cuda/test_ops_host.py).
+PYL_HD void pyl_rope_one(const float *x, const int *pos, int n_head, int hd, int n_rot,
+                         float theta_scale, float freq_scale, int neox, long long idx, float *y) {
     const int half_rot = n_rot / 2;
     const int per_head = half_rot + (hd - n_rot);
-    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (long long)n * n_head * per_head) {
-        return;
-    }
     const int j = (int)(idx % per_head);
     const long long row = idx / per_head;           // token * n_head + head
     const float *xr = x + (size_t)row * hd;
@@ -58,15 +56,24 @@ extern "C" __global__ void rope_f32(const float *__restrict__ x, const int *__re
     }
     float theta = (float)pos[row / n_head];
     for (int i = 0; i < j; ++i) {
-        theta = __fmul_rn(theta, theta_scale);
+        theta = PYL_MUL(theta, theta_scale);
     }
-    const double t = (double)__fmul_rn(freq_scale, theta);
+    const double t = (double)PYL_MUL(freq_scale, theta);
     const float c = (float)cos(t), s = (float)sin(t);
     const int i0 = neox ? j : 2 * j;
     const int i1 = neox ? j + half_rot : 2 * j + 1;
     const float x0 = xr[i0], x1 = xr[i1];
-    yr[i0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    yr[i1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    yr[i0] = PYL_SUB(PYL_MUL(x0, c), PYL_MUL(x1, s));
+    yr[i1] = PYL_ADD(PYL_MUL(x0, s), PYL_MUL(x1, c));
+}
+
+extern "C" __global__ void rope_f32(const float *__restrict__ x, const int *__restrict__ pos,
+                                    int n, int n_head, int hd, int n_rot, float theta_scale,
+                                    float freq_scale, int neox, float *__restrict__ y) {
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < (long long)n * n_head * (n_rot / 2 + hd - n_rot)) {
+        pyl_rope_one(x, pos, n_head, hd, n_rot, theta_scale, freq_scale, neox, idx, y);
+    }
 }
 
 // ---- elementwise -----------------------------------------------------------------------------
@@ -90,14 +97,14 @@ extern "C" __global__ void scale_f32(const float *a, float s, long long n, float
 }
 
 // tanh-GELU as x * sigmoid(2u) = x / (1 + exp(-2u)), u = sqrt(2/pi) x (1 + 0.044715 x^2)
-__device__ __forceinline__ float pyl_gelu(float xf) {
+PYL_HD float pyl_gelu(float xf) {
     const double x = (double)xf;
     const double inner = (double)0.79788456080286535587989211986876f * x *
                          (1.0 + (double)0.044715f * x * x);
     return (float)(x / (1.0 + exp(-2.0 * inner)));
 }
 
-__device__ __forceinline__ float pyl_silu(float xf) {
+PYL_HD float pyl_silu(float xf) {
     const double x = (double)xf;
     return (float)(x / (1.0 + exp(-x)));
 }
@@ -119,12 +126,14 @@ extern "C" __global__ void swiglu_f32(const float *g, const float *u, long long 
 }
 
 // y = tanh(x * (1/cap)) * cap; inv_cap is the f32 reciprocal computed on the host
+PYL_HD float pyl_softcap(float x, float inv_cap, float cap) {
+    const float t = (float)tanh((double)PYL_MUL(x, inv_cap));
+    return PYL_MUL(t, cap);
+}
+
 extern "C" __global__ void softcap_f32(const float *a, float inv_cap, float cap, long long n,
                                        float *y) {
-    PYL_GRID_LOOP(i, n) {
-        const float t = (float)tanh((double)__fmul_rn(a[i], inv_cap));
-        y[i] = __fmul_rn(t, cap);
-    }
+    PYL_GRID_LOOP(i, n) { y[i] = pyl_softcap(a[i], inv_cap, cap); }
 }
 
 // ---- KV writes: cache[cells[i]] = rows[i] in the cache type ----------------------------------
@@ -145,25 +154,28 @@ extern "C" __global__ void set_rows_f32(float *cache, int row, const int *cells,
 }
 
 // q8_0 as quantize_row_q8_0_ref: d = amax / 127, q = roundf(x / d); one thread per block of 32
+PYL_HD void pyl_q8_0_block(const float *x, uint8_t *b) {
+    float amax = 0.0f;
+    for (int k = 0; k < 32; ++k) {
+        amax = fmaxf(amax, fabsf(x[k]));
+    }
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t dh = __half_as_ushort(__float2half_rn(d));
+    b[0] = (uint8_t)(dh & 0xFF);
+    b[1] = (uint8_t)(dh >> 8);
+    for (int k = 0; k < 32; ++k) {
+        b[2 + k] = (uint8_t)(int8_t)roundf(PYL_MUL(x[k], id));
+    }
+}
+
 extern "C" __global__ void set_rows_q8_0(uint8_t *cache, int row, const int *cells,
                                          const float *rows, long long n_blocks) {
     const int bpr = row / 32;                      // blocks per row
     PYL_GRID_LOOP(i, n_blocks) {
         const long long r = i / bpr, blk = i % bpr;
-        const float *x = rows + (size_t)r * row + (size_t)blk * 32;
-        float amax = 0.0f;
-        for (int k = 0; k < 32; ++k) {
-            amax = fmaxf(amax, fabsf(x[k]));
-        }
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        uint8_t *b = cache + (size_t)cells[r] * (size_t)bpr * 34 + (size_t)blk * 34;
-        const uint16_t dh = __half_as_ushort(__float2half_rn(d));
-        b[0] = (uint8_t)(dh & 0xFF);
-        b[1] = (uint8_t)(dh >> 8);
-        for (int k = 0; k < 32; ++k) {
-            b[2 + k] = (uint8_t)(int8_t)roundf(__fmul_rn(x[k], id));
-        }
+        pyl_q8_0_block(rows + (size_t)r * row + (size_t)blk * 32,
+                       cache + (size_t)cells[r] * (size_t)bpr * 34 + (size_t)blk * 34);
     }
 }
 
