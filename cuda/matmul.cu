@@ -12,19 +12,13 @@
 #define MM_WARPS 4      // rows per block
 #define MM_TILE 8       // tokens per block (weights dequantized once per tile)
 
+// Lane `lane`'s partial sums for tokens t0 .. t0 + MM_TILE - 1 of one weight row wr: chunks
+// lane, lane + 32, ... in order, w[k] * x[k] by fmaf in element order. __host__ __device__ so
+// tests/cuda/test_matmul_host.py can run the exact arithmetic on the host.
 template <int TYPE>
-__device__ __forceinline__ void mm_impl(const uint8_t *__restrict__ W, long long row_bytes,
-                                        int rows, int cols, const float *__restrict__ x, int n,
-                                        float *__restrict__ y) {
-    const int lane = threadIdx.x % PYL_WARP;
-    const int r = blockIdx.x * MM_WARPS + threadIdx.x / PYL_WARP;
-    if (r >= rows) {
-        return;
-    }
-    const int t0 = blockIdx.y * MM_TILE;
-    const uint8_t *wr = W + (size_t)r * (size_t)row_bytes;
+PYL_HD void pyl_mm_lane(const uint8_t *wr, int cols, const float *x, int n, int t0, int lane,
+                        float *acc) {
     const int n_chunks = (cols + 31) / 32;
-    float acc[MM_TILE];
 #pragma unroll
     for (int t = 0; t < MM_TILE; ++t) {
         acc[t] = 0.0f;
@@ -32,7 +26,7 @@ __device__ __forceinline__ void mm_impl(const uint8_t *__restrict__ W, long long
     for (int c = lane; c < n_chunks; c += PYL_WARP) {
         float w[32];
         pyl_dequant_chunk<TYPE>(wr, c, cols, w);
-        const int kmax = min(32, cols - c * 32);
+        const int kmax = cols - c * 32 < 32 ? cols - c * 32 : 32;
 #pragma unroll
         for (int t = 0; t < MM_TILE; ++t) {
             if (t0 + t < n) {
@@ -46,6 +40,20 @@ __device__ __forceinline__ void mm_impl(const uint8_t *__restrict__ W, long long
             }
         }
     }
+}
+
+template <int TYPE>
+__device__ __forceinline__ void mm_impl(const uint8_t *__restrict__ W, long long row_bytes,
+                                        int rows, int cols, const float *__restrict__ x, int n,
+                                        float *__restrict__ y) {
+    const int lane = threadIdx.x % PYL_WARP;
+    const int r = blockIdx.x * MM_WARPS + threadIdx.x / PYL_WARP;
+    if (r >= rows) {
+        return;
+    }
+    const int t0 = blockIdx.y * MM_TILE;
+    float acc[MM_TILE];
+    pyl_mm_lane<TYPE>(W + (size_t)r * (size_t)row_bytes, cols, x, n, t0, lane, acc);
 #pragma unroll
     for (int t = 0; t < MM_TILE; ++t) {
         const float v = pyl_warp_sum(acc[t]);
