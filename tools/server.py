@@ -42,7 +42,20 @@ def to_config(params):
         chat_template=params.chat_template or None, jinja=params.use_jinja,
         chat_template_kwargs=kwargs, api_prefix=params.api_prefix, ui=params.webui,
         warmup=params.warmup, sse_ping_interval=float(params.sse_ping_interval),
-        model_params=model_kw)
+        model_params=model_kw, **_spec_and_checkpoints(params))
+
+
+def _spec_and_checkpoints(params) -> dict:
+    """Speculative decoding and SWA context checkpoint settings."""
+    from pyllama import models
+    sp = params.speculative
+    return dict(
+        draft_model=models.resolve(sp.model) if sp.model else None, spec_types=list(sp.types),
+        spec_n_max=sp.n_max, spec_n_min=sp.n_min, spec_p_min=sp.p_min,
+        spec_ngram_size_n=sp.ngram_simple_size_n, spec_ngram_size_m=sp.ngram_simple_size_m,
+        draft_type_k=sp.cache_type_k, draft_type_v=sp.cache_type_v,
+        n_ctx_checkpoints=getattr(params, "n_ctx_checkpoints", 32),
+        checkpoint_min_step=getattr(params, "checkpoint_min_step", 8192))
 
 
 def _sampling(params):

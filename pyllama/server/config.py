@@ -55,10 +55,33 @@ class ServerConfig:
     warmup: bool = True
     sse_ping_interval: float = 30.0
     model_params: dict = field(default_factory=dict)  # extra load_model kwargs (e.g. n_gpu_layers)
+    # speculative decoding (-md alone enables draft-simple, ARCHITECTURE decision 5)
+    draft_model: str | None = None
+    spec_types: list[str] = field(default_factory=list)   # --spec-type values ("none" ignored)
+    spec_n_max: int = 3
+    spec_n_min: int = 0
+    spec_p_min: float = 0.0
+    spec_ngram_size_n: int = 12
+    spec_ngram_size_m: int = 48
+    draft_type_k: str = "f16"
+    draft_type_v: str = "f16"
+    # SWA context checkpoints (-ctxcp, -cms)
+    n_ctx_checkpoints: int = 32
+    checkpoint_min_step: int = 8192
 
     @property
     def n_slots(self) -> int:
         return 4 if self.n_parallel < 0 else self.n_parallel
+
+    @property
+    def spec_draft(self) -> bool:
+        """Draft-model speculation: -md with no type, or with draft-simple among the types."""
+        types = [t for t in self.spec_types if t != "none"]
+        return bool(self.draft_model) and (not types or "draft-simple" in types)
+
+    @property
+    def spec_ngram(self) -> bool:
+        return "ngram-simple" in self.spec_types
 
     @property
     def unified(self) -> bool:

@@ -59,6 +59,43 @@ class Task:
     t_submit: float = field(default_factory=time.perf_counter)
 
 
+@dataclass
+class Checkpoint:
+    """An SWA-only state of a slot's sequence after its first n_tokens cached tokens."""
+    n_tokens: int
+    pos_min: int
+    pos_max: int
+    data: bytes
+
+
+class Speculation:
+    """Per-slot drafting for the server (llama.cpp common_speculative in server-context.cpp):
+    n-gram lookup and/or a draft model whose context holds one sequence per slot (same n_ctx,
+    n_seq_max, kv_unified, n_batch/n_ubatch as the target) and follows the target's tokens."""
+
+    def __init__(self, cfg, draft_ctx=None):
+        from pyllama.speculative import DraftModelDrafter, NgramDrafter
+        self.n_max, self.n_min = cfg.spec_n_max, cfg.spec_n_min
+        self.draft_ctx = draft_ctx
+        self.ngram = (NgramDrafter(cfg.spec_ngram_size_n, cfg.spec_ngram_size_m)
+                      if cfg.spec_ngram else None)
+        n = draft_ctx.n_seq_max if draft_ctx is not None else 0
+        self.models = [DraftModelDrafter(draft_ctx, i, cfg.spec_p_min) for i in range(n)]
+
+    def draft(self, seq: int, history: list[int], n_max: int) -> list[int]:
+        """n-gram first, then the draft model (llama.cpp's priority order)."""
+        out: list[int] = []
+        if self.ngram is not None:
+            out = self.ngram.draft(history, n_max)
+        if not out and self.models:
+            out = self.models[seq].draft(history, n_max)
+        return out[:n_max] if len(out) >= self.n_min else []
+
+    def rollback(self, seq: int, n_keep: int) -> None:
+        if self.models:
+            self.models[seq].rollback(n_keep)
+
+
 class Slot:
     """One sequence of the shared context: its cached tokens and the task it runs."""
 
@@ -68,6 +105,8 @@ class Slot:
         self.task: Task | None = None
         self.t_last_used = 0.0
         self.stats: dict = {}
+        self.checkpoints: list[Checkpoint] = []   # SWA-only states, oldest first
+        self.drafts: list[int] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
     @property
@@ -84,6 +123,10 @@ class Slot:
         n_past = self._reusable_prefix(task.prompt) if p.cache_prompt else 0
         e.memory.seq_rm(self.id, n_past, -1)
         del self.cache[n_past:]
+        self.checkpoints = [c for c in self.checkpoints if c.n_tokens <= n_past]
+        self.ckpt_marks = e.checkpoint_marks(n_past, len(task.prompt))
+        self.drafts = []
+        self.n_draft, self.n_draft_accepted, self.n_verif = 0, 0, 0
         self.n_prompt_done, self.n_cached = n_past, n_past
         self.sampler = e.new_sampler(p.sampling)
         for t in task.prompt:       # llama.cpp replays the prompt: penalties and DRY see it
@@ -102,31 +145,43 @@ class Slot:
                       "params": p.settings}
 
     def _reusable_prefix(self, prompt: list[int]) -> int:
-        """Longest common prefix with the cache, less one so the last prompt token is re-evaluated,
-        and 0 when the SWA window of the first new token is no longer in the cache."""
+        """Longest common prefix with the cache, less one so the last prompt token is re-evaluated;
+        when the SWA window of the first new token is no longer in the cache, the newest context
+        checkpoint inside that prefix (or 0: full re-processing)."""
         n = 0
         lim = min(len(self.cache), len(prompt) - 1)
         while n < lim and self.cache[n] == prompt[n]:
             n += 1
-        return n if n == 0 or self.engine.window_ok(self.id, n) else 0
+        if n == 0 or self.engine.window_ok(self.id, n):
+            return n
+        return self.engine.restore_checkpoint(self, n)
 
     def release(self) -> None:
         self.task = None
         self.t_last_used = time.perf_counter()
 
     # -- the per-slot step (hooks for speculative decoding) ----------------------------------
-    def propose(self) -> list[int]:
-        """Tokens to decode after the cache this step, each with logits: the last sampled token
-        (a speculative slot appends its draft tokens here)."""
-        return [self.sampled]
+    def propose(self, room: int) -> list[int]:
+        """Tokens to decode after the cache this step, each with logits: the last sampled token,
+        then the drafted tokens when speculating (at most room tokens in all)."""
+        self.drafts = self.engine.draft(self, room) if self.engine.spec else []
+        return [self.sampled] + self.drafts
 
     def prompt_chunk(self, budget: int) -> list[int]:
-        return self.prompt[self.n_prompt_done:self.n_prompt_done + budget]
+        """The next prompt tokens, ending at the next checkpoint mark (a chunk boundary)."""
+        end = self.n_prompt_done + budget
+        for m in self.ckpt_marks:
+            if m > self.n_prompt_done:
+                end = min(end, m)
+                break
+        return self.prompt[self.n_prompt_done:end]
 
     # -- results ------------------------------------------------------------------------------
     def on_prompt_chunk(self, chunk: list[int]) -> None:
         self.cache.extend(chunk)
         self.n_prompt_done += len(chunk)
+        if self.n_prompt_done in self.ckpt_marks:
+            self.engine.save_checkpoint(self)
 
     def on_generated_decoded(self, tokens: list[int]) -> None:
         self.cache.extend(tokens)
@@ -135,27 +190,47 @@ class Slot:
         """Forget everything after the first n_keep cached tokens (rejected draft tokens)."""
         self.engine.memory.seq_rm(self.id, n_keep, -1)
         del self.cache[n_keep:]
+        if self.engine.spec:
+            self.engine.spec.rollback(self.id, n_keep)
 
     def accept_logits(self, rows: list[np.ndarray]) -> list[int]:
-        """The tokens this step emits, given the logits of the proposed tokens. Plain decoding
-        samples one token from the last row; a speculative slot verifies its drafts against
-        all rows, calls rollback() for the rejected ones and returns accepted + bonus tokens."""
-        logits = rows[-1]
-        tok = int(self.sampler.sample(logits))
-        self.sampler.accept(tok)
-        if self.params.n_probs:
-            self.probs.append(self.engine.token_probs(self, logits, tok))
-        return [tok]
+        """The tokens this step emits, given the logits of the proposed tokens (one row per
+        token: [sampled, d1..dN]). Chain acceptance (common_sampler_sample_and_accept_n): sample
+        the slot's sampler at each row, accept while it equals the draft and is not an EOG
+        before the last draft; the rejected drafts are rolled back. Plain decoding is N = 0."""
+        drafts, eog = self.drafts, self.engine.vocab.eog_ids
+        out: list[int] = []
+        for i, logits in enumerate(rows[:len(drafts) + 1]):
+            tok = int(self.sampler.sample(logits))
+            self.sampler.accept(tok)
+            if self.params.n_probs:
+                self.probs.append(self.engine.token_probs(self, logits, tok))
+            out.append(tok)
+            if i == len(drafts) or tok != drafts[i] or (tok in eog and i + 1 < len(drafts)):
+                break
+        if drafts:
+            n_acc = len(out) - 1
+            self.n_draft += len(drafts)
+            self.n_draft_accepted += n_acc
+            self.n_verif += 1
+            self.rollback(len(self.cache) - len(drafts) + n_acc)
+        self.drafts = []
+        return out
 
     def timings(self) -> Timings:
         return Timings(cache_n=self.n_cached, prompt_n=len(self.prompt) - self.n_cached,
                        prompt_ms=(self.t_prompt_done - self.t_start) * 1e3,
                        predicted_n=self.n_decoded,
                        predicted_ms=max((self.t_last - self.t_prompt_done) * 1e3,
-                                        1e-3 if self.n_decoded else 0.0))
+                                        1e-3 if self.n_decoded else 0.0),
+                       draft_n=getattr(self, "n_draft", 0),
+                       draft_n_accepted=getattr(self, "n_draft_accepted", 0))
 
     def to_json(self) -> dict:
-        d = {"id": self.id, "n_ctx": self.n_ctx, "speculative": False, "is_processing": self.busy}
+        d = {"id": self.id, "n_ctx": self.n_ctx, "speculative": self.engine.spec is not None,
+             "is_processing": self.busy,
+             "ctx_checkpoints": {"n": len(self.checkpoints),
+                                 "size": sum(len(c.data) for c in self.checkpoints)}}
         if self.stats:
             d.update(self.stats)
             d["next_token"] = [{"has_next_token": self.busy, "has_new_line": "\n" in
@@ -202,6 +277,8 @@ class Metrics:
         self.tokens_predicted_seconds_total = 0.0
         self.n_decode_total = self.n_busy_slots_total = 0
         self.n_tokens_max = 0
+        self.spec_draft_tokens_total = self.spec_accepted_tokens_total = 0
+        self.spec_drafts_total = 0
         self.bucket = [0, 0.0, 0, 0.0]     # prompt n, prompt s, predicted n, predicted s
 
     def on_task_done(self, t: Timings) -> None:
@@ -210,6 +287,8 @@ class Metrics:
         self.prompt_seconds_total += t.prompt_ms / 1e3
         self.tokens_predicted_total += t.predicted_n
         self.tokens_predicted_seconds_total += t.predicted_ms / 1e3
+        self.spec_draft_tokens_total += t.draft_n
+        self.spec_accepted_tokens_total += t.draft_n_accepted
         b = self.bucket
         b[0] += t.prompt_n
         b[1] += t.prompt_ms / 1e3
@@ -279,12 +358,25 @@ class Engine:
         self.vocab = self.model.vocab
         self.template = ChatTemplate.for_model(self.vocab, override=cfg.chat_template)
         n = cfg.n_slots
+        draft_model = self._load_draft_model() if cfg.spec_draft else None
+        speculating = draft_model is not None or cfg.spec_ngram
+        # rollbacks of up to n_max drafts stay exact in a shared SWA cache (decision 10)
+        extra = max(cfg.swa_extra, cfg.spec_n_max) if speculating else cfg.swa_extra
         self.ctx = pyllama.Context(self.model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch,
                                    n_ubatch=cfg.n_ubatch, n_seq_max=n, swa_full=cfg.swa_full,
-                                   swa_extra=cfg.swa_extra, kv_unified=cfg.unified,
+                                   swa_extra=extra, kv_unified=cfg.unified,
                                    type_k=cfg.type_k, type_v=cfg.type_v,
                                    n_threads=cfg.n_threads)
         self.memory = self.ctx.memory
+        self.spec = None
+        if speculating:
+            dctx = None if draft_model is None else pyllama.Context(
+                draft_model, n_ctx=self.ctx.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch,
+                n_seq_max=n, swa_full=cfg.swa_full, swa_extra=extra, kv_unified=cfg.unified,
+                type_k=cfg.draft_type_k, type_v=cfg.draft_type_v, n_threads=cfg.n_threads)
+            self.spec = Speculation(cfg, dctx)
+        self.use_checkpoints = (cfg.n_ctx_checkpoints > 0 and not cfg.swa_full
+                                and self.ctx.hp.is_swa_any())
         self.n_ctx_slot = self.ctx.n_ctx // n
         self.slots = [Slot(self, i, self.n_ctx_slot) for i in range(n)]
         self.sampling_defaults = self._sampling_defaults()
@@ -294,6 +386,24 @@ class Engine:
         log.info(f"srv  load_model: loaded {os.path.basename(self.model.path)} in "
                  f"{time.perf_counter() - t0:.2f} s; n_slots = {n}, n_ctx = {self.ctx.n_ctx}, "
                  f"n_ctx_slot = {self.n_ctx_slot}, kv_unified = {cfg.unified}")
+
+    def _load_draft_model(self):
+        """The draft model, or None (logged) when its vocabulary does not match the target's:
+        the server then runs without speculation, as llama.cpp's does."""
+        import pyllama
+        from pyllama.errors import PyllamaError
+        from pyllama.speculative import check_vocab_compatible
+        cfg = self.cfg
+        try:
+            draft = pyllama.load_model(cfg.draft_model, **_accepted(
+                pyllama.load_model, {"n_threads": cfg.n_threads, **cfg.model_params}))
+            check_vocab_compatible(self.vocab, draft.vocab)
+        except PyllamaError as e:
+            log.error(f"srv  load_model: failed to initialize speculative decoding context: {e}")
+            return None
+        log.info(f"srv  load_model: draft model {os.path.basename(cfg.draft_model)} loaded, "
+                 f"n_max = {cfg.spec_n_max}")
+        return draft
 
     def _sampling_defaults(self):
         from pyllama.sampling import SamplerParams
@@ -318,6 +428,68 @@ class Engine:
     def window_ok(self, seq: int, n_keep: int) -> bool:
         from pyllama.generate import window_ok
         return window_ok(self.ctx, seq, n_keep)
+
+    # -- speculative decoding ----------------------------------------------------------------------
+    def draft(self, slot: Slot, room: int) -> list[int]:
+        """Draft tokens for a generating slot within llama.cpp's budget: only while
+        n_ctx_slot - n_tokens - 2 > 0, at most n_remaining - 1, and N + 1 <= n_ubatch."""
+        n_tokens = len(slot.cache)
+        n = min(self.spec.n_max, slot.n_ctx - n_tokens - 2, self.ctx.n_ubatch - 1, room - 1)
+        if slot.params.n_predict >= 0:
+            n = min(n, slot.params.n_predict - slot.n_decoded - 1)
+        if n <= 0 or n < self.spec.n_min:
+            return []
+        return self.spec.draft(slot.id, slot.cache + [slot.sampled], n)
+
+    # -- SWA context checkpoints -------------------------------------------------------------------
+    def checkpoint_marks(self, n_past: int, n_prompt: int) -> list[int]:
+        """Prompt positions after which a checkpoint is saved (each ends a prompt chunk):
+        4 + n_ubatch and 4 tokens before the prompt end (llama.cpp), and every
+        --checkpoint-min-step tokens."""
+        if not self.use_checkpoints:
+            return []
+        step = self.cfg.checkpoint_min_step
+        marks = {n_prompt - 4 - self.ctx.n_ubatch, n_prompt - 4}
+        if step > 0:
+            marks.update(range(step, n_prompt - 4 - self.ctx.n_ubatch, step))
+        return sorted(m for m in marks if m > n_past)
+
+    def save_checkpoint(self, slot: Slot) -> None:
+        from pyllama.kv import STATE_SEQ_FLAGS_PARTIAL_ONLY
+        seq = slot.id
+        ck = Checkpoint(len(slot.cache), self.memory.seq_pos_min(seq),
+                        self.memory.seq_pos_max(seq),
+                        self.ctx.state_seq_get(seq, STATE_SEQ_FLAGS_PARTIAL_ONLY))
+        cks = [c for c in slot.checkpoints if c.n_tokens != ck.n_tokens] + [ck]
+        slot.checkpoints = cks[-self.cfg.n_ctx_checkpoints:]
+        log.info(f"slot {slot.id}: created context checkpoint {len(slot.checkpoints)} of "
+                 f"{self.cfg.n_ctx_checkpoints} (pos_min = {ck.pos_min}, pos_max = {ck.pos_max}, "
+                 f"size = {len(ck.data) / 2**20:.3f} MiB)")
+
+    def restore_checkpoint(self, slot: Slot, n_common: int) -> int:
+        """The SWA cache lacks the window of position n_common: load the newest checkpoint taken
+        within the common prefix (base cache cut after it, SWA part read back) and return its
+        token count; 0 when none fits (full re-processing)."""
+        from pyllama.kv import STATE_SEQ_FLAGS_PARTIAL_ONLY
+        seq = slot.id
+        for ck in reversed(slot.checkpoints):
+            if ck.n_tokens > n_common:
+                continue
+            try:
+                self.memory.seq_rm(seq, ck.n_tokens, -1)
+                self.ctx.state_seq_set(ck.data, seq, STATE_SEQ_FLAGS_PARTIAL_ONLY)
+            except Exception as e:  # noqa: BLE001 - the sequence is re-processed instead
+                log.warning(f"slot {slot.id}: failed to restore context checkpoint: {e}")
+                break
+            if not self.window_ok(seq, ck.n_tokens):
+                break
+            log.info(f"slot {slot.id}: restored context checkpoint (pos_min = {ck.pos_min}, "
+                     f"pos_max = {ck.pos_max}, size = {len(ck.data) / 2**20:.3f} MiB)")
+            return ck.n_tokens
+        log.warning(f"slot {slot.id}: forcing full prompt re-processing due to lack of cache "
+                    "data (likely due to SWA or hybrid/recurrent memory, see "
+                    "https://github.com/ggml-org/llama.cpp/pull/13194#issuecomment-2868343055)")
+        return 0
 
     # -- the loop ----------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -376,7 +548,7 @@ class Engine:
         plan, tokens, pos, seqs, outs = [], [], [], [], []
         for s in self.slots:
             if s.busy and not s.prompting and s.sampled is not None:
-                prop = s.propose()
+                prop = s.propose(self.ctx.n_batch - len(tokens))
                 plan.append((s, "gen", len(tokens), prop))
                 self._add(tokens, pos, seqs, outs, s, prop, [True] * len(prop))
         budget = self.ctx.n_batch - len(tokens)
@@ -415,13 +587,15 @@ class Engine:
                     self._finish(slot, "limit")
                     continue
                 rows = [self.ctx.get_logits_ith(i0 + len(toks) - 1)]
-            for tok in slot.accept_logits(rows):
-                if self._process_token(slot, tok):
+            out = slot.accept_logits(rows)
+            for j, tok in enumerate(out):    # the tokens before the last are already cached
+                if self._process_token(slot, tok, len(slot.cache) - (len(out) - 1 - j)):
                     break
 
     # -- per token (llama.cpp process_token) --------------------------------------------------------
-    def _process_token(self, slot: Slot, tok: int) -> bool:
-        """Append one sampled token; returns True when the slot's task ended."""
+    def _process_token(self, slot: Slot, tok: int, n_cache: int) -> bool:
+        """Append one sampled token (sampled with n_cache tokens in the cache); returns True when
+        the slot's task ended."""
         p = slot.params
         slot.sampled = tok
         slot.generated.append(tok)
@@ -440,7 +614,7 @@ class Engine:
             stop = "eos"
         if stop is None and 0 <= p.n_predict <= slot.n_decoded:
             stop = "limit"
-        slot.truncated = stop is None and len(slot.cache) + 1 >= slot.n_ctx
+        slot.truncated = stop is None and n_cache + 1 >= slot.n_ctx
         if slot.truncated:
             stop = "limit"
         if stop is None and self._timed_out(slot):
@@ -484,6 +658,12 @@ class Engine:
             self._send_partial(slot)
         t = slot.timings()
         self.metrics.on_task_done(t)
+        if t.draft_n:
+            self.metrics.spec_drafts_total += slot.n_verif
+            log.info(f"slot print_timings: id {slot.id:2d} | task {task.id} | draft acceptance = "
+                     f"{t.draft_n_accepted / t.draft_n:0.5f} ({t.draft_n_accepted:5d} accepted / "
+                     f"{t.draft_n:5d} generated), mean len = "
+                     f"{1 + t.draft_n_accepted / max(slot.n_verif, 1):5.2f}")
         slot.release()   # before the result goes out: a client may ask /slots right after
         task.channel.put(Final(
             index=task.index, text=slot.text, tokens=list(slot.generated), stop_type=stop_type,

@@ -396,10 +396,12 @@ class Timings:
     prompt_ms: float = 0.0
     predicted_n: int = 0
     predicted_ms: float = 0.0
+    draft_n: int = 0                 # draft tokens generated (speculative decoding)
+    draft_n_accepted: int = 0
 
     def to_json(self) -> dict:
         d = max(self.predicted_n - 1, 0)
-        return {
+        out = {
             "cache_n": self.cache_n, "prompt_n": self.prompt_n, "prompt_ms": self.prompt_ms,
             "prompt_per_token_ms": self.prompt_ms / self.prompt_n if self.prompt_n else 0.0,
             "prompt_per_second": 1e3 * self.prompt_n / self.prompt_ms if self.prompt_ms else 0.0,
@@ -407,6 +409,9 @@ class Timings:
             "predicted_per_token_ms": self.predicted_ms / d if d else 0.0,
             "predicted_per_second": 1e3 * d / self.predicted_ms if d and self.predicted_ms else 0.0,
         }
+        if self.draft_n > 0:     # llama.cpp: only when drafts were generated
+            out.update(draft_n=self.draft_n, draft_n_accepted=self.draft_n_accepted)
+        return out
 
 
 @dataclass
