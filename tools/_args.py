@@ -697,10 +697,10 @@ OPTIONS += [
        status=UNSUP, note="KV-shift cache reuse", **_EX),
     _O("-ctxcp --ctx-checkpoints --swa-checkpoints", "int", "n_ctx_checkpoints", "max number "
        "of context checkpoints per slot (default: 32)", env="LLAMA_ARG_CTX_CHECKPOINTS",
-       tools={S, C}, status=NOOP, note="pyllama keeps rollbacks exact with --swa-extra", **_EX),
+       tools={S, C}, **_EX),
     _O("-cms --checkpoint-min-step", "int", "checkpoint_min_step", "minimum tokens between "
        "checkpoints (default: 8192)", env="LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT", tools={S},
-       status=NOOP, note="pyllama keeps rollbacks exact with --swa-extra", **_EX),
+       **_EX),
     _O("-cram --cache-ram", "int", "cache_ram_mib", "maximum cache size in MiB (default: 8192)",
        env="LLAMA_ARG_CACHE_RAM", tools={S, C}, status=NOOP,
        note="no host prompt cache: slots keep their own KV", **_EX),

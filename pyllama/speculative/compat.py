@@ -10,8 +10,8 @@ def check_vocab_compatible(tgt, dft) -> None:
     def fail(why: str):
         raise PyllamaError(f"the target and draft vocabs are not compatible: {why}")
 
-    if tgt.model_type != dft.model_type:
-        fail(f"vocab type {tgt.model_type} != {dft.model_type}")
+    if tgt.kind != dft.kind:
+        fail(f"vocab type {tgt.kind} != {dft.kind}")
     if tgt.add_bos != dft.add_bos or (tgt.add_bos and tgt.bos != dft.bos):
         fail(f"BOS differs (add {tgt.add_bos}/{dft.add_bos}, id {tgt.bos}/{dft.bos})")
     if tgt.add_eos != dft.add_eos or (tgt.add_eos and tgt.eos != dft.eos):
