@@ -197,10 +197,16 @@ def test_attention_vs_ref(cuda, ref, rng, shape, dtype, softcap):
     vd = cuda.alloc_kv(*v.shape, "f16" if dtype == np.float16 else "f32")
     kd[...], vd[...] = k, v
     scale = 1.0 / np.sqrt(d)
-    got = np.asarray(cuda.attention(q, kd, vd, cells, qs, qe, scale, softcap))
     want = ref.attention(q, k, v, cells, qs, qe, scale, softcap)
-    np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
-    assert np.all(got[3] == 0)
+    saved = cuda.attn_tiled_min_queries
+    try:
+        for threshold in (1, 1 << 30):                # the tiled kernel, then the decode kernel
+            cuda.attn_tiled_min_queries = threshold
+            got = np.asarray(cuda.attention(q, kd, vd, cells, qs, qe, scale, softcap))
+            np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
+            assert np.all(got[3] == 0)
+    finally:
+        cuda.attn_tiled_min_queries = saved
 
 
 def test_attention_batch_invariant(cuda, rng):
@@ -238,10 +244,11 @@ def test_tiled_attention_equals_decode_kernel(cuda, rng, shape, softcap):
     q, k, v, cells, qs, qe = _attn_inputs(rng, n_head, n_kv, d, np.float16)
     kd, vd = cuda.alloc_kv(*k.shape, "f16"), cuda.alloc_kv(*v.shape, "f16")
     kd[...], vd[...] = k, v
-    tiled = np.asarray(cuda.attention(q, kd, vd, cells, qs, qe, 0.1, softcap))
     saved = cuda.attn_tiled_min_queries
-    cuda.attn_tiled_min_queries = 1 << 30
     try:
+        cuda.attn_tiled_min_queries = 1
+        tiled = np.asarray(cuda.attention(q, kd, vd, cells, qs, qe, 0.1, softcap))
+        cuda.attn_tiled_min_queries = 1 << 30
         decode = np.asarray(cuda.attention(q, kd, vd, cells, qs, qe, 0.1, softcap))
     finally:
         cuda.attn_tiled_min_queries = saved

@@ -61,9 +61,10 @@ def _cdiv(a: int, b: int) -> int:
 
 class CudaBackend(Backend):
     name = "cuda"
-    # launches with at least this many queries use the tiled (prefill) attention kernel; both
-    # kernels give bit-identical rows, so this only moves time
-    attn_tiled_min_queries = 2
+    # launches with at least this many queries use the tiled (prefill) attention kernel; fewer
+    # (decode, a few sequences decoding together) the per-(query, head) kernel, whose four warps
+    # split one list. Both give bit-identical rows, so this only moves time.
+    attn_tiled_min_queries = 16
 
     def __init__(self, n_threads: int | None = None, device: int = 0):
         super().__init__(n_threads)
