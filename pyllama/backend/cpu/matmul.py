@@ -1,9 +1,12 @@
 """CPU matmul / get_rows on GGUF weights (llama.cpp numerics, batch- and thread-invariant).
 
 `matmul(w, x, out=None)`: y [n, rows] = x [n, k] @ W^T. The n activation rows are quantized once
-into the weight type's vec_dot type, then tiles of weight rows x tokens are computed in Cython
-(_matmul.pyx + pyl_matmul.h). Row i of the result is bit-identical whatever n and the number of
-threads. With `out` given no array is allocated (scratch buffers are cached by size).
+into the weight type's vec_dot type (q8_0/q8_1, q8_K, f16, bf16, f32 as llama.cpp on x86), then
+tiles of weight rows x tokens are computed in Cython (_matmul.pyx + pyl_matmul.h); one or two
+tokens take a direct mat-vec path with the same per-element operations. Row i of the result is
+bit-identical whatever n and the number of threads. With `out` given no array is allocated
+(activation and scratch buffers are cached per thread by size). `get_rows(w, ids)` dequantizes
+rows with ggml's dequantize_row_* arithmetic. Oracle: pyllama.backend.ref_matmul.
 """
 from __future__ import annotations
 

@@ -9,8 +9,13 @@
  * - each output element y[t, r] is produced by the same sequence of operations whatever the tile
  *   shape, the number of tokens or threads: 8 lanes of exact integer partial sums per block,
  *   acc_lane = fma(d_w * d_x, (float)lane, acc_lane) over blocks in order, then one fixed
- *   horizontal sum.  Threads split row tiles only.
- * A portable scalar path (no __AVX2__) keeps the same structure with one scalar accumulator.
+ *   horizontal sum (K-quants: the per-super-block integer sums, minus offset*scale*bsums, or
+ *   with a second fma for the mins).  Threads split row tiles only.
+ * - with at most PYL_DIRECT_MAX_TOKENS tokens (token generation) the weight blocks are decoded in
+ *   registers instead of through the scratch (pyl_dot*_direct): the same integer lanes and the
+ *   same float operations in the same order, so the same bits (tests compare the two paths).
+ * A portable scalar path (no __AVX2__) keeps the same structure with one scalar accumulator
+ * (tiles only); its results are self-consistent but not bit-equal to the AVX2 build's.
  */
 #ifndef PYL_MATMUL_H
 #define PYL_MATMUL_H
