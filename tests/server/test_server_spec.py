@@ -1,0 +1,125 @@
+"""Speculative decoding in llama-server: output equals the non-speculative server's token for token
+(greedy and seeded sampling, 1 and 2 busy slots) on a tiny SWA model (n_swa 16, 256-cell SWA cache)
+running past its SWA cache, with a draft model (the same model: everything accepted; another
+model: rejections and rollbacks) and with n-gram lookup; statistics in timings, /metrics, /slots
+and the log."""
+import threading
+
+import httpx
+import pytest
+
+from server_proc import ServerProc
+
+TEXT = " ".join(f"item {i} is {'red' if i % 3 else 'blue'}," for i in range(60))
+TEXTS = [TEXT[:700], TEXT[250:950]]
+BASE = ["-c", "2048", "-np", "2", "-ub", "16", "-b", "64", "-t", "1", "--metrics"]
+CASES = [dict(temperature=0), dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=7)]
+
+
+def complete(url, prompt, id_slot=-1, **kw):
+    body = {"prompt": prompt, "n_predict": 48, "id_slot": id_slot, "cache_prompt": False,
+            "return_tokens": True, **kw}
+    with httpx.Client(base_url=url, timeout=300) as c:
+        r = c.post("/completion", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def run_all(url) -> list[dict]:
+    """Solo runs of every case, then both prompts at once in the two slots."""
+    out = [complete(url, TEXT, **kw) for kw in CASES]
+    both = [None, None]
+
+    def go(i):
+        both[i] = complete(url, TEXTS[i], id_slot=i, **CASES[i])
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out + both
+
+
+@pytest.fixture(scope="module")
+def models(tiny_model_path):
+    return tiny_model_path("gemma3"), tiny_model_path("gemma3", seed=1)
+
+
+@pytest.fixture(scope="module")
+def reference(models):
+    s = ServerProc(["-m", models[0], *BASE]).wait_ready()
+    try:
+        yield run_all(s.url)
+    finally:
+        assert s.stop() == 0
+
+
+def spec_server(models, kind):
+    extra = {"self": ["-md", models[0]], "other": ["-md", models[1], "--spec-draft-n-max", "5"],
+             "ngram": ["--spec-type", "ngram-simple"]}[kind]
+    return ServerProc(["-m", models[0], *BASE, *extra]).wait_ready()
+
+
+@pytest.mark.parametrize("kind", ["self", "other", "ngram"])
+def test_speculative_output_equals_plain(models, reference, kind):
+    s = spec_server(models, kind)
+    try:
+        got = run_all(s.url)
+        with httpx.Client(base_url=s.url, timeout=60) as c:
+            metrics = c.get("/metrics").text
+            slots = c.get("/slots").json()
+    finally:
+        assert s.stop() == 0
+    for g, r in zip(got, reference):
+        assert g["tokens"] == r["tokens"] and g["content"] == r["content"]
+        assert len(g["tokens"]) == 48
+    drafted = sum(g["timings"].get("draft_n", 0) for g in got)
+    accepted = sum(g["timings"].get("draft_n_accepted", 0) for g in got)
+    assert drafted > 0 and 0 < accepted <= drafted
+    if kind == "self":   # the draft is the target: greedy drafts are always accepted
+        assert got[0]["timings"]["draft_n_accepted"] == got[0]["timings"]["draft_n"]
+    if kind == "other":
+        assert accepted < drafted
+    m = {ln.split()[0]: float(ln.split()[1]) for ln in metrics.splitlines()
+         if ln.startswith("llamacpp:spec_decode")}
+    assert m["llamacpp:spec_decode_num_draft_tokens_total"] == drafted
+    assert m["llamacpp:spec_decode_num_accepted_tokens_total"] == accepted
+    assert 0 < m["llamacpp:spec_decode_num_drafts_total"] <= drafted
+    assert all(sl["speculative"] for sl in slots)
+    assert "draft acceptance = " in s.output()
+
+
+def test_plain_server_reports_no_drafts(reference):
+    assert all("draft_n" not in r["timings"] for r in reference)
+
+
+def test_draft_budget_respects_n_predict_and_ubatch(models):
+    """n_predict 1 leaves no room for a draft; --spec-draft-n-max above n_ubatch - 1 is capped
+    (N + 1 <= n_ubatch) and still exact."""
+    s = ServerProc(["-m", models[0], *BASE, "-md", models[0],
+                    "--spec-draft-n-max", "40"]).wait_ready()
+    try:
+        one = complete(s.url, TEXT, n_predict=1, temperature=0)
+        many = complete(s.url, TEXT, n_predict=40, temperature=0)
+    finally:
+        assert s.stop() == 0
+    assert "draft_n" not in one["timings"] and len(one["tokens"]) == 1
+    t = many["timings"]
+    assert t["draft_n"] == t["draft_n_accepted"] and t["draft_n"] <= 39
+
+
+@pytest.mark.realmodel
+@pytest.mark.slow
+def test_incompatible_draft_runs_without_speculation(models, gemma_path):
+    """A draft whose vocabulary does not match (Gemma's SPM vs the tiny BPE) is logged and the
+    server runs without speculation, as llama.cpp's does."""
+    s = ServerProc(["-m", models[0], *BASE, "-md", gemma_path]).wait_ready(300)
+    try:
+        r = complete(s.url, TEXT, n_predict=8, temperature=0)
+        with httpx.Client(base_url=s.url, timeout=60) as c:
+            slots = c.get("/slots").json()
+    finally:
+        assert s.stop() == 0
+    assert "failed to initialize speculative decoding context" in s.output()
+    assert "draft_n" not in r["timings"] and len(r["tokens"]) == 8
+    assert not any(sl["speculative"] for sl in slots)
