@@ -250,8 +250,11 @@ class Output:
     def __init__(self, params: Params):
         self.enabled = not params.log_disable
 
-    def __call__(self, text: str) -> None:
-        if self.enabled:
+    def __call__(self, text) -> None:
+        """str, or bytes written as they are (token pieces need not be valid UTF-8)."""
+        if isinstance(text, bytes):
+            self.raw(text)
+        elif self.enabled:
             sys.stdout.write(text)
             sys.stdout.flush()
 

@@ -51,14 +51,16 @@ class GenStats:
                 self.n_eval / self.t_eval if self.t_eval > 0 else 0.0)
 
 
-def stream(ctx, model, prompt_ids: list[int], sampler, n_predict: int, on_text: Callable,
+def stream(ctx, model, prompt_ids: list[int], sampler, n_predict: int, on_piece: Callable,
            special: bool = False, antiprompts=(), ignore_eos: bool = False,
            print_eog: bool = False) -> GenStats:
-    """Generate after prompt_ids, calling on_text with whole UTF-8 characters as they come.
-    The EOG token's piece is printed only with print_eog; stops on a reverse prompt."""
-    from pyllama.generate import TokenStreamDecoder, generate
+    """Generate after prompt_ids, calling on_piece with each token's piece as raw bytes (what
+    llama.cpp writes; st.text is their UTF-8 decoding). The EOG token's piece is passed only with
+    print_eog; stops on a reverse prompt."""
+    import codecs
+    from pyllama.generate import generate
     st = GenStats(n_prompt=len(prompt_ids))
-    dec = TokenStreamDecoder(model.vocab, special=special)
+    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
     eog = set(model.vocab.eog_ids)
     t = time.perf_counter()
     for i, tok in enumerate(generate(ctx, prompt_ids, sampler, n_predict=n_predict,
@@ -71,22 +73,17 @@ def stream(ctx, model, prompt_ids: list[int], sampler, n_predict: int, on_text: 
             st.n_eval += 1
         t = now
         st.tokens.append(tok)
-        if tok in eog and not ignore_eos:
+        is_eog = tok in eog and not ignore_eos
+        piece = model.token_to_piece(tok, special) if (print_eog or not is_eog) else b""
+        st.text += dec.decode(piece)
+        on_piece(piece)
+        if is_eog:
             st.stop = "eog"
-            piece = dec.push(tok) if print_eog else ""
-        else:
-            piece = dec.push(tok)
-        st.text += piece
-        on_text(piece)
-        if st.stop:
             break
         if any(a and st.text.endswith(a) for a in antiprompts):
             st.stop = "antiprompt"
             break
-    tail = dec.flush()
-    if tail:
-        st.text += tail
-        on_text(tail)
+    st.text += dec.decode(b"", final=True)
     if not st.stop:
         st.stop = "limit" if n_predict >= 0 and len(st.tokens) >= n_predict else "context"
     return st

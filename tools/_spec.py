@@ -61,20 +61,18 @@ def run_spec(params, tool: str) -> int:
 
 
 def _generate(params, model, ctx, drafter, ids, sampler, t_load) -> int:
-    from pyllama.generate import TokenStreamDecoder
     from pyllama.speculative import SpecParams, SpecStats, speculative_generate
     sp = params.speculative
     out = Output(params)
     out.raw(b"\n\n" + b"".join(model.token_to_piece(t, True) for t in ids))
     mode = "rejection" if params.tool == "speculative" and sampler.params.temp > 0 else "chain"
     st = SpecStats()
-    dec = TokenStreamDecoder(model.vocab, special=params.special)
     n = params.n_predict + 1 if params.n_predict >= 0 else -1   # llama.cpp stops at n_predict > n
     for tok in speculative_generate(ctx, sampler, ids, drafter,
                                     SpecParams(n_max=sp.n_max, n_min=sp.n_min, p_min=sp.p_min,
                                                mode=mode), n_predict=n, stats=st):
-        out(dec.push(tok))
-    out(dec.flush() + "\n\n")
+        out.raw(model.token_to_piece(tok, params.special))
+    out("\n\n")
     _report(params, st, t_load)
     return 0
 

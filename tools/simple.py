@@ -85,11 +85,11 @@ def generate_greedy(model, prompt: str, n_predict: int, t_load: float) -> int:
     out.write(b"".join(model.token_to_piece(t, True) for t in ids))
     out.flush()
 
-    def on_text(s: str) -> None:
-        out.write(s.encode("utf-8"))
+    def on_piece(piece: bytes) -> None:
+        out.write(piece)
         out.flush()
     t = time.perf_counter()
-    st = stream(ctx, model, ids, sampler, n_predict, on_text, special=True)
+    st = stream(ctx, model, ids, sampler, n_predict, on_piece, special=True)
     dt = time.perf_counter() - t
     n_decode = len(st.tokens) - (1 if st.stop == "eog" else 0)
     out.write(b"\n")
