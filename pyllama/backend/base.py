@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..gguf import GGMLType
+from ..quant import BLOCK_LAYOUT, dequantize, f32_to_bf16, quantize, quantize_q8_0_rows
 
 # op names, the single list every backend implements (tests iterate over it)
 OPS = (
@@ -28,6 +29,52 @@ OPS = (
 
 ROPE_NORM = 0   # pairs (2i, 2i+1)   (llama)
 ROPE_NEOX = 2   # pairs (i, i+n_rot/2) (qwen2, gemma)
+
+# KV cache types (-ctk/-ctv) -> numpy dtype of one buffer item; block types hold one 32-element
+# block per item (buffer [n_cells, row / 32]), bf16 one uint16 per element.
+KV_TYPES = {
+    "f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
+    "bf16": np.dtype([("bf16", "<u2")]),
+    "q8_0": BLOCK_LAYOUT[GGMLType.Q8_0].dtype, "q4_0": BLOCK_LAYOUT[GGMLType.Q4_0].dtype,
+}
+KV_BLOCK = {"f32": 1, "f16": 1, "bf16": 1, "q8_0": 32, "q4_0": 32}
+
+
+def kv_type(cache) -> str:
+    """The KV type name of a buffer allocated by alloc_kv."""
+    for name, dt in KV_TYPES.items():
+        if cache.dtype == dt:
+            return name
+    raise ValueError(f"not a KV cache dtype: {cache.dtype}")
+
+
+def kv_encode(rows: np.ndarray, name: str) -> np.ndarray:
+    """f32 rows [n, row] -> items [n, row / block] of KV type `name`, as llama.cpp's CPU backend
+    writes them (set_rows uses the type's from_float: q8_0 the x86 AVX2 quantize_row_q8_0,
+    id = 127/amax, ties to even; q4_0 quantize_row_q4_0_ref; bf16 round to nearest even)."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    n, row = rows.shape
+    dt = KV_TYPES[name]
+    out = np.zeros((n, row // KV_BLOCK[name]), dtype=dt)
+    if name == "q8_0":
+        qs, d = quantize_q8_0_rows(rows, simd=True)
+        out["qs"], out["d"] = qs, d
+    elif name == "q4_0":
+        out[...] = quantize(rows, GGMLType.Q4_0).view(dt).reshape(out.shape)
+    elif name == "bf16":
+        out["bf16"] = f32_to_bf16(rows)
+    else:
+        with np.errstate(over="ignore"):                  # |x| > 65504 -> inf, as in ggml
+            out[...] = rows.astype(dt)
+    return out
+
+
+def kv_decode(items: np.ndarray, name: str) -> np.ndarray:
+    """KV items [n, m] of type `name` -> f32 rows [n, m * block] (exact: dequantize_row_*)."""
+    if name in ("f32", "f16"):
+        return items.astype(np.float32)
+    raw = np.ascontiguousarray(items).view(np.uint8).reshape(items.shape[0], -1)
+    return dequantize(raw, GGMLType[name.upper()]).reshape(items.shape[0], -1)
 
 
 @dataclass
@@ -64,9 +111,11 @@ class Backend(ABC):
         return w.raw
 
     def alloc_kv(self, n_cells: int, row: int, dtype: str) -> np.ndarray:
-        """A K or V buffer [n_cells, row] for one layer; dtype 'f16' or 'f32' (q8_0/q4_0 later)."""
-        dt = {"f16": np.float16, "f32": np.float32}[dtype]
-        return np.zeros((n_cells, row), dtype=dt)
+        """A K or V buffer for one layer: [n_cells, row] for 'f32', 'f16', 'bf16' (a one-field
+        uint16 record), [n_cells, row / 32] blocks for 'q8_0', 'q4_0' (KV_TYPES)."""
+        if row % KV_BLOCK[dtype]:
+            raise ValueError(f"KV row of {row} is not a multiple of the {dtype} block")
+        return np.zeros((n_cells, row // KV_BLOCK[dtype]), dtype=KV_TYPES[dtype])
 
     # -- ops --------------------------------------------------------------------------------
     @abstractmethod
@@ -94,14 +143,15 @@ class Backend(ABC):
                   kv_cells: np.ndarray, q_start: np.ndarray, q_end: np.ndarray,
                   scale: float, softcap: float = 0.0) -> np.ndarray:
         """q [n_q, n_head, d_k] f32; k_cache [n_cells, n_head_kv * d_k], v_cache
-        [n_cells, n_head_kv * d_v] (f16 or f32); kv_cells int32 [L]; query i attends to cells
+        [n_cells, n_head_kv * d_v] (any KV_TYPES; block types hold row / 32 items); kv_cells int32 [L]; query i attends to cells
         kv_cells[q_start[i]:q_end[i]] (position order). Head h uses kv head h // (n_head /
         n_head_kv). s = scale * q.k; if softcap > 0: s = softcap * tanh(s / softcap); softmax
         over the listed cells; returns [n_q, n_head, d_v] f32. A query with an empty list -> 0."""
 
     @abstractmethod
     def set_rows(self, cache: np.ndarray, cells: np.ndarray, rows: np.ndarray) -> None:
-        """cache[cells[i]] = rows[i], converted (rounded) to the cache dtype."""
+        """cache[cells[i]] = rows[i] (rows [n, row] f32), converted (rounded / quantized) to the
+        cache type exactly as kv_encode does."""
 
     def add(self, a, b):
         return np.add(a, b, dtype=np.float32)
