@@ -261,3 +261,14 @@ def test_bench_help_version_bad_output(tool):
     r = tool("bench", "-o", "xml")
     assert r.returncode == 1 and "error: invalid parameter for argument: -o" in r.stderr
     assert b"usage: llama-bench" in r.stdout
+
+
+def test_speculative_draft_model_same_as_target(tool, tiny):
+    """A draft identical to the target: every draft is accepted, output == plain greedy."""
+    model, ids, gen = _greedy(tiny, "the cat", 9)
+    r = tool("speculative-simple", "-m", tiny, "-md", tiny, "-p", "the cat", "-n", "8",
+             "--temp", "0", "-c", "256")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"\n\n" + b"".join(model.token_to_piece(t, True) for t in ids) + \
+        b"".join(model.token_to_piece(t, False) for t in gen) + b"\n\n"
+    assert "accept    = 100.000%" in r.stderr and "n_predict = 9" in r.stderr
