@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import ROPE_NEOX, ROPE_NORM, Backend, Weight
+from ..quant import f32_to_bf16, quantize_q8_0_rows
+from .base import KV_BLOCK, ROPE_NEOX, ROPE_NORM, Backend, Weight, kv_decode, kv_encode, kv_type
 
 GELU_COEF_A = np.float32(0.044715)
 SQRT_2_OVER_PI = np.float32(0.79788456080286535587989211986876)
@@ -114,24 +115,45 @@ class RefBackend(Backend):
 
     # -- KV --------------------------------------------------------------------------------
     def set_rows(self, cache, cells, rows):
+        name = kv_type(cache)
+        if name not in ("f16", "f32"):                     # bf16 / block types
+            rows = np.asarray(rows, dtype=np.float32).reshape(len(cells), -1)
+            cache[np.asarray(cells, dtype=np.int64)] = kv_encode(rows, name)
+            return
         rows = np.asarray(rows).reshape(len(cells), cache.shape[1])
         with np.errstate(over="ignore"):                  # |x| > 65504 -> inf, as in ggml
             cache[np.asarray(cells, dtype=np.int64)] = rows.astype(cache.dtype)
 
     def attention(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
         n_q, n_head, d_k = q.shape
-        n_kv = k_cache.shape[1] // d_k
-        d_v = v_cache.shape[1] // n_kv
+        kt, vt = kv_type(k_cache), kv_type(v_cache)
+        n_kv = k_cache.shape[1] * KV_BLOCK[kt] // d_k
+        d_v = v_cache.shape[1] * KV_BLOCK[vt] // n_kv
         group = n_head // n_kv
         out = np.zeros((n_q, n_head, d_v), dtype=np.float32)
         for i in range(n_q):
             cells = np.asarray(kv_cells[q_start[i]:q_end[i]], dtype=np.int64)
             if len(cells) == 0:
                 continue
-            k = np.repeat(k_cache[cells].astype(np.float64).reshape(-1, n_kv, d_k), group, axis=1)
-            v = np.repeat(v_cache[cells].astype(np.float64).reshape(-1, n_kv, d_v), group, axis=1)
-            s = float(scale) * np.einsum("lhd,hd->hl", k, q[i].astype(np.float64))
+            k = np.repeat(kv_decode(k_cache[cells], kt).astype(np.float64).reshape(-1, n_kv, d_k),
+                          group, axis=1)
+            v = np.repeat(kv_decode(v_cache[cells], vt).astype(np.float64).reshape(-1, n_kv, d_v),
+                          group, axis=1)
+            s = float(scale) * np.einsum("lhd,hd->hl", k, _q_for_k(q[i], kt).astype(np.float64))
             if softcap > 0:
                 s = np.tanh(s / float(softcap)) * float(softcap)
             out[i] = softmax_attend(s, v)
         return out
+
+
+def _q_for_k(q: np.ndarray, kt: str) -> np.ndarray:
+    """q [n_head, d_k] as llama.cpp's flash-attention path pairs it with a K cache of type kt
+    (the K type's vec_dot_type): q8_0 and q4_0 K -> q quantized to q8_0 (AVX2 quantize_row_q8_0),
+    bf16 K -> q rounded to bf16; f16/f32 K -> q as is (our f16 kernels do not round q)."""
+    q = np.asarray(q, dtype=np.float32)
+    if kt in ("q8_0", "q4_0"):
+        qs, d = quantize_q8_0_rows(q, simd=True)
+        return (qs.astype(np.float32) * d[..., None]).reshape(q.shape)
+    if kt == "bf16":
+        return (f32_to_bf16(q).astype(np.uint32) << 16).view(np.float32)
+    return q
