@@ -60,6 +60,7 @@ EXTENSIONS = [
     ext("pyllama.backend.cpu._matmul", "pyllama/backend/cpu/_matmul.pyx"),
     ext("pyllama.backend.cpu._ops", "pyllama/backend/cpu/_ops.pyx"),
     ext("pyllama.backend.cpu._attn", "pyllama/backend/cpu/_attn.pyx"),
+    ext("pyllama.backend.cpu._attn_q", "pyllama/backend/cpu/_attn_q.pyx"),
 ]
 
 setup(

@@ -21,14 +21,16 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 import numpy as np  # noqa: E402
 
 from ...errors import BackendError  # noqa: E402
-from ..base import ROPE_NEOX, ROPE_NORM, Backend, Weight  # noqa: E402
+from ..base import KV_BLOCK, ROPE_NEOX, ROPE_NORM, Backend, Weight, kv_type  # noqa: E402
 from ..ref import rope_theta_scale  # noqa: E402
 
 try:
-    from . import _attn, _ops
+    from . import _attn, _attn_q, _ops
 except ImportError as e:  # not built
-    _attn = _ops = None
+    _attn = _attn_q = _ops = None
     _IMPORT_ERROR = e
+# ggml type ids of the KV cache types (_attn_q handles every pair but f16/f16 and f32/f32)
+_KV_GGML = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "bf16": 30}
 
 _GELU, _SILU, _SOFTCAP, _GEGLU, _SWIGLU = range(5)
 # below this much work (elements; attention: multiply-adds / 4), about 0.2 ms on one core, one
@@ -152,13 +154,25 @@ class CpuBackend(Backend):
     def set_rows(self, cache, cells, rows):
         """cache[cells[i]] = rows[i]; f16 caches round to nearest even (|x| > 65504 -> inf)."""
         cells = np.ascontiguousarray(cells, dtype=np.int64)
+        if cache.dtype not in (np.float16, np.float32):
+            return self._set_rows_q(cache, cells, rows)
         rows = _c32(rows).reshape(len(cells), cache.shape[1])
         if cache.dtype not in (np.float16, np.float32) or cache.strides[1] != cache.itemsize:
             raise BackendError(f"set_rows: unsupported cache {cache.dtype} {cache.strides}")
         if not _ops.set_rows(cache, cells, rows, self._nt(rows.size)):
             raise BackendError("set_rows: cell index out of range")
 
+    def _set_rows_q(self, cache, cells, rows):
+        """bf16 / q8_0 / q4_0 caches: encoded as llama.cpp's CPU set_rows (base.kv_encode)."""
+        name = kv_type(cache)
+        rows = _c32(rows).reshape(len(cells), cache.shape[1] * KV_BLOCK[name])
+        if not _attn_q.set_rows(_bytes(cache), _KV_GGML[name], cells, rows, self._nt(rows.size)):
+            raise BackendError("set_rows: cell index out of range")
+
     def attention(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
+        if k_cache.dtype != v_cache.dtype or k_cache.dtype not in (np.float16, np.float32):
+            return self._attention_q(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
+                                     softcap)
         q = _c32(q)
         n_q, n_head, d_k = q.shape
         n_kv, d_v, f16 = _kv_layout(q, k_cache, v_cache)
@@ -172,6 +186,41 @@ class CpuBackend(Backend):
         _attn.attention(q, _bytes(k_cache), _bytes(v_cache), f16, n_kv, cells, qs, qe,
                         float(scale), float(softcap), out, max_len, hb, nt)
         return out
+
+
+    def _attention_q(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap):
+        """Any other K/V type pair (bf16, q8_0, q4_0, mixed): _attn_q, one task per (query,
+        head), q paired with K as llama.cpp's flash-attention path does."""
+        q = _c32(q)
+        n_q, n_head, d_k = q.shape
+        kt, vt, n_kv, d_v = _kv_layout_q(q, k_cache, v_cache)
+        cells = np.ascontiguousarray(kv_cells, dtype=np.int32)
+        qs = np.ascontiguousarray(q_start, dtype=np.int64)
+        qe = np.ascontiguousarray(q_end, dtype=np.int64)
+        max_len, total = _check_lists(cells, qs, qe, n_q, k_cache.shape[0])
+        out = np.empty((n_q, n_head, d_v), dtype=np.float32)
+        nt = self._nt(total * n_head * (d_k + d_v) // 4)
+        _attn_q.attention(q, _bytes(k_cache), _bytes(v_cache), _KV_GGML[kt], _KV_GGML[vt], n_kv,
+                          cells, qs, qe, float(scale), float(softcap), out, max_len, nt)
+        return out
+
+
+def _kv_layout_q(q, k_cache, v_cache):
+    """(K type, V type, n_head_kv, d_v) for caches of any KV type; block types need heads of a
+    multiple of 32 elements (as llama.cpp's views of quantized rows)."""
+    n_head, d_k = q.shape[1], q.shape[2]
+    kt, vt = kv_type(k_cache), kv_type(v_cache)
+    nek, nev = k_cache.shape[1] * KV_BLOCK[kt], v_cache.shape[1] * KV_BLOCK[vt]
+    if k_cache.ndim != 2 or nek % d_k or k_cache.shape[0] != v_cache.shape[0]:
+        raise BackendError(f"attention: K cache {k_cache.shape} does not fit head_dim {d_k}")
+    n_kv = nek // d_k
+    if n_kv == 0 or n_head % n_kv or nev % n_kv:
+        raise BackendError(f"attention: {n_head} heads vs {n_kv} KV heads")
+    d_v = nev // n_kv
+    if d_k % KV_BLOCK[kt] or d_v % KV_BLOCK[vt]:
+        raise BackendError(f"attention: head sizes {d_k}/{d_v} not multiples of the "
+                           f"{kt}/{vt} block (32)")
+    return kt, vt, n_kv, d_v
 
 
 def _heads_per_task(n_q: int, n_kv: int, group: int, n_threads: int) -> int:
