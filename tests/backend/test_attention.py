@@ -230,6 +230,6 @@ def test_validation(cpu):
     with pytest.raises(BackendError):
         cpu.attention(q, k, v, np.array([0], np.int32), np.array([0]), np.array([2]), 0.1)
     with pytest.raises(BackendError):
-        cpu.attention(q, k, v.astype(np.float32), np.array([0], np.int32), *one, 0.1)
+        cpu.attention(q, k, v.view(np.int16), np.array([0], np.int32), *one, 0.1)
     with pytest.raises(BackendError):
         cpu.attention(q[:, :, :48], k, v, np.array([0], np.int32), *one, 0.1)

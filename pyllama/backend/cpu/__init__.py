@@ -209,7 +209,10 @@ def _kv_layout_q(q, k_cache, v_cache):
     """(K type, V type, n_head_kv, d_v) for caches of any KV type; block types need heads of a
     multiple of 32 elements (as llama.cpp's views of quantized rows)."""
     n_head, d_k = q.shape[1], q.shape[2]
-    kt, vt = kv_type(k_cache), kv_type(v_cache)
+    try:
+        kt, vt = kv_type(k_cache), kv_type(v_cache)
+    except ValueError as e:
+        raise BackendError(f"attention: {e}") from None
     nek, nev = k_cache.shape[1] * KV_BLOCK[kt], v_cache.shape[1] * KV_BLOCK[vt]
     if k_cache.ndim != 2 or nek % d_k or k_cache.shape[0] != v_cache.shape[0]:
         raise BackendError(f"attention: K cache {k_cache.shape} does not fit head_dim {d_k}")
