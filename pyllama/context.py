@@ -12,6 +12,7 @@ from .batch import Batch, validate
 from .errors import ContextError
 from .graph import Graph
 from .kv import KVLayout, ctx_geometry, make_memory
+from .kv.cache import DTYPES as KV_CACHE_TYPES
 from .log import get_logger
 
 log = get_logger("context")
@@ -28,8 +29,10 @@ class Context:
         if n_ctx < 0 or n_batch <= 0 or n_ubatch <= 0 or n_seq_max <= 0 or swa_extra < 0:
             raise ContextError("n_ctx, n_batch, n_ubatch, n_seq_max must be positive "
                                "and swa_extra >= 0")
-        if type_k not in ("f16", "f32") or type_v not in ("f16", "f32"):
-            raise ContextError(f"unsupported KV cache type {type_k}/{type_v} (f16, f32)")
+        if type_k not in KV_CACHE_TYPES or type_v not in KV_CACHE_TYPES:
+            raise ContextError(f"unsupported KV cache type {type_k}/{type_v} "
+                               f"({', '.join(KV_CACHE_TYPES)})")
+        _check_block_heads(hp, type_k, type_v)
         self.model, self.hp = model, hp
         self.backend = model.backend
         if n_threads is not None:
@@ -144,3 +147,11 @@ class Context:
 
     def state_seq_set(self, data: bytes, seq_id: int, flags: int = 0) -> None:
         self.memory.state_read(data, seq_id, flags)
+
+
+def _check_block_heads(hp, type_k: str, type_v: str) -> None:
+    """Block KV types (q8_0, q4_0) need head sizes that are multiples of 32, as in llama.cpp."""
+    for name, t, d in (("K", type_k, hp.n_embd_head_k), ("V", type_v, hp.n_embd_head_v)):
+        if t in ("q8_0", "q4_0") and d % 32:
+            raise ContextError(f"{name} cache type {t} needs a head size that is a multiple "
+                               f"of 32 (got {d})")

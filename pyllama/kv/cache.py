@@ -9,13 +9,19 @@ import itertools
 
 import numpy as np
 
+from ..backend.base import KV_BLOCK, KV_TYPES, kv_decode, kv_encode
 from ..batch import UBatch, split_equal, split_simple
 from ..errors import ContextError
 from .cells import INF_POS, KVCells
 from .state import read_state, write_state
 from .swa import SWA_NONE, is_masked_swa, window_start
 
-DTYPES = {"f16": np.float16, "f32": np.float32}
+DTYPES = KV_TYPES            # cache type name -> buffer item dtype (block types: one item = 32)
+
+
+def row_bytes(type_name: str, n_embd: int) -> int:
+    """Bytes of one cell's row of n_embd elements (ggml_row_size)."""
+    return n_embd // KV_BLOCK[type_name] * KV_TYPES[type_name].itemsize
 _STATE_IDS = itertools.count()
 
 
@@ -28,7 +34,8 @@ class KVCache:
                  n_swa=0, swa_extra=0, type_k="f16", type_v="f16", alloc=None, rope=None,
                  n_head_kv=None):
         if type_k not in DTYPES or type_v not in DTYPES:
-            raise ContextError(f"unsupported KV cache type {type_k}/{type_v} (f16, f32)")
+            raise ContextError(f"unsupported KV cache type {type_k}/{type_v} "
+                               f"({', '.join(DTYPES)})")
         self.n_cells, self.n_stream, self.n_seq_max = n_cells, n_stream, n_seq_max
         self.layers = list(layers)
         self.n_embd_k = dict(zip(self.layers, n_embd_k))
@@ -69,8 +76,8 @@ class KVCache:
 
     def memory_breakdown(self) -> dict:
         n = self.n_stream * self.n_cells
-        k = sum(n * self.n_embd_k[il] * np.dtype(DTYPES[self.type_k]).itemsize for il in self.layers)
-        v = sum(n * self.n_embd_v[il] * np.dtype(DTYPES[self.type_v]).itemsize for il in self.layers)
+        k = sum(n * row_bytes(self.type_k, self.n_embd_k[il]) for il in self.layers)
+        v = sum(n * row_bytes(self.type_v, self.n_embd_v[il]) for il in self.layers)
         return {"cells": self.n_cells, "n_stream": self.n_stream, "layers": len(self.layers),
                 "k_bytes": k, "v_bytes": v, "swa_extra": self.swa_extra}
 
@@ -368,12 +375,22 @@ class KVCache:
                 raise ContextError("K-shift needs a rope callable")
             g = st * self.n_cells + idx
             for il in self.layers:
-                k = self.k[il]
-                rows = k[g].astype(np.float32).reshape(len(g), self.n_head_kv[il], -1)
-                k[g] = np.asarray(self.rope(rows, cells.shift[idx].copy(), il)).reshape(len(g), -1)
+                self._k_shift_layer(il, g, cells.shift[idx].copy())
         cells.shift[:] = 0
         cells.has_shift = False
         self._bump()
+
+    def _k_shift_layer(self, il, g, delta):
+        """Rotate K rows g by delta. Quantized / bf16 K: dequantize, rope in f32, requantize as
+        set_rows does (llama.cpp: ggml_cast to f32, rope, ggml_cpy back)."""
+        k = self.k[il]
+        if self.type_k in ("f16", "f32"):
+            rows = k[g].astype(np.float32).reshape(len(g), self.n_head_kv[il], -1)
+            k[g] = np.asarray(self.rope(rows, delta, il)).reshape(len(g), -1)
+            return
+        rows = kv_decode(k[g], self.type_k).reshape(len(g), self.n_head_kv[il], -1)
+        rot = np.asarray(self.rope(rows, delta, il), dtype=np.float32).reshape(len(g), -1)
+        k[g] = kv_encode(rot, self.type_k)
 
     # -- state ---------------------------------------------------------------------------------
     def state_cells(self, st: int, seq_id: int) -> np.ndarray:

@@ -13,7 +13,7 @@ import numpy as np
 from ..batch import Batch, UBatch
 from ..errors import ContextError
 
-GGML_TYPE = {"f32": 0, "f16": 1}
+GGML_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "bf16": 30}   # row bytes: ggml_row_size
 
 
 class _Reader:
