@@ -6,7 +6,8 @@
 #      pyllama.synthetic --skeleton ...) when the bundled models are not on that machine;
 #      QUICK=1  fewer benchmark tokens.
 # Steps (each logged to OUT_DIR; the script goes on after a failure and exits non-zero at the end):
-#   1. device, nvcc and pycuda facts; 2. scripts/nvcc_check.sh; 3. prebuilt fatbins for this GPU;
+#   1. device, nvcc and pycuda facts (pycuda installed from the wheel, CPU extensions built if
+#      missing); 2. scripts/nvcc_check.sh; 3. prebuilt fatbins for this GPU;
 #   4. pytest -m cuda tests/cuda (every op vs numpy / RefBackend, tiny models end to end);
 #   5. synthetic models shaped like both bundled models: llama-bench -ngl 99, bench/cuda_bench.py
 #      (pp512 / tg128 on cuda and a cuda-vs-cpu logits check).
@@ -30,6 +31,9 @@ step() {  # step NAME CMD...: run, tee to OUT/NAME.log, remember failures
 step facts bash -c "nvidia-smi; nvcc --version; $PY --version; $PY -c 'import numpy, gguf; print(numpy.__version__)'"
 if ! $PY -c "import pycuda" 2>/dev/null && [ -n "${PYCUDA_WHEEL:-}" ]; then
     step pycuda_install $PY -m pip install --no-index "$PYCUDA_WHEEL"
+fi
+if ! $PY -c "import pyllama.backend.cpu._ops" 2>/dev/null; then      # CPU kernels for this Python
+    step build_ext $PY setup.py build_ext --inplace
 fi
 step probe $PY -c "from pyllama.backend.cuda import available; ok, why = available(); print(ok, why); assert ok"
 step nvcc_check bash scripts/nvcc_check.sh
