@@ -753,6 +753,7 @@ class Engine:
                 s.release()
             self.memory.seq_rm(s.id, -1, -1)
             s.cache.clear()
+            s.checkpoints.clear()
 
     # -- slot save / restore / erase ---------------------------------------------------------------
     def _slot_action(self, slot: Slot, task: Task) -> None:
@@ -773,6 +774,7 @@ class Engine:
             n = len(slot.cache)
             self.memory.seq_rm(slot.id, -1, -1)
             slot.cache.clear()
+            slot.checkpoints.clear()
             res = {"id_slot": slot.id, "n_erased": n}
         task.channel.put(res)
 
@@ -788,6 +790,7 @@ class Engine:
         tokens = np.frombuffer(data, np.int32, n, 12).tolist()
         self.memory.seq_rm(slot.id, -1, -1)
         slot.cache.clear()
+        slot.checkpoints.clear()      # they belonged to the tokens just dropped
         try:
             self.ctx.state_seq_set(data[12 + 4 * n:], slot.id)
         except Exception as e:  # noqa: BLE001
