@@ -49,11 +49,10 @@ def fidelity(path, model_name):
     return stats, worst
 
 
-@pytest.mark.parametrize("alias,name", [("gemma-3-270m", "gemma-3-270m"),
-                                        ("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b")])
-def test_teacher_forced_logits_match_llama_cpp(alias, name, request):
-    from conftest import real_model_path
-    stats, worst = fidelity(real_model_path(alias), name)
+@pytest.mark.parametrize("fixture,name", [("gemma_path", "gemma-3-270m"),
+                                          ("qwen_path", "qwen2.5-coder-0.5b")])
+def test_teacher_forced_logits_match_llama_cpp(fixture, name, request):
+    stats, worst = fidelity(request.getfixturevalue(fixture), name)
     top1 = stats["top1"] / stats["n"]
     mean_dlp = float(np.mean(stats["dlp"]))
     print(f"\n{name}: positions {stats['n']}, top-1 agreement {top1:.4f}, confident "

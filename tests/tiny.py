@@ -50,8 +50,9 @@ def _qtype_for(name: str, cols: int, i: int):
 
 
 def write_tiny_gguf(path: str, arch: str = "llama", seed: int = 0, overrides: dict | None = None,
-                    all_f32: bool = False) -> str:
-    """Write a tiny random model of `arch`; overrides replace keys of the arch's tiny() config."""
+                    all_f32: bool = False, embd_std: float = 1.0) -> str:
+    """Write a tiny random model of `arch`; overrides replace keys of the arch's tiny() config.
+    embd_std: standard deviation of token_embd (smaller: less peaked next-token distributions)."""
     cls = arch_registry.get(arch)
     cfg = dict(cls.tiny())
     cfg.update(overrides or {})
@@ -73,7 +74,7 @@ def write_tiny_gguf(path: str, arch: str = "llama", seed: int = 0, overrides: di
     hp.n_vocab = len(tokens)
     rng = np.random.default_rng(seed)
     for i, spec in enumerate(s for s in cls.tensor_specs(hp) if s.required):
-        data = _random_tensor(rng, spec.name, spec.shape)
+        data = _random_tensor(rng, spec.name, spec.shape, embd_std)
         qt = gguf.GGMLQuantizationType.F32 if all_f32 else _qtype_for(spec.name, spec.shape[-1], i)
         if qt == gguf.GGMLQuantizationType.F32:
             w.add_tensor(spec.name, data)
@@ -87,10 +88,10 @@ def write_tiny_gguf(path: str, arch: str = "llama", seed: int = 0, overrides: di
     return path
 
 
-def _random_tensor(rng, name: str, shape) -> np.ndarray:
+def _random_tensor(rng, name: str, shape, embd_std: float) -> np.ndarray:
     if name.endswith("norm.weight"):
         return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
-    scale = 0.25 if "token_embd" in name else 1.0 / np.sqrt(shape[-1])
+    scale = embd_std if "token_embd" in name else 1.0 / np.sqrt(shape[-1])
     return (scale * rng.standard_normal(shape)).astype(np.float32)
 
 

@@ -36,12 +36,12 @@ def prompt(n=20, seed=0):
 
 @pytest.fixture(scope="module")
 def target(tiny_model_path):
-    return pyllama.load_model(tiny_model_path("gemma3"))
+    return pyllama.load_model(tiny_model_path("gemma3", embd_std=0.25))
 
 
 @pytest.fixture(scope="module")
 def other_draft(tiny_model_path):
-    return pyllama.load_model(tiny_model_path("gemma3", seed=1))
+    return pyllama.load_model(tiny_model_path("gemma3", seed=1, embd_std=0.25))
 
 
 def plain_run(model, n, swa_full=False, **sp):
