@@ -3,6 +3,7 @@ with a TTY progress indicator, and the top-level error guard (one stderr line, e
 """
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
@@ -16,6 +17,7 @@ from ._params import Params
 REPO = Path(__file__).resolve().parent.parent
 
 
+@functools.lru_cache(maxsize=1)
 def build_info() -> tuple[str, int, str]:
     """(version, build number, short commit); build/commit from the git checkout when there is one."""
     try:
