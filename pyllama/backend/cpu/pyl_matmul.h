@@ -771,6 +771,9 @@ static inline void pyl_tileF(const int NR, const int NT, int k, const pyl_wrow *
 }
 #endif
 
+#ifndef PYL_PREFETCH
+#define PYL_PREFETCH 2048
+#endif
 #if PYL_AVX2
 /* ---- direct mat-vec (few tokens): exactly the per-element operations of the tiles above,
  * with each weight block decoded in registers / a stack super-block instead of the row
@@ -783,6 +786,7 @@ pyl_dotA_direct(const int t, const uint8_t *row, int nb, const pyl_arow *a) {
     float accm = 0.0f;
     for (int b = 0; b < nb; b++) {
         const uint8_t *x = row + (int64_t)bb * b;
+        _mm_prefetch((const char *)x + PYL_PREFETCH, _MM_HINT_T0);
         const __m256i w = pyl_dec32_avx2(t, x);
         const __m256i y = _mm256_loadu_si256((const __m256i *)(a->q + 32 * b));
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w)), ones);
@@ -823,17 +827,51 @@ pyl_dotK_direct(const int t, const uint8_t *row, int nsb, const pyl_arow *a) {
     return pyl_hsum8(acc);
 }
 
+/* four rows of pyl_dotA_direct interleaved (independent accumulators: more loads in flight,
+ * one activation load per block); each row's operations are exactly pyl_dotA_direct's */
+static inline __attribute__((always_inline)) void
+pyl_dotA_direct4(const int t, const uint8_t *row, int64_t ws, int nb, const pyl_arow *a, float *o) {
+    const int bb = pyl_block_bytes(t), HAS_M = pyl_has_m(t);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    float accm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int b = 0; b < nb; b++) {
+        const __m256i y = _mm256_loadu_si256((const __m256i *)(a->q + 32 * b));
+        const __m256 dy = _mm256_broadcast_ss(a->d + b);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            const uint8_t *x = row + r * ws + (int64_t)bb * b;
+            const __m256i w = pyl_dec32_avx2(t, x);
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w)), ones);
+            const __m256 dd = _mm256_mul_ps(_mm256_set1_ps(pyl_rd_f16(x)), dy);
+            acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[r]);
+            if (HAS_M) accm[r] = fmaf(pyl_rd_f16(x + 2), a->s[b], accm[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) o[r] = pyl_hsum8(acc[r]) + accm[r];
+}
+
 #define PYL_DIRECT_ROWS(KIND, T)                                                                 \
     static void pyl_direct_##T(const uint8_t *w, int64_t ws, int nr, int nb, const pyl_arow *X, \
                                int nt, float *o, int64_t os) {                                   \
         for (int r = 0; r < nr; r++)                                                             \
             for (int i = 0; i < nt; i++) o[i * os + r] = KIND(PYL_##T, w + r * ws, nb, &X[i]);  \
     }
-PYL_DIRECT_ROWS(pyl_dotA_direct, Q4_0)
-PYL_DIRECT_ROWS(pyl_dotA_direct, Q4_1)
-PYL_DIRECT_ROWS(pyl_dotA_direct, Q5_0)
-PYL_DIRECT_ROWS(pyl_dotA_direct, Q5_1)
-PYL_DIRECT_ROWS(pyl_dotA_direct, Q8_0)
+#define PYL_DIRECT_ROWS4(T)                                                                      \
+    static void pyl_direct_##T(const uint8_t *w, int64_t ws, int nr, int nb, const pyl_arow *X, \
+                               int nt, float *o, int64_t os) {                                   \
+        if (nr == 4) {                                                                           \
+            for (int i = 0; i < nt; i++) pyl_dotA_direct4(PYL_##T, w, ws, nb, &X[i], o + i * os); \
+            return;                                                                              \
+        }                                                                                        \
+        for (int r = 0; r < nr; r++)                                                             \
+            for (int i = 0; i < nt; i++) o[i * os + r] = pyl_dotA_direct(PYL_##T, w + r * ws, nb, &X[i]); \
+    }
+PYL_DIRECT_ROWS4(Q4_0)
+PYL_DIRECT_ROWS4(Q4_1)
+PYL_DIRECT_ROWS4(Q5_0)
+PYL_DIRECT_ROWS4(Q5_1)
+PYL_DIRECT_ROWS(pyl_dotA_direct, Q8_0) /* one sequential stream: faster from memory */
 PYL_DIRECT_ROWS(pyl_dotK_direct, Q2_K)
 PYL_DIRECT_ROWS(pyl_dotK_direct, Q3_K)
 PYL_DIRECT_ROWS(pyl_dotK_direct, Q4_K)
