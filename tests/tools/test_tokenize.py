@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from conftest import DATA
+from conftest import DATA, real_model_path_or_skip
 
 
 def test_no_prompt_source(tool):
@@ -73,7 +73,6 @@ CASES = json.load(open(os.path.join(DATA, "tokenize-cases.json"), encoding="utf-
 @pytest.mark.realmodel
 @pytest.mark.parametrize("alias", sorted(CASES))
 def test_real_vocab_ids_match_llama_cpp(alias, capsysbinary):
-    from conftest import real_model_path_or_skip
     from pyllama.tools import tokenize
     path = real_model_path_or_skip(alias)
     for case in CASES[alias]:
