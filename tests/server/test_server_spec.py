@@ -42,7 +42,10 @@ def run_all(url) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def models(tiny_model_path):
-    return tiny_model_path("gemma3"), tiny_model_path("gemma3", seed=1)
+    """Target and another draft with flatter next-token distributions (embd_std 0.25), so that
+    another model's drafts are really rejected, in greedy and in sampling."""
+    return (tiny_model_path("gemma3", embd_std=0.25),
+            tiny_model_path("gemma3", seed=1, embd_std=0.25))
 
 
 @pytest.fixture(scope="module")
