@@ -6,12 +6,14 @@ so (ggml/src/ggml-cpu/ops.cpp, vec.h):
   and (a separate ggml_mul) * w, each rounded to f32;
 - rope: ggml's rope cache: theta starts at (float)pos and is multiplied by theta_scale =
   base^(-2/n_rot) in f32 once per pair; cos/sin of freq_scale * theta (ext_factor 0, mscale 1);
-- gelu: the tanh formula with ggml's constants, as x * sigmoid(2u), in double, rounded once (ggml's
-  CPU build looks GELU up in an f16 table indexed by f16(x); we do not, so values differ from
-  llama.cpp by up to the f16 step of x);
+- gelu (and geglu's GELU): ggml's GGML_GELU_FP16 table semantics: x <= -10 -> 0, x >= 10 -> x, else
+  f16(gelu(f16(x))) (the formula in double here; ggml's f32 tanhf table differs in 234 of 63488
+  entries by one f16 step, the CPU backend builds ggml's exact table);
 - silu x / (1 + exp(-x)) in double, rounded once; softcap tanh(x * (1/c)) * c (ggml_scale by the
   reciprocal, as llama.cpp builds it; the product in f32, tanh in double).
-Attention works in double and rounds the result to f32.
+- attention: llama.cpp's non-flash path step by step (docs/numerics.md): q rounded to f16 for an f16
+  cache, scores by tinyBLAS lanes (8 FMA chains over d, ggml's hsum), ggml_v_expf, 8-block sums in
+  double, p = e * (float)(1/sum) rounded to f16 for an f16 cache, p.v by 8 lanes over the cell list.
 """
 from __future__ import annotations
 
@@ -50,10 +52,86 @@ def rope_cache(pos: np.ndarray, n_rot: int, base: float, freq_scale: float):
     return cos, sin
 
 
-def softmax_attend(s: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """s [h, L] scores, v [L, h, d] -> [h, d], all float64."""
-    p = np.exp(s - s.max(axis=1, keepdims=True))
-    return np.einsum("hl,lhd->hd", p, v) / p.sum(axis=1)[:, None]
+def _fma(a, b, c) -> np.ndarray:
+    """f32 fused multiply-add (the exact product and sum in double, rounded once to f32)."""
+    return (np.asarray(a, np.float64) * np.asarray(b, np.float64)
+            + np.asarray(c, np.float64)).astype(np.float32)
+
+
+def ggml_hsum8(v: np.ndarray) -> np.ndarray:
+    """ggml's AVX hsum over the last axis (8): ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) in f32."""
+    a = (v[..., 0:4] + v[..., 4:8]).astype(np.float32)
+    b = (a[..., 0:2] + a[..., 2:4]).astype(np.float32)
+    return (b[..., 0] + b[..., 1]).astype(np.float32)
+
+
+def lane_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """tinyBLAS dot over the last axis: lane i % 8 of 8 f32 FMA chains, ggml_hsum8, then the
+    K % 8 tail by FMA in order. a, b broadcast."""
+    k = a.shape[-1]
+    k8 = k - k % 8
+    acc = np.zeros(np.broadcast_shapes(a.shape[:-1], b.shape[:-1]) + (8,), np.float32)
+    for i in range(0, k8, 8):
+        acc = _fma(a[..., i:i + 8], b[..., i:i + 8], acc)
+    r = ggml_hsum8(acc)
+    for i in range(k8, k):
+        r = _fma(a[..., i], b[..., i], r)
+    return r
+
+
+def _hx(s: str) -> np.float32:
+    return np.float32(float.fromhex(s))
+
+
+def ggml_expf(x: np.ndarray) -> np.ndarray:
+    """ggml_v_expf (vec.h, AVX2) elementwise in f32; exp(-inf) = 0, |n| > 126 handled as ggml."""
+    x = np.asarray(x, np.float32)
+    r = _hx("0x1.8p23")
+    with np.errstate(invalid="ignore", over="ignore"):
+        z = _fma(x, _hx("0x1.715476p+0"), r)
+        n = (z - r).astype(np.float32)
+        b = _fma(-n, _hx("0x1.7f7d1cp-20"), _fma(-n, _hx("0x1.62e4p-1"), x))
+        e = (np.nan_to_num(z).view(np.int32).astype(np.int64) << 23) & 0xFFFFFFFF
+        k = ((e + 0x3F800000) & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
+        u = (b * b).astype(np.float32)
+        j = _fma(_fma(_fma(_hx("0x1.0e4020p-7"), b, _hx("0x1.573e2ep-5")), u,
+                      _fma(_hx("0x1.555e66p-3"), b, _hx("0x1.fffdb6p-2"))), u,
+                 (_hx("0x1.ffffecp-1") * b).astype(np.float32))
+        fast = _fma(j, k, k)
+        big = np.abs(n) > 126
+        if not big.any():
+            return fast
+        g = np.where(n <= 0, np.uint32(0x82000000), np.uint32(0)).astype(np.int64)
+        s1 = ((g + 0x7F000000) & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
+        s2 = ((e - g) & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
+        slow = (_fma(s2, j, s2) * s1).astype(np.float32)
+        out = np.where(big, slow, fast)
+        return np.where(np.abs(n) > 192, (s1 * s1).astype(np.float32), out).astype(np.float32)
+
+
+def ggml_softmax_probs(s: np.ndarray, f16: bool) -> np.ndarray:
+    """ggml_soft_max_f32 over the last axis of s [..., L] (scale applied): e = ggml_v_expf(s - max)
+    in 8-blocks (padded with zeros), block sums (ggml_hsum8) added in double in order,
+    p = e * (float)(1/sum) in f32, then rounded to f16 when V is f16."""
+    L = s.shape[-1]
+    e = ggml_expf((s - s.max(axis=-1, keepdims=True)).astype(np.float32))
+    pad = np.zeros(e.shape[:-1] + (-L % 8,), np.float32)
+    blocks = ggml_hsum8(np.concatenate([e, pad], axis=-1).reshape(e.shape[:-1] + (-1, 8)))
+    tot = np.zeros(blocks.shape[:-1], np.float64)
+    for t in range(blocks.shape[-1]):
+        tot = tot + blocks[..., t].astype(np.float64)
+    p = (e * (1.0 / tot).astype(np.float32)[..., None]).astype(np.float32)
+    return p.astype(np.float16).astype(np.float32) if f16 else p
+
+
+def lane_pv(p: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """sum_j p[..., j] v[j, :] as tinyBLAS computes mul_mat(v^T, p): lane j % 8 of 8 FMA chains
+    over j in order, then ggml_hsum8. p [h, L], v [L, h, d] -> [h, d]."""
+    L = p.shape[-1]
+    acc = np.zeros((p.shape[0], v.shape[2], 8), np.float32)
+    for j in range(L):
+        acc[..., j % 8] = _fma(p[:, j, None], v[j], acc[..., j % 8])
+    return ggml_hsum8(acc)
 
 
 class RefBackend(Backend):
@@ -78,11 +156,14 @@ class RefBackend(Backend):
         return y if w is None else y * _f32(w)
 
     def gelu(self, x):
-        x = _f32(x).astype(np.float64)
-        inner = float(SQRT_2_OVER_PI) * x * (1.0 + float(GELU_COEF_A) * x * x)
-        # 0.5 x (1 + tanh(u)) == x / (1 + exp(-2u)); the latter has no cancellation for x << 0
+        x = _f32(x)
+        h = x.astype(np.float16).astype(np.float64)
+        inner = float(SQRT_2_OVER_PI) * h * (1.0 + float(GELU_COEF_A) * h * h)
+        # 0.5 h (1 + tanh(u)) == h / (1 + exp(-2u)); the latter has no cancellation for h << 0
         with np.errstate(over="ignore", invalid="ignore"):
-            return (x / (1.0 + np.exp(-2.0 * inner))).astype(np.float32)
+            t = (h / (1.0 + np.exp(-2.0 * inner))).astype(np.float32).astype(np.float16)
+        y = np.where(x >= 10, x, t.astype(np.float32))
+        return np.where(x <= -10, _F32(0), y).astype(np.float32)
 
     def silu(self, x):
         x = _f32(x).astype(np.float64)
@@ -125,31 +206,59 @@ class RefBackend(Backend):
             cache[np.asarray(cells, dtype=np.int64)] = rows.astype(cache.dtype)
 
     def attention(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
+        if k_cache.dtype != v_cache.dtype or k_cache.dtype not in (np.float16, np.float32):
+            return _attention_kvq(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
         n_q, n_head, d_k = q.shape
-        kt, vt = kv_type(k_cache), kv_type(v_cache)
-        n_kv = k_cache.shape[1] * KV_BLOCK[kt] // d_k
-        d_v = v_cache.shape[1] * KV_BLOCK[vt] // n_kv
+        n_kv = k_cache.shape[1] // d_k
+        d_v = v_cache.shape[1] // n_kv
         group = n_head // n_kv
+        f16 = k_cache.dtype == np.float16
+        qq = _f32(q).astype(np.float16).astype(np.float32) if f16 else _f32(q)
         out = np.zeros((n_q, n_head, d_v), dtype=np.float32)
         for i in range(n_q):
             cells = np.asarray(kv_cells[q_start[i]:q_end[i]], dtype=np.int64)
             if len(cells) == 0:
                 continue
-            k = np.repeat(kv_decode(k_cache[cells], kt).astype(np.float64).reshape(-1, n_kv, d_k),
-                          group, axis=1)
-            v = np.repeat(kv_decode(v_cache[cells], vt).astype(np.float64).reshape(-1, n_kv, d_v),
-                          group, axis=1)
-            s = float(scale) * np.einsum("lhd,hd->hl", k, _q_for_k(q[i], kt).astype(np.float64))
+            k = np.repeat(k_cache[cells].astype(np.float32).reshape(-1, n_kv, d_k), group, axis=1)
+            v = np.repeat(v_cache[cells].astype(np.float32).reshape(-1, n_kv, d_v), group, axis=1)
+            s = (_F32(scale) * lane_dot(qq[i][:, None, :], k.transpose(1, 0, 2))).astype(np.float32)
             if softcap > 0:
-                s = np.tanh(s / float(softcap)) * float(softcap)
-            out[i] = softmax_attend(s, v)
+                c = _F32(softcap)
+                s = (np.tanh((s * (_F32(1.0) / c)).astype(np.float32)) * c).astype(np.float32)
+            out[i] = lane_pv(ggml_softmax_probs(s, f16), v)
         return out
+
+
+def _attention_kvq(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap):
+    """Attention over bf16 / q8_0 / q4_0 (or mixed-type) caches, as llama.cpp's flash-attention
+    path (the one it takes for a quantized V cache): q converted to K's vec_dot_type (_q_for_k),
+    K and V rows dequantized exactly; scores, softmax and p.v in float64."""
+    n_q, n_head, d_k = q.shape
+    kt, vt = kv_type(k_cache), kv_type(v_cache)
+    n_kv = k_cache.shape[1] * KV_BLOCK[kt] // d_k
+    d_v = v_cache.shape[1] * KV_BLOCK[vt] // n_kv
+    group = n_head // n_kv
+    out = np.zeros((n_q, n_head, d_v), dtype=np.float32)
+    for i in range(n_q):
+        cells = np.asarray(kv_cells[q_start[i]:q_end[i]], dtype=np.int64)
+        if len(cells) == 0:
+            continue
+        k = np.repeat(kv_decode(k_cache[cells], kt).astype(np.float64).reshape(-1, n_kv, d_k),
+                      group, axis=1)
+        v = np.repeat(kv_decode(v_cache[cells], vt).astype(np.float64).reshape(-1, n_kv, d_v),
+                      group, axis=1)
+        s = float(scale) * np.einsum("lhd,hd->hl", k, _q_for_k(q[i], kt).astype(np.float64))
+        if softcap > 0:
+            s = np.tanh(s / float(softcap)) * float(softcap)
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        out[i] = np.einsum("hl,lhd->hd", p, v) / p.sum(axis=1)[:, None]
+    return out
 
 
 def _q_for_k(q: np.ndarray, kt: str) -> np.ndarray:
     """q [n_head, d_k] as llama.cpp's flash-attention path pairs it with a K cache of type kt
     (the K type's vec_dot_type): q8_0 and q4_0 K -> q quantized to q8_0 (AVX2 quantize_row_q8_0),
-    bf16 K -> q rounded to bf16; f16/f32 K -> q as is (our f16 kernels do not round q)."""
+    bf16 K -> q rounded to bf16; f16/f32 K -> q as is."""
     q = np.asarray(q, dtype=np.float32)
     if kt in ("q8_0", "q4_0"):
         qs, d = quantize_q8_0_rows(q, simd=True)

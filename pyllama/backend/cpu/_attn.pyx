@@ -1,15 +1,17 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Attention over listed KV cells (f16 or f32 cache).
+"""Attention over listed KV cells (f16 or f32 cache), llama.cpp's non-flash CPU path bit for bit
+(docs/numerics.md; verified against llama.cpp's kqv_out on Gemma 3).
 
-A task is (query i, up to 4 heads sharing one KV head): each K/V row is loaded and converted once
+A task is (query i, up to 4 heads sharing one KV head): each K row is loaded and converted once
 for those heads. For every (query, head) pair the arithmetic is fixed, whatever the grouping:
-  1. s_j = scale * dot(q, k_j) over the query's cells kv_cells[q_start[i]:q_end[i]] in order
-     (K converted f16 -> f32 exactly; per pair one sequential 8-lane FMA chain over d, a fixed
-     horizontal tree, then the d % 8 tail in order; 2 cells x 4 heads at a time), optional
-     softcap s_j = tanh(s_j * (1/cap)) * cap, max over j;
-  2. p_j = exp(s_j - max) (8-lane exp of pyl_vmath.h); sum = the 8-blocks' f32 horizontal sums
-     accumulated in double (as ggml's soft_max does);
-  3. out = (sum_j p_j v_j) * (1/sum), each output lane one FMA chain in order of j.
+  1. q rounded to f16 when the cache is f16 (ggml's mul_mat(k_f16, q) converts q);
+     r_j = dot(q, k_j) as tinyBLAS: one 8-lane FMA chain over d, ggml's hsum, the d % 8 tail in
+     order; s_j = scale * r_j, optional softcap s_j = tanh(s_j * (1/cap)) * cap; max over j;
+  2. e_j = ggml_v_expf(s_j - max) over 8-blocks of the list; the blocks' hsums added in double;
+     p_j = e_j * (float)(1/sum), rounded to f16 when V is f16 (mul_mat(v_f16, kq) converts kq);
+  3. out = sum_j p_j v_j as tinyBLAS: lane j % 8 of 8 FMA chains over j in order, ggml's hsum.
+Lanes follow the list index, i.e. the position when the visible positions start at a multiple of
+8 (always true without a sliding window); llama.cpp aligns them to the cell index.
 So a query's output is bit-identical whatever the other queries in the call, the head grouping
 and the number of threads (ARCHITECTURE decision 6). Unlisted cells are never read.
 """
@@ -21,22 +23,23 @@ from libc.stdint cimport int32_t, int64_t, uint8_t
 cdef extern from *:
     """
     #include "pyl_vmath.h"
+    #include "pyl_parity.h"
     #define PYL_HB 4          /* heads per task */
     #define PYL_PF 8          /* prefetch distance, cells */
 
-    #if PYL_VM_SIMD
-    /* 8 sums at once: lane m of the result = horizontal sum of a[m], fixed tree
-       ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) for every m */
-    static inline __m256 pyl_hsum8x8(const __m256 *a) {
-        __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
-        __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
-        __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-        return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
-                             _mm256_permute2f128_ps(u0, u1, 0x31));
+    #if PYL_VM_SIMD && PYL_PARITY_SIMD
+    /* q as ggml's mul_mat(k_f16, q) sees it: rounded to f16 when K is f16 */
+    static inline __m256 pyl_ldq(const float *q, int f16, int i) {
+        __m256 v = _mm256_loadu_ps(q + i);
+        return f16 ? _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)) : v;
     }
 
-    /* raw scores of 2 cells x 4 heads into r[4 * c + t]; q[t] head t's query, rows[c] cell c's
-       K row. Per (cell, head): one 8-lane FMA chain over d, pyl_hsum8x8, then the d % 8 tail. */
+    static inline float pyl_q1(const float *q, int f16, int e) {
+        return f16 ? _cvtsh_ss(_cvtss_sh(q[e], 0)) : q[e];
+    }
+
+    /* raw scores of 2 cells x 4 heads into r[4 * c + t] (tinyBLAS: one 8-lane FMA chain over d,
+       ggml's hsum), then the d % 8 tail in order */
     static inline __attribute__((always_inline)) void pyl_qk_2x4(
             const float *const *q, const uint8_t *const *rows, int f16, int d, float *r) {
         __m256 a[8];
@@ -46,69 +49,88 @@ cdef extern from *:
         for (i = 0; i + 8 <= d; i += 8) {
             __m256 k0 = pyl_ld8(rows[0], f16, i), k1 = pyl_ld8(rows[1], f16, i);
             for (m = 0; m < 4; m++) {
-                __m256 qv = _mm256_loadu_ps(q[m] + i);
+                __m256 qv = pyl_ldq(q[m], f16, i);
                 a[m] = _mm256_fmadd_ps(qv, k0, a[m]);
                 a[4 + m] = _mm256_fmadd_ps(qv, k1, a[4 + m]);
             }
         }
-        _mm256_storeu_ps(r, pyl_hsum8x8(a));
         for (m = 0; m < 8; m++) {
             int e;
+            r[m] = pyl_ghsum8(a[m]);
             for (e = i; e < d; e++)
-                r[m] += q[m & 3][e] * pyl_ld1(rows[m >> 2], f16, e);
+                r[m] += pyl_q1(q[m & 3], f16, e) * pyl_ld1(rows[m >> 2], f16, e);
         }
     }
 
-    /* p = exp(s - mx) in place over n (padded to 8 with -inf -> 0); returns sum (double) */
-    static inline double pyl_softmax_p(float *s, int n, float mx) {
+    /* ggml_soft_max_f32 after the max: p = exp(s - mx) (ggml_v_expf) over 8-blocks of the list
+       (padded with -inf -> 0), block sums (ggml's hsum) accumulated in double, then
+       p *= (float)(1 / sum), rounded to f16 when V is f16 (mul_mat(v_f16, kq) converts kq). */
+    static inline void pyl_softmax_p(float *s, int n, float mx, int f16) {
         double sum = 0.0;
+        float inv;
         int j;
         for (j = n; j < ((n + 7) & ~7); j++)
             s[j] = -INFINITY;
         for (j = 0; j < n; j += 8) {
-            __m256 p = pyl_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(mx)));
+            __m256 p = pyl_gexp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(mx)));
             _mm256_storeu_ps(s + j, p);
-            sum += (double)pyl_hsum8(p);
+            sum += (double)pyl_ghsum8(p);
         }
-        return sum;
+        inv = (float)(1.0 / sum);
+        for (j = 0; j < n; j += 8) {
+            __m256 p = _mm256_mul_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(inv));
+            if (f16)
+                p = _mm256_cvtph_ps(_mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
+            _mm256_storeu_ps(s + j, p);
+        }
     }
 
-    /* out[t][d0 : d0 + 8*nv] = inv[t] * sum_j p[t][j] v_j[...], nv = 1 or 2 vectors, 4 heads */
-    static inline __attribute__((always_inline)) void pyl_pv_4(
-            const float *const *p, const uint8_t *v, int64_t vst, int f16, const int32_t *cells,
-            int n, int d0, int nv, const float *inv, float *const *out) {
-        __m256 a[4][2];
-        int j, t, b;
-        for (t = 0; t < 4; t++)
-            a[t][0] = a[t][1] = _mm256_setzero_ps();
-        for (j = 0; j < n; j++) {
-            const uint8_t *row = v + (int64_t)cells[j] * vst;
-            if (j + PYL_PF < n)          /* strided rows: prefetch a few cells ahead */
-                _mm_prefetch((const char *)(v + (int64_t)cells[j + PYL_PF] * vst) + d0 * (f16 ? 2 : 4),
-                             _MM_HINT_T0);
-            __m256 v0 = pyl_ld8(row, f16, d0);
-            __m256 v1 = nv == 2 ? pyl_ld8(row, f16, d0 + 8) : v0;
-            for (t = 0; t < 4; t++) {
-                __m256 pj = _mm256_set1_ps(p[t][j]);
-                a[t][0] = _mm256_fmadd_ps(pj, v0, a[t][0]);
-                a[t][1] = _mm256_fmadd_ps(pj, v1, a[t][1]);
-            }
+    /* ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) elementwise: ggml's hsum of 8 lanes, for 8 outputs */
+    static inline __m256 pyl_lane_tree(const __m256 *a) {
+        return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+                             _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
+    }
+
+    /* out[d0 : d0 + 8] = sum_j p_j v_j as tinyBLAS computes mul_mat(v^T, p): lane j % 8 of an
+       FMA chain over j in order, then ggml's hsum of the 8 lanes. p is padded with zeros to 8. */
+    static inline __attribute__((always_inline)) void pyl_pv_8(
+            const float *p, const uint8_t *v, int64_t vst, int f16, const int32_t *cells,
+            int n, int d0, float *out) {
+        __m256 a[8];
+        int j, l;
+        for (l = 0; l < 8; l++)
+            a[l] = _mm256_setzero_ps();
+        for (j = 0; j + 8 <= n; j += 8) {
+            if (j + PYL_PF + 8 <= n)
+                for (l = 0; l < 8; l++)
+                    _mm_prefetch((const char *)(v + (int64_t)cells[j + PYL_PF + l] * vst) + d0 * (f16 ? 2 : 4),
+                                 _MM_HINT_T0);
+            for (l = 0; l < 8; l++)
+                a[l] = _mm256_fmadd_ps(_mm256_set1_ps(p[j + l]),
+                                       pyl_ld8(v + (int64_t)cells[j + l] * vst, f16, d0), a[l]);
         }
-        for (t = 0; t < 4; t++)
-            for (b = 0; b < nv; b++)
-                _mm256_storeu_ps(out[t] + d0 + 8 * b, _mm256_mul_ps(a[t][b], _mm256_set1_ps(inv[t])));
+        for (l = 0; j < n; j++, l++)
+            a[l] = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), pyl_ld8(v + (int64_t)cells[j] * vst, f16, d0), a[l]);
+        _mm256_storeu_ps(out + d0, pyl_lane_tree(a));
+    }
+
+    /* one output element past the last 8 (dv % 8): the same 8 lanes, scalar */
+    static inline float pyl_pv_1(const float *p, const uint8_t *v, int64_t vst, int f16,
+                                 const int32_t *cells, int n, int e) {
+        float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int j;
+        for (j = 0; j < n; j++)
+            a[j & 7] = fmaf(p[j], pyl_ld1(v + (int64_t)cells[j] * vst, f16, e), a[j & 7]);
+        return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
     }
 
     static inline __attribute__((always_inline)) void pyl_attn_group_t(
             const float *const *q, const uint8_t *k, const uint8_t *v, int64_t kst, int64_t vst,
             const int f16, const int32_t *cells, int n, int dk, int dv, float scale, float cap,
             float *s, int64_t ns, float *const *out) {
-        float mx[4], inv[4], r[8], inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
-        const float *p[4];
+        float mx[4], r[8], inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
         __m128 vmx = _mm_set1_ps(-INFINITY);
         int j, t, m, d0, e;
-        for (t = 0; t < 4; t++)
-            p[t] = s + t * ns;
         for (j = 0; j < n; j += 2) {
             const uint8_t *rows[2];
             __m256 x;
@@ -139,54 +161,61 @@ cdef extern from *:
                     s[t * ns + j + 1] = r[4 + t];
         }
         _mm_storeu_ps(mx, vmx);
-        for (t = 0; t < 4; t++)
-            inv[t] = (float)(1.0 / pyl_softmax_p(s + t * ns, n, mx[t]));
-        for (d0 = 0; d0 + 16 <= dv; d0 += 16)
-            pyl_pv_4(p, v, vst, f16, cells, n, d0, 2, inv, out);
-        if (d0 + 8 <= dv) {
-            pyl_pv_4(p, v, vst, f16, cells, n, d0, 1, inv, out);
-            d0 += 8;
+        for (t = 0; t < 4; t++) {
+            float *p = s + t * ns;
+            pyl_softmax_p(p, n, mx[t], f16);
+            for (d0 = 0; d0 + 8 <= dv; d0 += 8)
+                pyl_pv_8(p, v, vst, f16, cells, n, d0, out[t]);
+            for (e = d0; e < dv; e++)
+                out[t][e] = pyl_pv_1(p, v, vst, f16, cells, n, e);
         }
-        for (e = d0; e < dv; e++)                     /* lanes past the last 8: scalar chain */
-            for (t = 0; t < 4; t++) {
-                float a = 0.0f;
-                for (j = 0; j < n; j++)
-                    a = fmaf(p[t][j], pyl_ld1(v + (int64_t)cells[j] * vst, f16, e), a);
-                out[t][e] = a * inv[t];
-            }
     }
     #else
+    /* portable path: the same lanes and roundings, libm's expf for ggml_v_expf (not bit-exact) */
     static inline void pyl_attn_group_t(
             const float *const *q, const uint8_t *k, const uint8_t *v, int64_t kst, int64_t vst,
             const int f16, const int32_t *cells, int n, int dk, int dv, float scale, float cap,
             float *s, int64_t ns, float *const *out) {
         float inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
-        int j, t, e;
+        int j, t, e, l;
         (void)ns;
         for (t = 0; t < 4; t++) {
             float mx = -INFINITY, inv;
             double sum = 0.0;
             for (j = 0; j < n; j++) {
                 const uint8_t *row = k + (int64_t)cells[j] * kst;
-                float x = 0.0f;
-                for (e = 0; e < dk; e++)
-                    x += q[t][e] * pyl_ld1(row, f16, e);
+                float a[8] = {0, 0, 0, 0, 0, 0, 0, 0}, x;
+                for (e = 0; e + 8 <= dk; e += 8)
+                    for (l = 0; l < 8; l++) {
+                        float qe = f16 ? pyl_p_h2f(pyl_p_f2h(q[t][e + l])) : q[t][e + l];
+                        a[l] = fmaf(qe, pyl_ld1(row, f16, e + l), a[l]);
+                    }
+                x = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+                for (; e < dk; e++)
+                    x += (f16 ? pyl_p_h2f(pyl_p_f2h(q[t][e])) : q[t][e]) * pyl_ld1(row, f16, e);
                 x *= scale;
                 if (cap > 0.0f)
                     x = tanhf(x * inv_cap) * cap;
                 s[j] = x;
                 mx = x > mx ? x : mx;
             }
-            for (j = 0; j < n; j++) {
-                s[j] = expf(s[j] - mx);
-                sum += (double)s[j];
+            for (j = 0; j < n; j += 8) {
+                float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                for (l = 0; l < 8 && j + l < n; l++)
+                    a[l] = s[j + l] = expf(s[j + l] - mx);
+                sum += (double)(((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])));
             }
             inv = (float)(1.0 / sum);
+            for (j = 0; j < n; j++) {
+                s[j] *= inv;
+                if (f16)
+                    s[j] = pyl_p_h2f(pyl_p_f2h(s[j]));
+            }
             for (e = 0; e < dv; e++) {
-                float a = 0.0f;
+                float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
                 for (j = 0; j < n; j++)
-                    a += s[j] * pyl_ld1(v + (int64_t)cells[j] * vst, f16, e);
-                out[t][e] = a * inv;
+                    a[j & 7] = fmaf(s[j], pyl_ld1(v + (int64_t)cells[j] * vst, f16, e), a[j & 7]);
+                out[t][e] = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
             }
         }
     }

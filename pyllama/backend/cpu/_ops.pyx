@@ -138,42 +138,30 @@ def rope_apply(const float[:, :, ::1] x, const float[:, ::1] cs, const float[:, 
 
 
 # -- elementwise ---------------------------------------------------------------------------------
-# GELU and SiLU are evaluated as x * sigmoid(z) (GELU: z = 2 * sqrt(2/pi) * x * (1 + 0.044715 x^2),
-# the same function as 0.5 x (1 + tanh(z/2)) without its cancellation for negative x), with our own
-# 8-lane exp (pyl_vmath.h: reduction by ln2, degree-7 Taylor polynomial, < 2 ulp). Tails shorter
-# than 8 go through the same vector code via a padded buffer, so an element's value never depends
-# on where it sits in the array. Without AVX2/FMA/F16C the scalar libm formulas are used.
+# GELU and SiLU follow ggml's CPU build bit for bit (pyl_parity.h, docs/numerics.md): GELU (and the
+# GELU of GEGLU) looks f16(x) up in ggml's f16 table (x <= -10 -> 0, x >= 10 -> x); SiLU is
+# ggml_v_silu, x / (1 + exp(-x)) with ggml_v_expf. Tails shorter than 8 go through the same vector
+# code via a padded buffer, so an element's value never depends on where it sits in the array.
+# Without AVX2/FMA/F16C, SiLU uses libm's expf.
 cdef extern from *:
     """
-    #include "pyl_vmath.h"
-    #if PYL_VM_SIMD
-    /* x / (1 + exp(-z)) */
-    static inline __m256 pyl_xsig8(__m256 x, __m256 z) {
-        __m256 e = pyl_exp8(_mm256_sub_ps(_mm256_setzero_ps(), z));
-        return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-    }
-    static inline __m256 pyl_act8(int kind, __m256 x) {
-        if (kind == 1)
-            return pyl_xsig8(x, x);
-        __m256 x2 = _mm256_mul_ps(x, x);
-        __m256 z = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(1.5957691216057308f), x),
-                                 _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x2, _mm256_set1_ps(1.0f)));
-        return pyl_xsig8(x, z);
-    }
-    #endif
+    #include "pyl_parity.h"
 
-    static inline float pyl_act1(int kind, float x) {
-        if (kind == 1)
-            return x / (1.0f + expf(-x));
-        return x / (1.0f + expf(-(1.5957691216057308f * x * (1.0f + 0.044715f * x * x))));
+    static inline float pyl_silu1(float x) {
+        return x / (1.0f + expf(-x));
     }
 
-    /* kind 0 gelu, 1 silu; g (optional) multiplies the result: y = act(x) * g */
-    static void pyl_act(int kind, const float *x, const float *g, float *y, int64_t n) {
+    static void pyl_gelu_rows(const float *x, const float *g, float *y, int64_t n) {
+        int64_t i;
+        for (i = 0; i < n; i++)
+            y[i] = g ? pyl_gelu_lut(x[i]) * g[i] : pyl_gelu_lut(x[i]);
+    }
+
+    static void pyl_silu_rows(const float *x, const float *g, float *y, int64_t n) {
         int64_t i = 0;
-    #if PYL_VM_SIMD
+    #if PYL_PARITY_SIMD
         for (; i + 8 <= n; i += 8) {
-            __m256 v = pyl_act8(kind, _mm256_loadu_ps(x + i));
+            __m256 v = pyl_gsilu8(_mm256_loadu_ps(x + i));
             if (g) v = _mm256_mul_ps(v, _mm256_loadu_ps(g + i));
             _mm256_storeu_ps(y + i, v);
         }
@@ -181,24 +169,36 @@ cdef extern from *:
             float bx[8] = {0}, bg[8] = {0}, by[8];
             memcpy(bx, x + i, sizeof(float) * (size_t)(n - i));
             if (g) memcpy(bg, g + i, sizeof(float) * (size_t)(n - i));
-            __m256 v = pyl_act8(kind, _mm256_loadu_ps(bx));
+            __m256 v = pyl_gsilu8(_mm256_loadu_ps(bx));
             if (g) v = _mm256_mul_ps(v, _mm256_loadu_ps(bg));
             _mm256_storeu_ps(by, v);
             memcpy(y + i, by, sizeof(float) * (size_t)(n - i));
         }
     #else
         for (; i < n; i++)
-            y[i] = g ? pyl_act1(kind, x[i]) * g[i] : pyl_act1(kind, x[i]);
+            y[i] = g ? pyl_silu1(x[i]) * g[i] : pyl_silu1(x[i]);
     #endif
     }
+
+    /* kind 0 gelu, 1 silu; g (optional) multiplies the result: y = act(x) * g */
+    static void pyl_act(int kind, const float *x, const float *g, float *y, int64_t n) {
+        if (kind == 1)
+            pyl_silu_rows(x, g, y, n);
+        else
+            pyl_gelu_rows(x, g, y, n);
+    }
     """
-    int PYL_VM_SIMD
+    int PYL_PARITY_SIMD
+    void pyl_gelu_table_init() noexcept nogil
     void pyl_act(int kind, const float* x, const float* g, float* y, int64_t n) noexcept nogil
+
+
+pyl_gelu_table_init()
 
 
 def simd():
     """True when the AVX2/FMA activation kernels were compiled in."""
-    return bool(PYL_VM_SIMD)
+    return bool(PYL_PARITY_SIMD)
 
 
 # kind: 0 gelu, 1 silu, 2 softcap (a = 1/cap, b = cap), 3 geglu, 4 swiglu

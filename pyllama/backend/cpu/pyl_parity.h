@@ -1,0 +1,145 @@
+/* llama.cpp (ggml CPU, AVX2) numerics that pyllama reproduces bit for bit (docs/numerics.md):
+ * - pyl_gexp8: ggml_v_expf (vec.h), the exp of ggml's soft_max and SiLU;
+ * - pyl_gelu_table: ggml_table_gelu_f16, GELU of every f16 value rounded to f16 (GGML_GELU_FP16),
+ *   built with ggml's own expression. The compiler must contract it the way ggml's build does
+ *   (gcc's default -ffp-contract=fast with FMA): checked against libggml-cpu's table, 0 of 63488
+ *   finite entries differ; with -ffp-contract=off one does.
+ */
+#ifndef PYL_PARITY_H
+#define PYL_PARITY_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define PYL_PARITY_SIMD 1
+#else
+#define PYL_PARITY_SIMD 0
+#endif
+
+static const float PYL_GELU_COEF_A = 0.044715f;
+static const float PYL_SQRT_2_OVER_PI = 0.79788456080286535587989211986876f;
+
+/* ggml_gelu_f32, same expression (same contraction) */
+static inline float pyl_gelu_f32(float x) {
+    return 0.5f*x*(1.0f + tanhf(PYL_SQRT_2_OVER_PI*x*(1.0f + PYL_GELU_COEF_A*x*x)));
+}
+
+/* f16 bits <-> f32 without F16C: exact decode; encode rounds to nearest even */
+static inline float pyl_p_h2f(uint16_t h) {
+#if PYL_PARITY_SIMD
+    return _cvtsh_ss(h);
+#else
+    uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023, u;
+    float f;
+    if (e == 31) u = s | 0x7f800000u | (m << 13);
+    else if (e) u = s | ((e + 112) << 23) | (m << 13);
+    else { f = (float)m * 5.9604644775390625e-8f; return s ? -f : f; }
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+
+static inline uint16_t pyl_p_f2h(float f) {
+#if PYL_PARITY_SIMD
+    return _cvtss_sh(f, 0);
+#else
+    uint32_t u, s, a;
+    memcpy(&u, &f, 4);
+    s = (u >> 16) & 0x8000;
+    a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(s | 0x7e00);
+    if (a >= 0x477ff000u) return (uint16_t)(s | 0x7c00);          /* rounds past 65504 */
+    if (a < 0x38800000u) {                                          /* f16 subnormal or 0 */
+        float t, m;
+        memcpy(&t, &a, 4);
+        m = t + 0.5f;                                               /* 2^-24 units, RNE by the add */
+        memcpy(&a, &m, 4);
+        return (uint16_t)(s | (a - 0x3f000000u));
+    }
+    a += ((a >> 13) & 1) + 0x0fffu - (112u << 23);
+    return (uint16_t)(s | (a >> 13));
+#endif
+}
+
+static uint16_t pyl_gelu_table[1 << 16];
+static int pyl_gelu_ready = 0;
+
+static __attribute__((unused)) void pyl_gelu_table_init(void) {
+    int i;
+    if (pyl_gelu_ready)
+        return;
+    for (i = 0; i < (1 << 16); i++)
+        pyl_gelu_table[i] = pyl_p_f2h(pyl_gelu_f32(pyl_p_h2f((uint16_t)i)));
+    pyl_gelu_ready = 1;
+}
+
+/* ggml_vec_gelu_f32 / geglu with GGML_GELU_FP16: x <= -10 -> 0, x >= 10 -> x, else the table
+   at f16(x) */
+static inline float pyl_gelu_lut(float x) {
+    if (x <= -10.0f)
+        return 0.0f;
+    if (x >= 10.0f)
+        return x;
+    return pyl_p_h2f(pyl_gelu_table[pyl_p_f2h(x)]);
+}
+
+#if PYL_PARITY_SIMD
+/* ggml_v_expf (AVX2 + FMA), verbatim */
+static inline __m256 pyl_gexp8(__m256 x) {
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 n = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+    const __m256 k = _mm256_castsi256_ps(
+        _mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
+    const __m256i c = _mm256_castps_si256(
+        _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.f), n),
+                      _mm256_set1_ps(126), _CMP_GT_OQ));
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b,
+                                                                     _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                                                     _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b,
+                                                                     _mm256_set1_ps(0x1.fffdb6p-2f))),
+                                     u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+    if (!_mm256_movemask_ps(_mm256_castsi256_ps(c)))
+        return _mm256_fmadd_ps(j, k, k);
+    const __m256i g = _mm256_and_si256(
+        _mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+        _mm256_set1_epi32(0x82000000u));
+    const __m256 s1 =
+        _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000u)));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+    const __m256i d = _mm256_castps_si256(
+        _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.f), n),
+                      _mm256_set1_ps(192), _CMP_GT_OQ));
+    return _mm256_or_ps(
+        _mm256_and_ps(_mm256_castsi256_ps(d), _mm256_mul_ps(s1, s1)),
+        _mm256_andnot_ps(
+            _mm256_castsi256_ps(d),
+            _mm256_or_ps(
+                _mm256_and_ps(_mm256_castsi256_ps(c),
+                              _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
+                _mm256_andnot_ps(_mm256_castsi256_ps(c), _mm256_fmadd_ps(k, j, k)))));
+}
+
+/* ggml_v_silu: x / (1 + exp(-x)) */
+static inline __m256 pyl_gsilu8(__m256 x) {
+    __m256 e = pyl_gexp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+/* ggml's AVX hsum (tinyBLAS hsum, hsum_float_8, soft_max block sums):
+   ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) */
+static inline float pyl_ghsum8(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
+#endif
