@@ -66,6 +66,7 @@ class Checkpoint:
     pos_min: int
     pos_max: int
     data: bytes
+    draft: bytes | None = None     # the draft context's SWA-only state at the same point
 
 
 class Speculation:
@@ -94,6 +95,36 @@ class Speculation:
     def rollback(self, seq: int, n_keep: int) -> None:
         if self.models:
             self.models[seq].rollback(n_keep)
+
+    # -- draft-side context checkpoints (a draft with SWA layers loses its window too) ----------
+    def _swa_draft(self) -> bool:
+        return bool(self.models) and self.draft_ctx.hp.is_swa_any() and \
+            not self.draft_ctx.swa_full
+
+    def checkpoint(self, seq: int, tokens: list[int]) -> bytes | None:
+        """Bring the draft sequence up to `tokens` and return its SWA-only state."""
+        from pyllama.kv import STATE_SEQ_FLAGS_PARTIAL_ONLY
+        if not self._swa_draft():
+            return None
+        self.models[seq].sync(tokens)
+        return self.draft_ctx.state_seq_get(seq, STATE_SEQ_FLAGS_PARTIAL_ONLY)
+
+    def restore(self, seq: int, data: bytes | None, tokens: list[int]) -> None:
+        """The draft part of a checkpoint; on any failure the draft sequence restarts empty (it
+        re-decodes its history before the next draft)."""
+        from pyllama.generate import cached_tokens
+        from pyllama.kv import STATE_SEQ_FLAGS_PARTIAL_ONLY
+        if data is None or not self._swa_draft():
+            return
+        mem = self.draft_ctx.memory
+        try:
+            if cached_tokens(self.draft_ctx, seq)[:len(tokens)] != tokens:
+                raise ValueError("the draft sequence does not hold the checkpoint's tokens")
+            mem.seq_rm(seq, len(tokens), -1)
+            self.draft_ctx.state_seq_set(data, seq, STATE_SEQ_FLAGS_PARTIAL_ONLY)
+        except Exception:  # noqa: BLE001
+            mem.seq_rm(seq, -1, -1)
+        cached_tokens(self.draft_ctx, seq)    # its token list follows the memory
 
 
 class Slot:
@@ -230,7 +261,9 @@ class Slot:
         d = {"id": self.id, "n_ctx": self.n_ctx, "speculative": self.engine.spec is not None,
              "is_processing": self.busy,
              "ctx_checkpoints": {"n": len(self.checkpoints),
-                                 "size": sum(len(c.data) for c in self.checkpoints)}}
+                                 "size": sum(len(c.data) for c in self.checkpoints),
+                                 "size_draft": sum(len(c.draft or b"")
+                                                   for c in self.checkpoints)}}
         if self.stats:
             d.update(self.stats)
             d["next_token"] = [{"has_next_token": self.busy, "has_new_line": "\n" in
@@ -459,7 +492,8 @@ class Engine:
         seq = slot.id
         ck = Checkpoint(len(slot.cache), self.memory.seq_pos_min(seq),
                         self.memory.seq_pos_max(seq),
-                        self.ctx.state_seq_get(seq, STATE_SEQ_FLAGS_PARTIAL_ONLY))
+                        self.ctx.state_seq_get(seq, STATE_SEQ_FLAGS_PARTIAL_ONLY),
+                        self.spec.checkpoint(seq, slot.cache) if self.spec else None)
         cks = [c for c in slot.checkpoints if c.n_tokens != ck.n_tokens] + [ck]
         slot.checkpoints = cks[-self.cfg.n_ctx_checkpoints:]
         log.info(f"slot {slot.id}: created context checkpoint {len(slot.checkpoints)} of "
@@ -483,6 +517,8 @@ class Engine:
                 break
             if not self.window_ok(seq, ck.n_tokens):
                 break
+            if self.spec:
+                self.spec.restore(seq, ck.draft, slot.cache[:ck.n_tokens])
             log.info(f"slot {slot.id}: restored context checkpoint (pos_min = {ck.pos_min}, "
                      f"pos_max = {ck.pos_max}, size = {len(ck.data) / 2**20:.3f} MiB)")
             return ck.n_tokens

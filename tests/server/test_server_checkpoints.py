@@ -75,9 +75,29 @@ def test_tiny_chat_reuses_cache_past_the_swa_window(tiny_server):
         assert n_prompt(c, msgs) > 256 + 16
         regenerate(c, msgs, n_answer=280, margin=4)
         slot = c.get("/slots").json()[0]
-    assert 0 < slot["ctx_checkpoints"]["n"] <= 32 and slot["ctx_checkpoints"]["size"] > 0
+    ck = slot["ctx_checkpoints"]
+    assert 0 < ck["n"] <= 32 and ck["size"] > 0 and ck["size_draft"] == 0
     out = tiny_server.output()
     assert "created context checkpoint" in out and "restored context checkpoint" in out
+
+
+def test_tiny_checkpoints_with_a_draft_model(tiny_model_path):
+    """With speculation the checkpoints hold the draft context's SWA state too, and the restored
+    conversation continues exactly."""
+    m = tiny_model_path("gemma3")
+    s = ServerProc(["-m", m, "-md", m, "-c", "4096", "-np", "1", "-ub", "16", "-b", "64",
+                    "-t", "1"]).wait_ready()
+    try:
+        with httpx.Client(base_url=s.url, timeout=300) as c:
+            msgs = three_turns(c, user_len=60, n_answer=12, margin=8)
+            regenerate(c, msgs, n_answer=280, margin=4)
+            slot = c.get("/slots").json()[0]
+    finally:
+        assert s.stop() == 0
+    out = s.output()
+    assert "restored context checkpoint" in out and "draft acceptance = " in out
+    ck = slot["ctx_checkpoints"]
+    assert ck["n"] > 0 and ck["size"] > 0 and ck["size_draft"] > 0
 
 
 def test_tiny_no_checkpoint_fits_forces_full_reprocessing(tiny_server):
