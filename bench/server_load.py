@@ -126,8 +126,9 @@ def machine_info() -> dict:
     except OSError:
         pass
     try:
+        here = os.path.dirname(os.path.abspath(__file__))
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+                                text=True, cwd=here).stdout.strip()
     except OSError:
         commit = ""
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
