@@ -99,10 +99,24 @@ def _raw2d(w) -> tuple[np.ndarray, int]:
     return raw, raw.shape[1] // bb * be
 
 
+_WEIGHTS: dict = {}  # id(w) -> (w, w.raw, raw [rows, row_bytes], k, type id, activation kind)
+
+
+def _weight(w) -> tuple:
+    """The per-weight constants matmul needs, computed once (w is kept alive with them)."""
+    e = _WEIGHTS.get(id(w))
+    if e is None or e[0] is not w or e[1] is not w.raw:
+        if len(_WEIGHTS) > 8192:
+            _WEIGHTS.clear()
+        raw, k = _raw2d(w)
+        e = _WEIGHTS[id(w)] = (w, w.raw, raw, k, int(w.type), _matmul.act_kind(int(w.type)))
+    return e
+
+
 def matmul(w, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """y [..., rows] = x [..., k] @ W[rows, k]^T (x float32, any leading shape; out: float32 of
     that shape, or a [n, >= rows] view with contiguous rows, e.g. a column slice)."""
-    raw, k = _raw2d(w)
+    _, _, raw, k, wtype, kind = _weight(w)
     x2 = x if (x.dtype == np.float32 and x.flags.c_contiguous) else \
         np.ascontiguousarray(x, dtype=np.float32)
     if x2.ndim != 2:
@@ -114,8 +128,7 @@ def matmul(w, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         out = np.empty(x.shape[:-1] + (rows,), np.float32)
     o2 = out if out.ndim == 2 else out.reshape(n, rows)
     nth = _state["threads"]
-    wtype = int(w.type)
-    _matmul.matmul(wtype, raw, k, x2, o2, *_plan(_matmul.act_kind(wtype), n, k, nth), nth)
+    _matmul.matmul(wtype, raw, k, x2, o2, *_plan(kind, n, k, nth), nth)
     return out
 
 
