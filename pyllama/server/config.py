@@ -75,9 +75,10 @@ class ServerConfig:
 
     @property
     def spec_draft(self) -> bool:
-        """Draft-model speculation: -md with no type, or with draft-simple among the types."""
-        types = [t for t in self.spec_types if t != "none"]
-        return bool(self.draft_model) and (not types or "draft-simple" in types)
+        """Draft-model speculation: -md with no --spec-type (decision 5), or with draft-simple
+        among the types (an explicit `--spec-type none` turns it off)."""
+        return bool(self.draft_model) and (not self.spec_types
+                                           or "draft-simple" in self.spec_types)
 
     @property
     def spec_ngram(self) -> bool:

@@ -126,3 +126,27 @@ def test_incompatible_draft_runs_without_speculation(models, gemma_path):
     assert "failed to initialize speculative decoding context" in s.output()
     assert "draft_n" not in r["timings"] and len(r["tokens"]) == 8
     assert not any(sl["speculative"] for sl in slots)
+
+
+def test_flags_map_to_the_config(tiny_model_path):
+    """-md alone enables draft-simple (ARCHITECTURE decision 5); --spec-type none turns it off;
+    ngram-simple needs no draft model; -ctxcp/-cms reach the config."""
+    import importlib
+
+    from pyllama.__main__ import tools_package
+    tools_package()
+    srv = importlib.import_module("pyllama.tools.server")
+    args = importlib.import_module("pyllama.tools._args")
+    m = tiny_model_path("gemma3")
+
+    def cfg(*argv):
+        return srv.to_config(args.parse("server", ["-m", m, *argv]))
+    c = cfg("-md", m, "--spec-draft-n-max", "6", "--draft-p-min", "0.5")
+    assert c.spec_draft and not c.spec_ngram and c.spec_n_max == 6 and c.spec_p_min == 0.5
+    assert not cfg("-md", m, "--spec-type", "none").spec_draft
+    c = cfg("--spec-type", "ngram-simple")
+    assert c.spec_ngram and not c.spec_draft
+    assert not cfg().spec_draft and not cfg().spec_ngram
+    c = cfg("-ctxcp", "3", "-cms", "100")
+    assert (c.n_ctx_checkpoints, c.checkpoint_min_step) == (3, 100)
+    assert (cfg().n_ctx_checkpoints, cfg().checkpoint_min_step) == (32, 8192)
