@@ -15,7 +15,7 @@ from ...errors import BackendError
 from ...gguf import GGMLType
 from ..base import ROPE_NEOX, ROPE_NORM, Backend, Weight
 from ..ref import rope_theta_scale
-from .runtime import DevArray, Device
+from .runtime import DevArray, get_device
 
 _MM_TYPES = {GGMLType.F32: "f32", GGMLType.F16: "f16", GGMLType.Q8_0: "q8_0",
              GGMLType.Q5_0: "q5_0", GGMLType.Q4_K: "q4_K", GGMLType.Q6_K: "q6_K"}
@@ -68,7 +68,7 @@ class CudaBackend(Backend):
 
     def __init__(self, n_threads: int | None = None, device: int = 0):
         super().__init__(n_threads)
-        self.dev = Device(device)
+        self.dev = get_device(device)
         self._consts: dict[tuple, DevArray] = {}
 
     def _idx(self, a, dtype) -> DevArray:

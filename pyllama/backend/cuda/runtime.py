@@ -213,6 +213,22 @@ class Device:
         self.drv.memcpy_htod_async(dst, view, self.stream)
 
 
+_DEVICES: dict[int, Device] = {}
+_DEVICES_LOCK = threading.Lock()
+
+
+def get_device(ordinal: int = 0) -> Device:
+    """The process's one Device (CUDA context, stream, pool, kernels) for a GPU: every
+    CudaBackend (every loaded model) shares it, so their arrays and kernels live in the same
+    context whichever was made last."""
+    with _DEVICES_LOCK:
+        dev = _DEVICES.get(ordinal)
+        if dev is None:
+            dev = _DEVICES[ordinal] = Device(ordinal)
+    dev.activate()
+    return dev
+
+
 class DevArray:
     """A C-contiguous device array: address, shape, dtype and the allocation that owns it.
 
