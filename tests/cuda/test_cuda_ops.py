@@ -253,3 +253,25 @@ def test_tiled_attention_equals_decode_kernel(cuda, rng, shape, softcap):
     finally:
         cuda.attn_tiled_min_queries = saved
     np.testing.assert_array_equal(tiled, decode)
+
+
+def test_worker_thread_and_exit_do_not_abort(cuda):
+    """A model loaded on one thread and used on another (the server's engine thread): results
+    are right, and neither the worker's end nor the interpreter's exit aborts (PyCUDA aborts a
+    process when a thread ends with a context pushed)."""
+    import subprocess
+    import sys
+    code = (
+        "import threading, numpy as np\n"
+        "from pyllama.backend.cuda import CudaBackend\n"
+        "be = CudaBackend()\n"
+        "out = {}\n"
+        "def work():\n"
+        "    x = np.arange(12, dtype=np.float32)\n"
+        "    out['y'] = np.asarray(be.scale(x, 2.0))\n"
+        "t = threading.Thread(target=work); t.start(); t.join()\n"
+        "assert (out['y'] == np.arange(12) * 2).all()\n"
+        "print(np.asarray(be.add(out['y'], out['y']))[-1])\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "44.0"

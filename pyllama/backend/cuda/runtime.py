@@ -118,11 +118,31 @@ def load_module(drv, name: str, cc: str):
         raise BackendError(f"cannot load CUDA kernels {name}: {e}") from e
 
 
+class _ThreadContext:
+    """Marks the context as pushed on one thread; pops it when that thread's locals die (at
+    thread exit: PyCUDA aborts the process if a thread ends with a context on its stack)."""
+
+    def __init__(self, ctx):
+        self.ctx, self.active = ctx, True
+
+    def release(self) -> None:
+        if self.active:
+            self.active = False
+            try:
+                self.ctx.pop()
+            except Exception:  # noqa: BLE001 - best effort at thread/process exit
+                pass
+
+    def __del__(self):
+        self.release()
+
+
 class Device:
     """One CUDA context (made on the calling thread), one stream, a memory pool, the kernels.
 
-    PyCUDA aborts the process at exit if a context is still on the main thread's stack, so the
-    context is popped at exit (as pycuda.autoinit does) and on a failed start.
+    A thread that uses the context has it pushed once and popped when the thread ends; the main
+    thread pops it at exit (as pycuda.autoinit does). PyCUDA aborts the process when a thread
+    or the interpreter ends with a context still pushed.
     """
 
     def __init__(self, ordinal: int = 0):
@@ -133,12 +153,12 @@ class Device:
             self.ctx = self.dev.make_context()
         except drv.Error as e:
             raise BackendError(f"CUDA not available: {e}") from e
-        self._threads = {threading.get_ident()}
-        self._lock = threading.Lock()
+        self._tls = threading.local()
+        self._tls.pushed = _ThreadContext(self.ctx)
         try:
             self._start()
         except BaseException:
-            self.ctx.pop()
+            self._tls.pushed.release()
             raise
         atexit.register(self._at_exit)
 
@@ -154,23 +174,22 @@ class Device:
         self._ring_off = 0
 
     def _at_exit(self) -> None:
-        if threading.get_ident() not in self._threads:
+        pushed = getattr(self._tls, "pushed", None)
+        if pushed is None or not pushed.active:
             return
         try:
             self.stream.synchronize()
             self.pool.stop_holding()
-            self.ctx.pop()
         except self.drv.Error:
             pass
+        pushed.release()
 
     def activate(self) -> None:
         """Make the context current on this thread (the engine thread may differ from the
         loading thread; a CUDA context may be current on several threads)."""
-        tid = threading.get_ident()
-        if tid not in self._threads:
-            with self._lock:
-                self.ctx.push()
-                self._threads.add(tid)
+        if getattr(self._tls, "pushed", None) is None:
+            self.ctx.push()
+            self._tls.pushed = _ThreadContext(self.ctx)
 
     def func(self, module: str, name: str, argtypes: str):
         """A prepared kernel (argtypes in struct letters: P pointer, i int32, q int64, f f32)."""
