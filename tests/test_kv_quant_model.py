@@ -147,11 +147,12 @@ def test_k_shift_requantizes_rotated_rows(models, t):
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
 @pytest.mark.parametrize("t", ["q8_0", "q4_0", "bf16"])
 def test_cpu_matches_ref_backend(models, arch, t):
-    """(The gemma archs are left out: their GELU differs between the backends by f16 steps.)"""
+    """Close, not equal: a one-ulp difference in a K/V value before quantization can move it
+    by a whole quantization step. (Gemma archs left out: GELU f16 steps differ too.)"""
     toks = tokens(24, seed=15)
     a = ctx_q(models(arch), t).eval(toks, logits_all=True)
     b = ctx_q(models(arch, "ref"), t).eval(toks, logits_all=True)
-    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * np.abs(b).max())
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-3 * np.abs(b).max())
 
 
 def test_context_validation_and_memory(models, tiny_model_path):
@@ -164,3 +165,21 @@ def test_context_validation_and_memory(models, tiny_model_path):
     for t, ratio in (("q8_0", 34 / 64), ("q4_0", 18 / 64), ("bf16", 1.0)):
         q = ctx_q(m, t, n_ctx=256).memory_breakdown()
         assert q["k_bytes"] == f16["k_bytes"] * ratio and q["v_bytes"] == f16["v_bytes"] * ratio
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["gemma", "qwen"])
+def test_real_model_q8_0_perplexity_within_1_percent(which, request):
+    """One 512-token chunk of GPL-3 scored like llama-perplexity (second half): q8_0 K and V
+    within 1% of f16 (the full 4-chunk figures are in docs/kv_cache_types.md)."""
+    import os
+
+    from pyllama.perplexity import nll_rows
+    m = pyllama.load_model(request.getfixturevalue(f"{which}_path"))
+    with open(os.path.join(os.path.dirname(__file__), "data", "GPL-3.txt")) as f:
+        toks = np.asarray(m.tokenize(f.read()), dtype=np.int32)[:512]
+    ppl = {}
+    for t in ("f16", "q8_0"):
+        logits = ctx_q(m, t, n_ctx=512, n_batch=512).eval(toks, logits_all=True)
+        ppl[t] = float(np.exp(nll_rows(logits[256:-1], toks[257:]).mean()))
+    assert abs(ppl["q8_0"] / ppl["f16"] - 1) < 0.01, ppl

@@ -136,6 +136,7 @@ def lane_pv(p: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 class RefBackend(Backend):
     name = "ref"
+    kv_q_conv = False     # bf16/q8_0/q4_0 K: q to K's vec_dot_type (llama.cpp's FA arithmetic)
 
     # -- weights ---------------------------------------------------------------------------
     def matmul(self, w: Weight, x: np.ndarray) -> np.ndarray:
@@ -207,7 +208,8 @@ class RefBackend(Backend):
 
     def attention(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
         if k_cache.dtype != v_cache.dtype or k_cache.dtype not in (np.float16, np.float32):
-            return _attention_kvq(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
+            return _attention_kvq(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
+                                  self.kv_q_conv)
         n_q, n_head, d_k = q.shape
         n_kv = k_cache.shape[1] // d_k
         d_v = v_cache.shape[1] // n_kv
@@ -229,10 +231,10 @@ class RefBackend(Backend):
         return out
 
 
-def _attention_kvq(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap):
-    """Attention over bf16 / q8_0 / q4_0 (or mixed-type) caches, as llama.cpp's flash-attention
-    path (the one it takes for a quantized V cache): q converted to K's vec_dot_type (_q_for_k),
-    K and V rows dequantized exactly; scores, softmax and p.v in float64."""
+def _attention_kvq(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap, qconv=False):
+    """Attention over bf16 / q8_0 / q4_0 (or mixed-type) caches: K and V rows dequantized
+    exactly, q as is or (qconv) converted to K's vec_dot_type as llama.cpp's flash-attention path
+    does (_q_for_k); scores, softmax and p.v in float64."""
     n_q, n_head, d_k = q.shape
     kt, vt = kv_type(k_cache), kv_type(v_cache)
     n_kv = k_cache.shape[1] * KV_BLOCK[kt] // d_k
@@ -247,7 +249,8 @@ def _attention_kvq(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap
                       group, axis=1)
         v = np.repeat(kv_decode(v_cache[cells], vt).astype(np.float64).reshape(-1, n_kv, d_v),
                       group, axis=1)
-        s = float(scale) * np.einsum("lhd,hd->hl", k, _q_for_k(q[i], kt).astype(np.float64))
+        qi = _q_for_k(q[i], kt) if qconv else np.asarray(q[i], dtype=np.float32)
+        s = float(scale) * np.einsum("lhd,hd->hl", k, qi.astype(np.float64))
         if softcap > 0:
             s = np.tanh(s / float(softcap)) * float(softcap)
         p = np.exp(s - s.max(axis=1, keepdims=True))

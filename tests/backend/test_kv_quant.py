@@ -1,4 +1,5 @@
-"""bf16 / q8_0 / q4_0 KV caches at the backend level.
+"""bf16 / q8_0 / q4_0 KV caches at the backend level (both score modes: f32 q against the
+dequantized K, the default, and kv_q_conv: q converted to K's vec_dot_type as llama.cpp).
 
 Oracles: the `gguf` package's quantizers/dequantizers, pyllama.quant's model of llama.cpp's x86
 AVX2 quantize_row_q8_0 (what llama.cpp's CPU set_rows writes into a q8_0 cache), and RefBackend
@@ -99,8 +100,11 @@ def make_caches(be, rng, kt, vt, n_cells, n_kv, dk, dv):
 PAIRS = [(k, v) for k in ("f16", *QTYPES) for v in ("f16", "f32", *QTYPES) if (k, v) != ("f16", "f16")]
 
 
+@pytest.mark.parametrize("qconv", [False, True])
 @pytest.mark.parametrize("kt,vt", PAIRS)
-def test_attention_matches_ref(cpu, ref, kt, vt):
+def test_attention_matches_ref(kt, vt, qconv):
+    cpu, ref = cpu_mod.CpuBackend(2), RefBackend()
+    cpu.kv_q_conv = ref.kv_q_conv = qconv
     rng = np.random.default_rng(4)
     n_kv, dk, n_head = 2, 64, 6
     k, v = make_caches(ref, rng, kt, vt, 50, n_kv, dk, dk)
@@ -125,10 +129,13 @@ def test_attention_head_256_gemma_shape(cpu, ref):
                                ref.attention(q, k, v, cells, qs, qe, 0.0625), rtol=1e-5, atol=3e-6)
 
 
-def test_q8_0_scores_use_quantized_q(cpu):
-    """With one listed cell per query the softmax is 1, so out == v; with two cells whose V rows
-    are e0 and e1, out[0] / out[1] = exp(s0 - s1) reveals the scores: they follow q quantized to
-    q8_0 (llama.cpp's vec_dot_q8_0_q8_0), not the float q."""
+@pytest.mark.parametrize("qconv", [False, True])
+def test_q8_0_scores_float_q_or_quantized_q(qconv):
+    """Two cells whose V rows are e0 and e1: out[0] / out[1] = exp(s0 - s1) reveals the scores.
+    By default they are the float q against the dequantized K; with kv_q_conv q is quantized to
+    q8_0 first (llama.cpp's vec_dot_q8_0_q8_0)."""
+    cpu = cpu_mod.CpuBackend(1)
+    cpu.kv_q_conv = qconv
     rng = np.random.default_rng(6)
     dk = 64
     k = cpu.alloc_kv(2, dk, "q8_0")
@@ -142,16 +149,18 @@ def test_q8_0_scores_use_quantized_q(cpu):
     kd = kv_decode(k, "q8_0").astype(np.float64)
     qq, qd = quantize_q8_0_rows(q[0], simd=True)
     qdeq = (qq[0].astype(np.float64) * qd[0][:, None]).reshape(-1)
-    s = kd @ qdeq
+    s_quant, s_float = kd @ qdeq, kd @ q[0, 0].astype(np.float64)
+    s = s_quant if qconv else s_float
     assert np.log(out[0] / out[1]) == pytest.approx(s[0] - s[1], abs=1e-5)
-    s_float = kd @ q[0, 0].astype(np.float64)
-    assert abs((s_float[0] - s_float[1]) - (s[0] - s[1])) > 1e-4   # the test can tell them apart
+    assert abs((s_float[0] - s_float[1]) - (s_quant[0] - s_quant[1])) > 1e-4   # distinguishable
 
 
+@pytest.mark.parametrize("qconv", [False, True])
 @pytest.mark.parametrize("kt", QTYPES)
-def test_attention_batch_and_thread_invariant(kt):
+def test_attention_batch_and_thread_invariant(kt, qconv):
     rng = np.random.default_rng(7)
     one, two = cpu_mod.CpuBackend(1), cpu_mod.CpuBackend(2)
+    one.kv_q_conv = two.kv_q_conv = qconv
     k, v = make_caches(one, rng, kt, kt, 600, 2, 64, 64)
     q = rng.standard_normal((8, 4, 64)).astype(np.float32)
     cells = np.arange(600, dtype=np.int32)

@@ -60,6 +60,7 @@ class CpuBackend(Backend):
         super().__init__(n_threads or default_threads())
         self._mm = None
         self.attn_heads_per_task = None     # None: auto; 1..4 only changes the work split
+        self.kv_q_conv = False               # bf16/q8_0/q4_0 K: q to K's vec_dot_type (llama.cpp)
         self._rope_tables = OrderedDict()    # rope cos/sin tables, a few most recent
 
     def _nt(self, work: int) -> int:
@@ -190,7 +191,8 @@ class CpuBackend(Backend):
 
     def _attention_q(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap):
         """Any other K/V type pair (bf16, q8_0, q4_0, mixed): _attn_q, one task per (query,
-        head), q paired with K as llama.cpp's flash-attention path does."""
+        head); f32 q against exactly dequantized K, or with `kv_q_conv` q converted to K's
+        vec_dot_type as llama.cpp's flash-attention path does (docs/kv_cache_types.md)."""
         q = _c32(q)
         n_q, n_head, d_k = q.shape
         kt, vt, n_kv, d_v = _kv_layout_q(q, k_cache, v_cache)
@@ -200,7 +202,8 @@ class CpuBackend(Backend):
         max_len, total = _check_lists(cells, qs, qe, n_q, k_cache.shape[0])
         out = np.empty((n_q, n_head, d_v), dtype=np.float32)
         nt = self._nt(total * n_head * (d_k + d_v) // 4)
-        _attn_q.attention(q, _bytes(k_cache), _bytes(v_cache), _KV_GGML[kt], _KV_GGML[vt], n_kv,
+        _attn_q.attention(q, _bytes(k_cache), _bytes(v_cache), _KV_GGML[kt], _KV_GGML[vt],
+                          bool(self.kv_q_conv), n_kv,
                           cells, qs, qe, float(scale), float(softcap), out, max_len, nt)
         return out
 

@@ -7,13 +7,14 @@ set_rows writes exactly what llama.cpp's CPU backend writes (the type's from_flo
 x86 AVX2 quantize_row_q8_0 (d = amax/127, id = 127/amax, q = round-half-even(x * id)), q4_0
 quantize_row_q4_0_ref, bf16 round-to-nearest-even; scales stored as f16 (round-to-nearest-even).
 
-attention follows llama.cpp's flash-attention path for these types (the path llama.cpp takes
-with a quantized V cache): per (query, head)
-  1. q is converted to K's vec_dot_type: q8_0 for q8_0/q4_0 K (same quantizer as above), bf16 for
-     bf16 K, unchanged for f16/f32 K;
-  2. s_j = dot(q, k_j): block K as ggml_vec_dot_q{8,4}_0_q8_0 on AVX2 (per 32-block, 8 int32 lanes
-     of 4 products each, acc_l = fma(d_k * d_q, lane_l, acc_l), then a fixed horizontal sum);
-     float K one 8-lane FMA chain, fixed horizontal sum, d % 8 tail in order; then s_j *= scale,
+attention, per (query, head):
+  1. with qconv (llama.cpp's flash-attention arithmetic) q is converted to K's vec_dot_type: q8_0
+     for q8_0/q4_0 K (same quantizer as above), bf16 for bf16 K; without it (the default, see
+     docs/kv_cache_types.md: q8_0 q costs Qwen2.5 several % of perplexity) q stays f32;
+  2. s_j = dot(q, k_j): q8_0 q with block K as ggml_vec_dot_q{8,4}_0_q8_0 on AVX2 (per 32-block,
+     8 int32 lanes of 4 products each, acc_l = fma(d_k * d_q, lane_l, acc_l), then a fixed
+     horizontal sum); f32 q: one 8-lane FMA chain over the exactly dequantized K row, fixed
+     horizontal sum, d % 8 tail in order; then s_j *= scale,
      optional softcap tanh(s_j / cap) * cap;
   3. p_j = exp(s_j - max) (8-lane exp), sum in double; out = (sum_j p_j v_j) / sum with V rows
      dequantized to f32 exactly (dequantize_row_*) and each output lane one FMA chain over j.
@@ -306,10 +307,10 @@ cdef extern from *:
     /* one (query, head): q [dk] f32; k/v point at this KV head's first element in cell 0;
        scratch: s [ns], acc [dv], qf [dk], qd [dk/32], qq [dk] bytes */
     static void pyl_kvq_task(const float *q, const uint8_t *k, const uint8_t *v, int64_t kst,
-                             int64_t vst, int kt, int vt, const int32_t *cells, int n, int dk,
-                             int dv, float scale, float cap, float *s, float *acc, float *qf,
-                             float *qd, int8_t *qq, float *out) {
-        int j, b, nb = dk / 32, blocks = kt == PYL_T_Q8_0 || kt == PYL_T_Q4_0;
+                             int64_t vst, int kt, int vt, int qconv, const int32_t *cells, int n,
+                             int dk, int dv, float scale, float cap, float *s, float *acc,
+                             float *qf, float *qd, int8_t *qq, float *out) {
+        int j, b, nb = dk / 32, blocks = qconv && (kt == PYL_T_Q8_0 || kt == PYL_T_Q4_0);
         float mx = -INFINITY, inv;
         if (n <= 0) {
             memset(out, 0, sizeof(float) * (size_t)dv);
@@ -322,7 +323,7 @@ cdef extern from *:
             }
         else
             for (j = 0; j < dk; j++)
-                qf[j] = kt == PYL_T_BF16 ? pyl_kvq_bf2f(pyl_kvq_f2bf(q[j])) : q[j];
+                qf[j] = qconv && kt == PYL_T_BF16 ? pyl_kvq_bf2f(pyl_kvq_f2bf(q[j])) : q[j];
         for (j = 0; j < n; j++) {
             const uint8_t *row = k + (int64_t)cells[j] * kst;
             float x = blocks ? pyl_kvq_dot_blocks(row, kt, qq, qd, nb) : pyl_kvq_dot_float(row, kt, qf, dk);
@@ -344,7 +345,7 @@ cdef extern from *:
     int64_t pyl_kvq_bytes(int t, int64_t e) noexcept nogil
     void pyl_kvq_encode(const float* x, uint8_t* dst, int t, int64_t n) noexcept nogil
     void pyl_kvq_task(const float* q, const uint8_t* k, const uint8_t* v, int64_t kst, int64_t vst,
-                      int kt, int vt, const int32_t* cells, int n, int dk, int dv, float scale,
+                      int kt, int vt, int qconv, const int32_t* cells, int n, int dk, int dv, float scale,
                       float cap, float* s, float* acc, float* qf, float* qd, signed char* qq,
                       float* out) noexcept nogil
 
@@ -377,11 +378,13 @@ def set_rows(uint8_t[:, ::1] cache, int t, const int64_t[::1] cells, const float
 
 
 def attention(const float[:, :, ::1] q, const uint8_t[:, ::1] kb, const uint8_t[:, ::1] vb,
-              int kt, int vt, int n_head_kv, const int32_t[::1] cells,
+              int kt, int vt, bint qconv, int n_head_kv, const int32_t[::1] cells,
               const int64_t[::1] q_start, const int64_t[::1] q_end, float scale, float softcap,
               float[:, :, ::1] out, int max_len, int n_threads):
     """q [n_q, n_head, dk]; kb/vb the caches as bytes [n_cells, row_bytes]; out [n_q, n_head, dv].
-    The caller validated cells and ranges, and dk, dv multiples of 32 for block types."""
+    qconv: convert q to K's vec_dot_type (llama.cpp's arithmetic) instead of dotting the float q
+    with the exactly dequantized K row. The caller validated cells and ranges, and dk, dv
+    multiples of 32 for block types."""
     cdef int n_q = q.shape[0], n_head = q.shape[1], dk = q.shape[2], dv = out.shape[2]
     cdef int group = n_head // n_head_kv
     cdef int64_t kst = kb.strides[0], vst = vb.strides[0], ns = (max_len + 7) // 8 * 8
@@ -403,7 +406,7 @@ def attention(const float[:, :, ::1] q, const uint8_t[:, ::1] kb, const uint8_t[
         g = h // group
         sp = &scratch[threadid(), 0]
         pyl_kvq_task(&q[i, h, 0], &kb[0, 0] + pyl_kvq_bytes(kt, <int64_t>g * dk),
-                     &vb[0, 0] + pyl_kvq_bytes(vt, <int64_t>g * dv), kst, vst, kt, vt,
+                     &vb[0, 0] + pyl_kvq_bytes(vt, <int64_t>g * dv), kst, vst, kt, vt, qconv,
                      cp + q_start[i], <int>(q_end[i] - q_start[i]), dk, dv, scale, softcap,
                      sp, sp + ns, sp + ns + dv, sp + ns + dv + dk, <signed char*>(sp + ns + dv + dk + dk // 32 + 8),
                      &out[i, h, 0])
