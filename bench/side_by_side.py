@@ -3,7 +3,9 @@
     python bench/side_by_side.py [--models gemma-3-270m,qwen2.5-coder-0.5b] [--pairs 5] [-t 2]
 
 Runs the two runtimes interleaved (A B A B ...) in fresh subprocesses, reports medians and per-pair
-ratios, and writes a JSON + markdown report with machine info under bench/results/. pp512 = one
+ratios, and writes a JSON + markdown report with machine info under bench/results/. Besides the
+wall-clock rates it records the process CPU time of each phase (all threads; *_cpu rows: lower is
+better), which stays meaningful when the machine is shared. The load average is recorded. pp512 = one
 decode of 512 prompt tokens (logits for the last), tg128 = 128 single-token decodes, same thread
 count and context size for both. llama-cpp-python is optional (pip install llama-cpp-python==0.3.36
 builds llama.cpp from source, ~10 minutes); without it only pyllama's figures are reported.
@@ -28,7 +30,7 @@ import numpy as np
 runtime, path, n_threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rng = np.random.default_rng(0)
 out = {}
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 if runtime == "pyllama":
     import pyllama
     from pyllama.batch import Batch
@@ -59,15 +61,20 @@ else:
         llama_cpp.llama_get_logits_ith(ctx.ctx, -1)
     decode(new_ctx(), [1], 0)
 out["load_s"] = time.perf_counter() - t0
+out["load_cpu_s"] = time.process_time() - c0
 toks = [int(t) for t in rng.integers(100, min(n_vocab, 30000), 512)]
 ctx = new_ctx(); decode(ctx, toks[:16], 0)                 # warm-up
 ctx = new_ctx()
-t = time.perf_counter(); decode(ctx, toks, 0); out["pp512"] = 512 / (time.perf_counter() - t)
+t, c = time.perf_counter(), time.process_time()
+decode(ctx, toks, 0)
+out["pp512"] = 512 / (time.perf_counter() - t)
+out["pp512_cpu_s"] = time.process_time() - c
 ctx = new_ctx(); decode(ctx, toks[:1], 0)
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 for i in range(128):
     decode(ctx, [toks[i + 1]], i + 1)
 out["tg128"] = 128 / (time.perf_counter() - t)
+out["tg_cpu_ms"] = (time.process_time() - c) / 128 * 1e3
 print(json.dumps(out))
 '''.replace("N_CTX", str(N_CTX))
 
@@ -97,7 +104,7 @@ def machine_info() -> dict:
     except (OSError, StopIteration):
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "loadavg": os.getloadavg()}
 
 
 def main() -> int:
@@ -125,11 +132,12 @@ def main() -> int:
 def write_report(report: dict, runtimes: list) -> None:
     lines = [f"# pyllama vs llama.cpp, {report['machine']['date']}",
              f"{report['machine']['cpu']}, {report['machine']['cores']} cores, "
-             f"{report['threads']} threads", "",
+             f"{report['threads']} threads, load average at start "
+             f"{report['machine']['loadavg'][0]:.1f}", "",
              "| model | test | pyllama | llama.cpp | ratio (median of pair ratios) |",
              "|---|---|---|---|---|"]
     for alias, rows in report["results"].items():
-        for test in ("pp512", "tg128", "load_s"):
+        for test in ("pp512", "tg128", "load_s", "pp512_cpu_s", "tg_cpu_ms", "load_cpu_s"):
             a = [r[test] for r in rows["pyllama"]]
             if "llama.cpp" in rows:
                 b = [r[test] for r in rows["llama.cpp"]]

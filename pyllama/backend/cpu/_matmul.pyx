@@ -38,6 +38,9 @@ cdef extern from "pyl_matmul.h" nogil:
     void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int k,
                      const pyl_acts *A, int64_t n, uint8_t *scratch, float *out, int64_t os)
     void pyl_dequant_row(int t, const uint8_t *src, int k, uint8_t *scratch, float *y)
+    void pyl_init_tables()
+
+pyl_init_tables()
 
 TILE_ROWS = PYL_R
 TILE_TOKENS = PYL_T

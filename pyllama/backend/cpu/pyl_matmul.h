@@ -76,6 +76,15 @@ static inline uint16_t pyl_f32_to_f16(float f) {
 static inline float pyl_rd_f16(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return pyl_f16_to_f32(h); }
 static inline float pyl_round_f16(float f) { return pyl_f16_to_f32(pyl_f32_to_f16(f)); }
 
+/* f16 -> f32 for every bit pattern (as ggml_table_f32_f16): the mat-vec kernels read block scales
+ * through it (one broadcast load instead of insert + convert + broadcast). Filled once by
+ * pyl_init_tables() when _matmul is imported. */
+static float pyl_f16_table[65536];
+static void pyl_init_tables(void) {
+    for (uint32_t i = 0; i < 65536; i++) pyl_f16_table[i] = pyl_f16_to_f32((uint16_t)i);
+}
+static inline const float *pyl_f16_ref(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return &pyl_f16_table[h]; }
+
 static inline float pyl_round_bf16(float f) { /* ggml_compute_fp32_to_bf16, back to f32 */
     uint32_t u = pyl_fbits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return pyl_bitsf(((u >> 16) | 64u) << 16);
@@ -790,9 +799,9 @@ pyl_dotA_direct(const int t, const uint8_t *row, int nb, const pyl_arow *a) {
         const __m256i w = pyl_dec32_avx2(t, x);
         const __m256i y = _mm256_loadu_si256((const __m256i *)(a->q + 32 * b));
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w)), ones);
-        const __m256 dd = _mm256_mul_ps(_mm256_set1_ps(pyl_rd_f16(x)), _mm256_broadcast_ss(a->d + b));
+        const __m256 dd = _mm256_mul_ps(_mm256_broadcast_ss(pyl_f16_ref(x)), _mm256_broadcast_ss(a->d + b));
         acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
-        if (HAS_M) accm = fmaf(pyl_rd_f16(x + 2), a->s[b], accm);
+        if (HAS_M) accm = fmaf(*pyl_f16_ref(x + 2), a->s[b], accm);
     }
     return pyl_hsum8(acc) + accm;
 }
@@ -805,6 +814,9 @@ pyl_dotK_direct(const int t, const uint8_t *row, int nsb, const pyl_arow *a) {
     int16_t s16[16] __attribute__((aligned(32))), mn[16] __attribute__((aligned(32)));
     for (int b = 0; b < nsb; b++) {
         float dw, dmw;
+        _mm_prefetch((const char *)row + (int64_t)bb * b + PYL_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)row + (int64_t)bb * b + PYL_PREFETCH + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)row + (int64_t)bb * b + PYL_PREFETCH + 128, _MM_HINT_T0);
         pyl_decK_sb(t, row + (int64_t)bb * b, u, s16, mn, &dw, &dmw);
         const int8_t *y = a->q + 256 * b;
         __m256i sumi = _mm256_setzero_si256();
@@ -827,51 +839,17 @@ pyl_dotK_direct(const int t, const uint8_t *row, int nsb, const pyl_arow *a) {
     return pyl_hsum8(acc);
 }
 
-/* four rows of pyl_dotA_direct interleaved (independent accumulators: more loads in flight,
- * one activation load per block); each row's operations are exactly pyl_dotA_direct's */
-static inline __attribute__((always_inline)) void
-pyl_dotA_direct4(const int t, const uint8_t *row, int64_t ws, int nb, const pyl_arow *a, float *o) {
-    const int bb = pyl_block_bytes(t), HAS_M = pyl_has_m(t);
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    float accm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int b = 0; b < nb; b++) {
-        const __m256i y = _mm256_loadu_si256((const __m256i *)(a->q + 32 * b));
-        const __m256 dy = _mm256_broadcast_ss(a->d + b);
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            const uint8_t *x = row + r * ws + (int64_t)bb * b;
-            const __m256i w = pyl_dec32_avx2(t, x);
-            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w)), ones);
-            const __m256 dd = _mm256_mul_ps(_mm256_set1_ps(pyl_rd_f16(x)), dy);
-            acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[r]);
-            if (HAS_M) accm[r] = fmaf(pyl_rd_f16(x + 2), a->s[b], accm[r]);
-        }
-    }
-    for (int r = 0; r < 4; r++) o[r] = pyl_hsum8(acc[r]) + accm[r];
-}
-
 #define PYL_DIRECT_ROWS(KIND, T)                                                                 \
     static void pyl_direct_##T(const uint8_t *w, int64_t ws, int nr, int nb, const pyl_arow *X, \
                                int nt, float *o, int64_t os) {                                   \
         for (int r = 0; r < nr; r++)                                                             \
             for (int i = 0; i < nt; i++) o[i * os + r] = KIND(PYL_##T, w + r * ws, nb, &X[i]);  \
     }
-#define PYL_DIRECT_ROWS4(T)                                                                      \
-    static void pyl_direct_##T(const uint8_t *w, int64_t ws, int nr, int nb, const pyl_arow *X, \
-                               int nt, float *o, int64_t os) {                                   \
-        if (nr == 4) {                                                                           \
-            for (int i = 0; i < nt; i++) pyl_dotA_direct4(PYL_##T, w, ws, nb, &X[i], o + i * os); \
-            return;                                                                              \
-        }                                                                                        \
-        for (int r = 0; r < nr; r++)                                                             \
-            for (int i = 0; i < nt; i++) o[i * os + r] = pyl_dotA_direct(PYL_##T, w + r * ws, nb, &X[i]); \
-    }
-PYL_DIRECT_ROWS4(Q4_0)
-PYL_DIRECT_ROWS4(Q4_1)
-PYL_DIRECT_ROWS4(Q5_0)
-PYL_DIRECT_ROWS4(Q5_1)
-PYL_DIRECT_ROWS(pyl_dotA_direct, Q8_0) /* one sequential stream: faster from memory */
+PYL_DIRECT_ROWS(pyl_dotA_direct, Q4_0) /* one row at a time: a single sequential stream, */
+PYL_DIRECT_ROWS(pyl_dotA_direct, Q4_1) /* which the hardware prefetcher follows best */
+PYL_DIRECT_ROWS(pyl_dotA_direct, Q5_0)
+PYL_DIRECT_ROWS(pyl_dotA_direct, Q5_1)
+PYL_DIRECT_ROWS(pyl_dotA_direct, Q8_0)
 PYL_DIRECT_ROWS(pyl_dotK_direct, Q2_K)
 PYL_DIRECT_ROWS(pyl_dotK_direct, Q3_K)
 PYL_DIRECT_ROWS(pyl_dotK_direct, Q4_K)
