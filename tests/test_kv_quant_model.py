@@ -147,12 +147,15 @@ def test_k_shift_requantizes_rotated_rows(models, t):
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
 @pytest.mark.parametrize("t", ["q8_0", "q4_0", "bf16"])
 def test_cpu_matches_ref_backend(models, arch, t):
-    """Close, not equal: a one-ulp difference in a K/V value before quantization can move it
-    by a whole quantization step. (Gemma archs left out: GELU f16 steps differ too.)"""
+    """Equal caches; logits close on all tokens but at most one, where a near-tie in the
+    matmuls' q8 activation quantization can flip a step. (Gemma archs left out: GELU f16 steps.)"""
     toks = tokens(24, seed=15)
-    a = ctx_q(models(arch), t).eval(toks, logits_all=True)
-    b = ctx_q(models(arch, "ref"), t).eval(toks, logits_all=True)
-    np.testing.assert_allclose(a, b, rtol=0, atol=1e-3 * np.abs(b).max())
+    ca, cb = ctx_q(models(arch), t), ctx_q(models(arch, "ref"), t)
+    a, b = ca.eval(toks, logits_all=True), cb.eval(toks, logits_all=True)
+    for il in ca.memory.layers:
+        assert ca.memory.k[il][:24].tobytes() == cb.memory.k[il][:24].tobytes()
+    row_err = np.abs(a - b).max(axis=1) / np.abs(b).max()
+    assert np.sort(row_err)[-2] < 1e-5 and row_err.max() < 1e-2
 
 
 def test_context_validation_and_memory(models, tiny_model_path):
