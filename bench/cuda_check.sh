@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check, prepared for a machine with an NVIDIA GPU (run from the repo root):
 #   bench/cuda_check.sh [OUT_DIR]            (default $OUT or /tmp/cuda_check)
-# Env: PYCUDA_WHEEL=/path/pycuda-*.whl  installed with --no-index when pycuda is missing;
+# Env: PYCUDA_WHEEL=/path/pycuda-*.whl  installed with --no-index when pycuda is missing (its
+#      dependencies pytools, platformdirs, mako, ... as wheels in the same folder);
 #      SKELETONS=dir  holding gemma-3-270m.gguf.gz / qwen2.5-coder-0.5b.gguf.gz (python -m
 #      pyllama.synthetic --skeleton ...) when the bundled models are not on that machine;
 #      QUICK=1  fewer benchmark tokens.
@@ -30,7 +31,8 @@ step() {  # step NAME CMD...: run, tee to OUT/NAME.log, remember failures
 
 step facts bash -c "nvidia-smi; nvcc --version; $PY --version; $PY -c 'import numpy, gguf; print(numpy.__version__)'"
 if ! $PY -c "import pycuda" 2>/dev/null && [ -n "${PYCUDA_WHEEL:-}" ]; then
-    step pycuda_install $PY -m pip install --no-index "$PYCUDA_WHEEL"
+    step pycuda_install $PY -m pip install --no-index --find-links "$(dirname "$PYCUDA_WHEEL")" \
+        "$PYCUDA_WHEEL"
 fi
 if ! $PY -c "import pyllama.backend.cpu._ops" 2>/dev/null; then      # CPU kernels for this Python
     step build_ext $PY setup.py build_ext --inplace
