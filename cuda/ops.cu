@@ -96,12 +96,21 @@ extern "C" __global__ void scale_f32(const float *a, float s, long long n, float
     PYL_GRID_LOOP(i, n) { y[i] = __fmul_rn(a[i], s); }
 }
 
-// tanh-GELU as x * sigmoid(2u) = x / (1 + exp(-2u)), u = sqrt(2/pi) x (1 + 0.044715 x^2)
+// tanh-GELU as llama.cpp's CPU path computes it (ggml's f16 GELU table): x rounded to f16,
+// h / (1 + exp(-2u)) with u = sqrt(2/pi) h (1 + 0.044715 h^2) in double, the result rounded to
+// f16; x >= 10 passes through, x <= -10 gives 0 (pyllama.backend.ref.RefBackend.gelu).
 PYL_HD float pyl_gelu(float xf) {
-    const double x = (double)xf;
-    const double inner = (double)0.79788456080286535587989211986876f * x *
-                         (1.0 + (double)0.044715f * x * x);
-    return (float)(x / (1.0 + exp(-2.0 * inner)));
+    if (xf >= 10.0f) {
+        return xf;
+    }
+    if (xf <= -10.0f) {
+        return 0.0f;
+    }
+    const double h = (double)__half2float(__float2half_rn(xf));
+    const double inner = (double)0.79788456080286535587989211986876f * h *
+                         (1.0 + (double)0.044715f * h * h);
+    const float t = (float)(h / (1.0 + exp(-2.0 * inner)));
+    return __half2float(__float2half_rn(t));
 }
 
 PYL_HD float pyl_silu(float xf) {

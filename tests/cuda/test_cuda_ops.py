@@ -3,8 +3,10 @@
 Tolerances: dequantization (get_rows) is bit-exact with the gguf package's dequantize; matmul
 (f32 dot over dequantized weights, fmaf accumulation) within 1e-5 of sum |w x| from a float64
 product; rms_norm / rope / elementwise ops within 2 ulp of RefBackend (same f32 roundings,
-transcendentals in double); attention within 2e-5 of RefBackend's float64 softmax. Batch
-invariance is bit-exact: a token's row alone == the same row inside a larger launch.
+transcendentals in double; GELU through ggml's f16 rounding like RefBackend); attention within
+2e-5 of a float64 softmax (RefBackend, which rounds q and p to f16 as llama.cpp's CPU path,
+within 5e-3). Batch invariance is bit-exact: a token's row alone == the same row inside a
+larger launch.
 """
 import gguf
 import numpy as np
@@ -171,6 +173,26 @@ def test_set_rows_q8_0_kernel(cuda, rng):
     np.testing.assert_array_equal(got[[6, 1, 3]], want)
 
 
+def attention_f64(q, k, v, cells, qs, qe, scale, softcap):
+    """Dense float64 softmax attention over each query's listed cells (independent oracle)."""
+    n_q, n_head, d = q.shape
+    n_kv = k.shape[1] // d
+    out = np.zeros((n_q, n_head, d))
+    for i in range(n_q):
+        c = cells[qs[i]:qe[i]]
+        for h in range(n_head):
+            kh = h // (n_head // n_kv)
+            kk = k[c, kh * d:(kh + 1) * d].astype(np.float64)
+            vv = v[c, kh * d:(kh + 1) * d].astype(np.float64)
+            s = scale * (kk @ q[i, h].astype(np.float64))
+            if softcap > 0:
+                s = softcap * np.tanh(s / softcap)
+            if len(c):
+                p = np.exp(s - s.max())
+                out[i, h] = p @ vv / p.sum()
+    return out.astype(np.float32)
+
+
 SHAPES = {"gemma270m": (4, 1, 256), "qwen05b": (14, 2, 64), "mha128": (4, 4, 128),
           "tiny": (4, 2, 16), "odd": (6, 3, 40)}
 
@@ -197,13 +219,16 @@ def test_attention_vs_ref(cuda, ref, rng, shape, dtype, softcap):
     vd = cuda.alloc_kv(*v.shape, "f16" if dtype == np.float16 else "f32")
     kd[...], vd[...] = k, v
     scale = 1.0 / np.sqrt(d)
-    want = ref.attention(q, k, v, cells, qs, qe, scale, softcap)
+    want = attention_f64(q, k, v, cells, qs, qe, scale, softcap)
+    # RefBackend mirrors llama.cpp's CPU attention (q and p rounded to f16): close, not equal
+    near = ref.attention(q, k, v, cells, qs, qe, scale, softcap)
     saved = cuda.attn_tiled_min_queries
     try:
         for threshold in (1, 1 << 30):                # the tiled kernel, then the decode kernel
             cuda.attn_tiled_min_queries = threshold
             got = np.asarray(cuda.attention(q, kd, vd, cells, qs, qe, scale, softcap))
             np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
+            np.testing.assert_allclose(got, near, atol=5e-3)
             assert np.all(got[3] == 0)
     finally:
         cuda.attn_tiled_min_queries = saved
