@@ -171,7 +171,12 @@ def test_context_validation_and_memory(models, tiny_model_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which", ["gemma", "qwen"])
+@pytest.mark.parametrize("which", [
+    "gemma",
+    pytest.param("qwen", marks=pytest.mark.xfail(strict=True, reason=(
+        "q8_0 K storage itself costs Qwen2.5 0.5B ~5% perplexity (outlier K channels from the "
+        "K bias; f32 KV is within 0.3% of f16): docs/kv_cache_types.md"))),
+])
 def test_real_model_q8_0_perplexity_within_1_percent(which, request):
     """One 512-token chunk of GPL-3 scored like llama-perplexity (second half): q8_0 K and V
     within 1% of f16 (the full 4-chunk figures are in docs/kv_cache_types.md)."""
