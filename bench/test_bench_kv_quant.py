@@ -1,0 +1,62 @@
+"""Decode speed with quantized KV caches (-ctk/-ctv q8_0, q4_0) against f16, and the attention
+kernel alone at Gemma 3 270M's shape (4 heads, 1 KV head, head size 256).
+
+    PYTHONPATH=. python -m pytest bench/test_bench_kv_quant.py --benchmark-only \
+        --benchmark-columns=min,median,rounds
+
+tg32@d{depth}: 32 single-token decodes after a `depth`-token prompt (the prompt is not timed).
+attn_decode: one query over 4096 cells. Nothing here asserts a time; read `min` (shared box).
+"""
+import numpy as np
+import pytest
+
+import pyllama
+from pyllama.models import resolve
+
+MODELS = ["gemma-3-270m", "qwen2.5-coder-0.5b"]
+TYPES = ["f16", "q8_0", "q4_0"]
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def model(request):
+    try:
+        return pyllama.load_model(resolve(request.param, progress=False))
+    except pyllama.PyllamaError as e:
+        pytest.skip(str(e))
+
+
+def _tokens(n):
+    return np.random.default_rng(0).integers(100, 20000, n).astype(np.int32)
+
+
+@pytest.mark.parametrize("depth", [512, 2048])
+@pytest.mark.parametrize("kv", TYPES)
+def test_tg32(benchmark, model, kv, depth):
+    toks = _tokens(depth + 32)
+    ctx = pyllama.Context(model, n_ctx=depth + 256, n_batch=512, n_ubatch=512, type_k=kv,
+                          type_v=kv)
+    ctx.eval(toks[:depth])
+
+    def setup():
+        ctx.memory.seq_rm(0, depth, -1)
+        return (), {}
+
+    def run():
+        for i in range(depth, depth + 32):
+            ctx.eval(toks[i:i + 1])
+    benchmark.pedantic(run, setup=setup, rounds=3, iterations=1)
+    benchmark.extra_info["tokens_per_s"] = 32 / benchmark.stats["min"]
+
+
+@pytest.mark.parametrize("kv", TYPES)
+def test_attn_decode_gemma_shape(benchmark, kv):
+    from pyllama.backend.cpu import CpuBackend
+    be = CpuBackend()
+    rng = np.random.default_rng(0)
+    n = 4096
+    k, v = be.alloc_kv(n, 256, kv), be.alloc_kv(n, 256, kv)
+    be.set_rows(k, np.arange(n), rng.standard_normal((n, 256)).astype(np.float32))
+    be.set_rows(v, np.arange(n), rng.standard_normal((n, 256)).astype(np.float32))
+    q = rng.standard_normal((1, 4, 256)).astype(np.float32)
+    cells = np.arange(n, dtype=np.int32)
+    benchmark(be.attention, q, k, v, cells, np.array([0]), np.array([n]), 0.0625)
