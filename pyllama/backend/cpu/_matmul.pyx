@@ -42,6 +42,15 @@ cdef extern from "pyl_matmul.h" nogil:
 
 pyl_init_tables()
 
+cdef int64_t _parallel_min_bytes = 131072
+
+
+def set_parallel_min_bytes(int64_t n):
+    """Weight bytes x tokens below which a matmul runs on one thread (never changes a result)."""
+    global _parallel_min_bytes
+    _parallel_min_bytes = n
+
+
 TILE_ROWS = PYL_R
 TILE_TOKENS = PYL_T
 HAVE_AVX2 = bool(PYL_AVX2)
@@ -176,7 +185,7 @@ cdef void _tiles(int wtype, const uint8_t *wp, int64_t wstride, int64_t rows, in
     cdef Py_ssize_t ntiles = (rows + PYL_R - 1) // PYL_R, it
     cdef int tid = 0, nr
     cdef int64_t r0
-    if ntiles < 2 or rows * wstride * n < 131072:   # waking a passive thread costs more
+    if ntiles < 2 or rows * wstride * n < _parallel_min_bytes:   # waking a thread costs more
         nth = 1
     if nth == 1:
         for it in range(ntiles):

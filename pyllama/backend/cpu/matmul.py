@@ -37,6 +37,12 @@ def get_num_threads() -> int:
     return _state["threads"]
 
 
+def set_parallel_min_bytes(n: int) -> None:
+    """Weight bytes x tokens below which one matmul runs on one thread (default 128 KiB: waking a
+    passive OpenMP thread costs more). Tuning knob only: results never depend on it."""
+    _matmul.set_parallel_min_bytes(int(n))
+
+
 def _cache() -> dict:
     c = getattr(_local, "cache", None)
     if c is None:
