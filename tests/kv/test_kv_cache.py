@@ -6,7 +6,7 @@ import pytest
 from pyllama.batch import Batch, split_simple, validate
 from pyllama.kv import KVCache, is_masked_swa
 
-from conftest import decode, oracle_plan, plan_lists, prompt, seq_positions
+from kvsupport import decode, oracle_plan, plan_lists, prompt, seq_positions
 
 
 def kv(n_cells=16, n_seq_max=4, n_stream=1, swa_type=0, n_swa=0, swa_extra=0, **kw):

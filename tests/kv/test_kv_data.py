@@ -7,7 +7,7 @@ from pyllama.batch import Batch, validate
 from pyllama.errors import ContextError
 from pyllama.kv import STATE_SEQ_FLAGS_PARTIAL_ONLY, KVCache, make_memory
 
-from conftest import N_VOCAB, gemma270m_layout, prompt, seq_positions
+from kvsupport import N_VOCAB, gemma270m_layout, prompt, seq_positions
 
 HEAD_DIM, N_HEAD_KV = 8, 2
 

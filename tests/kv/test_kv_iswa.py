@@ -8,7 +8,7 @@ import pytest
 from pyllama.batch import Batch
 from pyllama.kv import make_memory
 
-from conftest import decode, gemma270m_layout, oracle_plan, plan_lists, prompt, seq_positions, window_ok
+from kvsupport import decode, gemma270m_layout, oracle_plan, plan_lists, prompt, seq_positions, window_ok
 
 
 def gemma(n_ubatch=512, swa_full=False, swa_extra=0, n_ctx=4096, n_seq_max=1, kv_unified=False):

@@ -3,7 +3,7 @@ import pytest
 
 from pyllama.kv import ISWACache, KVCache, cache_sizes, make_memory
 
-from conftest import gemma270m_layout
+from kvsupport import gemma270m_layout
 
 # llama.cpp 0c1e570 on gemma-3-270m (shared/reference/README.md "Memory"):
 # (n_ctx, n_ubatch, n_seq_max, kv_unified, swa_full) -> (n_ctx, base cells, swa cells, n_stream, can_shift)

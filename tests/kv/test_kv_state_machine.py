@@ -8,7 +8,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from pyllama.batch import Batch, validate
 from pyllama.kv import KVCache, KVLayout, make_memory
 
-from conftest import N_VOCAB, oracle_plan, plan_lists, seq_positions, window_ok
+from kvsupport import N_VOCAB, oracle_plan, plan_lists, seq_positions, window_ok
 
 N_SEQ = 3
 seqs = st.integers(0, N_SEQ - 1)

@@ -4,7 +4,7 @@ import pty
 import subprocess
 import sys
 
-from conftest import REPO
+from toolsupport import REPO
 
 
 def test_dispatch_usage_and_unknown_tool(tool):

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import DATA, real_model_path_or_skip
+from toolsupport import DATA, real_model_path_or_skip
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
 GPL3 = os.path.join(DATA, "gpl3-head.txt")   # first 14000 bytes of texts/GPL-3.txt

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from conftest import DATA, real_model_path_or_skip
+from toolsupport import DATA, real_model_path_or_skip
 
 
 def test_no_prompt_source(tool):

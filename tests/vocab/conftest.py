@@ -1,14 +1,4 @@
-import json
-import os
-
 import pytest
-
-DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
-
-
-def load_data(name: str):
-    with open(os.path.join(DATA, name), encoding="utf-8") as f:
-        return json.load(f)
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 extras, the ChatML fallback, built-in names and errors."""
 import pytest
 
-from conftest import load_data
+from vocabsupport import load_data
 from pyllama.errors import TemplateError
 from pyllama.vocab import ChatTemplate
 

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import DATA, load_data
+from vocabsupport import DATA, load_data
 from pyllama.vocab.attrs import USER_DEFINED
 from pyllama.vocab.spm import merge_symbols
 

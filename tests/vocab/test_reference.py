@@ -2,7 +2,7 @@
 shared/reference/tokenize-*.json): every case, every variant, identical."""
 import pytest
 
-from conftest import load_data
+from vocabsupport import load_data
 
 pytestmark = pytest.mark.realmodel
 
