@@ -50,7 +50,7 @@ def _qtype_for(name: str, cols: int, i: int):
 
 
 def write_tiny_gguf(path: str, arch: str = "llama", seed: int = 0, overrides: dict | None = None,
-                    all_f32: bool = False, embd_std: float = 1.0) -> str:
+                    all_f32: bool = False, embd_std: float = 0.25) -> str:
     """Write a tiny random model of `arch`; overrides replace keys of the arch's tiny() config.
     embd_std: standard deviation of token_embd (smaller: less peaked next-token distributions)."""
     cls = arch_registry.get(arch)
