@@ -93,3 +93,31 @@ def check_hparams(hp: HParams) -> None:
         raise ModelError(f"n_head {hp.n_head} is not a multiple of n_head_kv {hp.n_head_kv}")
     if hp.n_rot > hp.n_embd_head_k or hp.n_rot % 2:
         raise ModelError(f"bad rope dimension count {hp.n_rot} for head size {hp.n_embd_head_k}")
+
+
+class PreNormArch(Arch):
+    """The Llama-style stack (llama, qwen2, qwen3): subclasses set the rope type and whether the
+    attention has Q/K/V biases or per-head Q/K norms."""
+    rope_type = 0
+    bias = False
+    qk_norm = False
+
+    @classmethod
+    def load_hparams(cls, md):
+        from ..hparams import load_common
+        hp = load_common(md, cls.name)
+        hp.rope_type = cls.rope_type
+        return hp
+
+    @classmethod
+    def tensor_specs(cls, hp):
+        specs = cls.io_specs(hp)
+        for il in range(hp.n_layer):
+            specs += cls.attn_specs(hp, il, bias=cls.bias, qk_norm=cls.qk_norm)
+            specs += cls.ffn_specs(hp, il)
+        return specs
+
+    @classmethod
+    def forward(cls, g, w, hp):
+        from .blocks import pre_norm_decoder
+        return pre_norm_decoder(g, w, hp, qk_norm=cls.qk_norm)

@@ -1,30 +1,13 @@
 """llama (src/models/llama.cpp): RMSNorm pre-norm, NORM RoPE, SwiGLU, no SWA."""
-from ..hparams import ROPE_NORM, load_common
+from ..hparams import ROPE_NORM
 from . import register
-from .base import Arch
-from .blocks import pre_norm_decoder
+from .base import PreNormArch
 
 
 @register
-class Llama(Arch):
+class Llama(PreNormArch):
     name = "llama"
-
-    @classmethod
-    def load_hparams(cls, md):
-        hp = load_common(md, cls.name)
-        hp.rope_type = ROPE_NORM
-        return hp
-
-    @classmethod
-    def tensor_specs(cls, hp):
-        specs = cls.io_specs(hp)
-        for il in range(hp.n_layer):
-            specs += cls.attn_specs(hp, il) + cls.ffn_specs(hp, il)
-        return specs
-
-    @classmethod
-    def forward(cls, g, w, hp):
-        return pre_norm_decoder(g, w, hp)
+    rope_type = ROPE_NORM
 
     @classmethod
     def tiny(cls):

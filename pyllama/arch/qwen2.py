@@ -1,30 +1,14 @@
 """qwen2 (src/models/qwen2.cpp): llama layout with Q/K/V biases and NEOX RoPE."""
-from ..hparams import ROPE_NEOX, load_common
+from ..hparams import ROPE_NEOX
 from . import register
-from .base import Arch
-from .blocks import pre_norm_decoder
+from .base import PreNormArch
 
 
 @register
-class Qwen2(Arch):
+class Qwen2(PreNormArch):
     name = "qwen2"
-
-    @classmethod
-    def load_hparams(cls, md):
-        hp = load_common(md, cls.name)
-        hp.rope_type = ROPE_NEOX
-        return hp
-
-    @classmethod
-    def tensor_specs(cls, hp):
-        specs = cls.io_specs(hp)
-        for il in range(hp.n_layer):
-            specs += cls.attn_specs(hp, il, bias=True) + cls.ffn_specs(hp, il)
-        return specs
-
-    @classmethod
-    def forward(cls, g, w, hp):
-        return pre_norm_decoder(g, w, hp)
+    rope_type = ROPE_NEOX
+    bias = True
 
     @classmethod
     def tiny(cls):

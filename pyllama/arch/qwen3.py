@@ -1,30 +1,14 @@
 """qwen3 (src/models/qwen3.cpp): no biases, per-head Q/K RMSNorm before RoPE, NEOX RoPE."""
-from ..hparams import ROPE_NEOX, load_common
+from ..hparams import ROPE_NEOX
 from . import register
-from .base import Arch
-from .blocks import pre_norm_decoder
+from .base import PreNormArch
 
 
 @register
-class Qwen3(Arch):
+class Qwen3(PreNormArch):
     name = "qwen3"
-
-    @classmethod
-    def load_hparams(cls, md):
-        hp = load_common(md, cls.name)
-        hp.rope_type = ROPE_NEOX
-        return hp
-
-    @classmethod
-    def tensor_specs(cls, hp):
-        specs = cls.io_specs(hp)
-        for il in range(hp.n_layer):
-            specs += cls.attn_specs(hp, il, qk_norm=True) + cls.ffn_specs(hp, il)
-        return specs
-
-    @classmethod
-    def forward(cls, g, w, hp):
-        return pre_norm_decoder(g, w, hp, qk_norm=True)
+    rope_type = ROPE_NEOX
+    qk_norm = True
 
     @classmethod
     def tiny(cls):
