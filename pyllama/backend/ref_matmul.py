@@ -2,10 +2,11 @@
 
 `matmul_ref(wtype, w_raw, x)`: the activations x [n, k] f32 are quantized per row into the
 weight type's vec_dot type, exactly as llama.cpp does on x86 (q8_0/q8_1: d = amax/127 as f16,
-q = round-half-even(x * 127/amax); q8_K: quantize_row_q8_K_ref; f16/bf16: x rounded), then
-per block the integer dot products are computed exactly (int64) and multiplied by the scales;
-the block contributions are accumulated in order in float32 (ggml's generic vec_dot sums the
-same terms in a slightly different float order, so compare with a ~1e-5 relative tolerance).
+q = round-half-even(x * 127/amax); q8_K: quantize_row_q8_K_ref, or for Q4_K the 4x8 repack
+rule; f16/bf16: x rounded), then per block the integer dot products are computed exactly (int64)
+and multiplied by the scales. 32-blocks: block contributions accumulated in order in float32
+(the kernels sum 8 SIMD lanes, so compare with a ~1e-5 relative tolerance). K-quants: llama.cpp's
+prefill fma chains (see _dot_k), the same float operations as the CPU kernels (bit-equal).
 `get_rows_ref(wtype, w_raw, ids)`: ggml's dequantize_row_* arithmetic in float32.
 
 w_raw is the reader's view: uint8 [rows, row_bytes] for block types, float32 / float16 /
@@ -206,6 +207,25 @@ def quantize_q8_K_ref(x: np.ndarray):
     return q.astype(np.int8).reshape(n, k), d, bs
 
 
+def quantize_q8_K_4x8_ref(x: np.ndarray):
+    """ggml_quantize_mat_q8_K_4x8 values (llama.cpp's repacked Q4_K activations): as
+    quantize_q8_K_ref but max = +amax if some element equals +amax, else -amax."""
+    x = np.asarray(x, np.float32)
+    n, k = x.shape
+    xb = x.reshape(n, k // 256, 256)
+    amax = np.abs(xb).max(-1)
+    mx = np.where((xb == amax[..., None]).any(-1), amax, -amax).astype(np.float32)
+    zero = amax == 0
+    with np.errstate(divide="ignore"):
+        iscale = np.where(zero, np.float32(1), np.float32(-127) / np.where(zero, 1, mx))
+    iscale = iscale.astype(np.float32)
+    q = np.minimum(127, np.rint(xb * iscale[..., None])).astype(np.int32)
+    q[zero] = 0
+    d = np.where(zero, np.float32(0), np.float32(1) / iscale).astype(np.float32)
+    bs = q.reshape(n, k // 16, 16).sum(-1).astype(np.int16)
+    return q.astype(np.int8).reshape(n, k), d, bs
+
+
 # ------------------------------------------------------------------------------ matmul ---
 def _dot_a(wtype, blk, x):
     q, dw, mw = _unpack_a(wtype, blk)
@@ -223,23 +243,39 @@ def _dot_a(wtype, blk, x):
     return acc
 
 
+def _fma32(a, b, c):
+    """f32 fma(a, b, c) (one rounding; through float64, exact for these operands but for rare
+    double-rounding ties)."""
+    return (np.asarray(a, np.float64) * np.asarray(b, np.float64) + c.astype(np.float64)).astype(np.float32)
+
+
 def _dot_k(wtype, blk, x):
+    """llama.cpp's prefill K-quant arithmetic (docs/numerics.md). Min types (Q2_K/Q4_K/Q5_K):
+    per 64-element sub-block pair acc = fma(I, f32(d*dy), acc), accm = fma(M, f32(dmin*dy), accm),
+    y = acc - accm (Q4_K activations by the 4x8 repack rule). Offset types (Q3_K/Q6_K): per
+    super-block acc = fma(f32(d * (float)S), dy, acc)."""
     q, sc, mn, dw, dmin = _unpack_k(wtype, blk)
-    yq, dy, bs = quantize_q8_K_ref(x)
+    quant = quantize_q8_K_4x8_ref if wtype == T.Q4_K else quantize_q8_K_ref
+    yq, dy, bs = quant(x)
     n, rows, nsb = x.shape[0], q.shape[0], q.shape[1]
     yq = yq.reshape(n, nsb, 16, 16).astype(np.float64)
     qw = q.reshape(rows, nsb, 16, 16).astype(np.float64)
     bs = bs.reshape(n, nsb, 16).astype(np.float64)
     acc = np.zeros((n, rows), np.float32)
+    accm = np.zeros((n, rows), np.float32)
     for b in range(nsb):
-        dot16 = np.einsum("njk,rjk->nrj", yq[:, b], qw[:, b])        # exact ints
-        isum = (dot16 * sc[None, :, b, :]).sum(-1).astype(np.float32)
-        term = (dy[:, b, None] * dw[None, :, b]) * isum
-        if mn is not None:
-            msum = (bs[:, b] @ mn[:, b, :].T.astype(np.float64)).astype(np.float32)
-            term = term - (dy[:, b, None] * dmin[None, :, b]) * msum
-        acc += term
-    return acc
+        dot16 = np.einsum("njk,rjk->nrj", yq[:, b], qw[:, b]) * sc[None, :, b, :]   # exact ints
+        if mn is None:
+            res = (dw[None, :, b] * dot16.sum(-1).astype(np.float32)).astype(np.float32)
+            acc = _fma32(res, dy[:, b, None], acc)
+            continue
+        dd = (dy[:, b, None] * dw[None, :, b]).astype(np.float32)
+        dm = (dy[:, b, None] * dmin[None, :, b]).astype(np.float32)
+        msum = bs[:, b, None, :] * mn[None, :, b, :]
+        for p in range(4):
+            acc = _fma32(dot16[..., 4 * p:4 * p + 4].sum(-1).astype(np.float32), dd, acc)
+            accm = _fma32(msum[..., 4 * p:4 * p + 4].sum(-1).astype(np.float32), dm, accm)
+    return acc - accm
 
 
 def matmul_ref(wtype, w_raw, x: np.ndarray) -> np.ndarray:

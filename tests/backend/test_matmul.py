@@ -13,7 +13,8 @@ from gguf import quants
 from pyllama.backend.base import Weight
 from pyllama.backend.cpu import matmul as mm
 from pyllama.backend.ref_matmul import (dequantize_ref, get_rows_ref, matmul_ref,
-                                        quantize_q8_0_ref, quantize_q8_K_ref, round_bf16)
+                                        quantize_q8_0_ref, quantize_q8_K_4x8_ref,
+                                        quantize_q8_K_ref, round_bf16)
 from pyllama.errors import BackendError
 from pyllama.gguf import GGML_BLOCK, GGMLType as T
 
@@ -102,11 +103,27 @@ def test_q8_K_activation_quantization_exact():
     x = act(5, 512)
     x[3, 256:] = 0.0
     x[4, 10] = -50.0           # the signed max sets the scale sign
-    got = mm.quantize_activations(T.Q4_K, x)
+    got = mm.quantize_activations(T.Q6_K, x)
     q, d, bs = quantize_q8_K_ref(x)
     np.testing.assert_array_equal(got["q"], q)
     np.testing.assert_array_equal(got["d"], d)
     np.testing.assert_array_equal(got["bsums"], bs)
+
+
+def test_q8_K_4x8_activation_rule_for_Q4_K():
+    """Q4_K activations follow ggml_quantize_mat_q8_K_4x8: the scale sign comes from whether
+    +amax occurs anywhere (not from the first element of largest magnitude)."""
+    x = act(4, 512)
+    x[0, 3], x[0, 200] = -40.0, 40.0     # -amax first, +amax later: the two rules differ
+    x[1, 5] = -40.0                      # only -amax
+    x[2, 256:] = 0.0
+    got = mm.quantize_activations(T.Q4_K, x)
+    q, d, bs = quantize_q8_K_4x8_ref(x)
+    np.testing.assert_array_equal(got["q"], q)
+    np.testing.assert_array_equal(got["d"], d)
+    np.testing.assert_array_equal(got["bsums"], bs)
+    assert d[0, 0] < 0 < quantize_q8_K_ref(x)[1][0, 0]   # d = 1/iscale, iscale = -127/max
+    assert d[1, 0] > 0
 
 
 def test_float_activation_rounding():
@@ -136,6 +153,16 @@ def test_matmul_matches_ref(t, threads):
     y = mm.matmul(weight(t, raw), x)
     assert y.shape == (9, rows) and y.dtype == np.float32
     assert np.all(np.abs(y - matmul_ref(t, raw, x)) <= tol(t, raw, x))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 9])
+@pytest.mark.parametrize("t", KQUANTS)
+def test_kquant_matmul_bit_equal_to_ref(t, n):
+    """K-quants: llama.cpp's prefill fma chains (Q4_K gemm per 64-pair, Q6_K tiled per
+    super-block) in both, for every token count (the direct mat-vec path included)."""
+    raw = rand_weight(t, 21, 768, seed=3)
+    x = act(n, 768, seed=4)
+    np.testing.assert_array_equal(mm.matmul(weight(t, raw), x), matmul_ref(t, raw, x))
 
 
 @pytest.mark.parametrize("t", [T.Q8_0, T.Q5_0, T.Q4_K, T.Q6_K, T.F32])

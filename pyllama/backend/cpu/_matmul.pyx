@@ -25,6 +25,7 @@ cdef extern from "pyl_matmul.h" nogil:
     int PYL_AVX2
     int PYL_ACT_Q8_0
     int PYL_ACT_Q8_K
+    int PYL_ACT_Q8_K4
     int PYL_ACT_F16
     int PYL_ACT_BF16
     int PYL_ACT_F32
@@ -32,7 +33,7 @@ cdef extern from "pyl_matmul.h" nogil:
     int pyl_act_kind(int t)
     int64_t PYL_ROWB(int k)
     void pyl_quant_q8_0(const float *x, int k, int8_t *q, float *d, float *s)
-    void pyl_quant_q8_K(const float *x, int k, int8_t *q, float *d, int16_t *bs)
+    void pyl_quant_q8_K(const float *x, int k, int8_t *q, float *d, int16_t *bs, int rule4x8)
     float pyl_round_f16(float f)
     float pyl_round_bf16(float f)
     void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int k,
@@ -56,6 +57,7 @@ TILE_TOKENS = PYL_T
 HAVE_AVX2 = bool(PYL_AVX2)
 ACT_Q8_0 = PYL_ACT_Q8_0
 ACT_Q8_K = PYL_ACT_Q8_K
+ACT_Q8_K4 = PYL_ACT_Q8_K4
 ACT_F16 = PYL_ACT_F16
 ACT_BF16 = PYL_ACT_BF16
 ACT_F32 = PYL_ACT_F32
@@ -96,8 +98,8 @@ cdef inline void _quant_row(int kind, const float *x, int k, int8_t *q, float *d
                             int16_t *bs, float *f) noexcept nogil:
     if kind == PYL_ACT_Q8_0:
         pyl_quant_q8_0(x, k, q, d, s)
-    elif kind == PYL_ACT_Q8_K:
-        pyl_quant_q8_K(x, k, q, d, bs)
+    elif kind == PYL_ACT_Q8_K or kind == PYL_ACT_Q8_K4:
+        pyl_quant_q8_K(x, k, q, d, bs, kind == PYL_ACT_Q8_K4)
     else:
         _round_row(kind, x, f, k)
 

@@ -79,7 +79,7 @@ def _plan(kind: int, n: int, k: int, nth: int) -> tuple:
     if kind == _matmul.ACT_Q8_0:
         q = _view("q", (n, k), np.int8)
         d, s = _view("d", (n, k // 32), np.float32), _view("s", (n, k // 32), np.float32)
-    elif kind == _matmul.ACT_Q8_K:
+    elif kind in (_matmul.ACT_Q8_K, _matmul.ACT_Q8_K4):
         q, d = _view("q", (n, k), np.int8), _view("d", (n, k // 256), np.float32)
         bs = _view("bs", (n, k // 16), np.int16)
     else:
@@ -159,6 +159,6 @@ def quantize_activations(wtype: int, x: np.ndarray) -> dict:
     _matmul.quantize_acts(kind, x2, q, d, s, bs, f, 1)
     if kind == _matmul.ACT_Q8_0:
         return {"q": q.copy(), "d": d.copy(), "s": s.copy()}
-    if kind == _matmul.ACT_Q8_K:
+    if kind in (_matmul.ACT_Q8_K, _matmul.ACT_Q8_K4):
         return {"q": q.copy(), "d": d.copy(), "bsums": bs.copy()}
     return {"f": f.copy()}

@@ -7,10 +7,12 @@
  *   int8 values + integer sub-scales + float block scales), then multiplied with every token in
  *   tiles of up to PYL_T tokens;
  * - each output element y[t, r] is produced by the same sequence of operations whatever the tile
- *   shape, the number of tokens or threads: 8 lanes of exact integer partial sums per block,
- *   acc_lane = fma(d_w * d_x, (float)lane, acc_lane) over blocks in order, then one fixed
- *   horizontal sum (K-quants: the per-super-block integer sums, minus offset*scale*bsums, or
- *   with a second fma for the mins).  Threads split row tiles only.
+ *   shape, the number of tokens or threads.  32-blocks: 8 lanes of exact integer partial sums
+ *   per block, acc_lane = fma(d_w * d_x, (float)lane, acc_lane) over blocks in order, then one
+ *   fixed horizontal sum.  K-quants: llama.cpp's prefill arithmetic (docs/numerics.md) as scalar
+ *   chains of exact integer sums: Q4_K (and the other min types) one fma per 64-element
+ *   sub-block pair plus a separate min chain, activations by the 4x8 repack rule for Q4_K;
+ *   Q6_K/Q3_K one fma per super-block (ggml tiled).  Threads split row tiles only.
  * - with at most PYL_DIRECT_MAX_TOKENS tokens (token generation) the weight blocks are decoded in
  *   registers instead of through the scratch (pyl_dot*_direct): the same integer lanes and the
  *   same float operations in the same order, so the same bits (tests compare the two paths).
@@ -41,7 +43,8 @@ enum {
     PYL_BF16 = 30
 };
 /* activation kinds (the vec_dot type) */
-enum { PYL_ACT_Q8_0 = 0, PYL_ACT_Q8_K = 1, PYL_ACT_F16 = 2, PYL_ACT_BF16 = 3, PYL_ACT_F32 = 4 };
+enum { PYL_ACT_Q8_0 = 0, PYL_ACT_Q8_K = 1, PYL_ACT_F16 = 2, PYL_ACT_BF16 = 3, PYL_ACT_F32 = 4,
+       PYL_ACT_Q8_K4 = 5 /* q8_K values by the 4x8 repack rule (Q4_K) */ };
 
 /* ---------------------------------------------------------------- fp16 / bf16 ------------ */
 static inline uint32_t pyl_fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -142,8 +145,10 @@ static inline void pyl_quant_q8_0(const float *x, int k, int8_t *q, float *d, fl
 }
 
 /* q8_K row (quantize_row_q8_K_ref): iscale = -127/max (max = the first value of largest |x|),
- * q = min(127, nearest_int(iscale*x)), bsums per 16, d = 1/iscale (f32). */
-static inline void pyl_quant_q8_K(const float *x, int k, int8_t *q, float *d, int16_t *bs) {
+ * q = min(127, nearest_int(iscale*x)), bsums per 16, d = 1/iscale (f32).
+ * rule4x8 (ggml_quantize_mat_q8_K_4x8, the activations of llama.cpp's repacked Q4_K gemm):
+ * max = +amax if some element equals +amax, else -amax; the rest is the same. */
+static inline void pyl_quant_q8_K(const float *x, int k, int8_t *q, float *d, int16_t *bs, int rule4x8) {
     for (int b = 0; b < k / 256; b++) {
         const float *xb = x + 256 * b;
         int8_t *qb = q + 256 * b;
@@ -164,6 +169,11 @@ static inline void pyl_quant_q8_K(const float *x, int k, int8_t *q, float *d, in
             if (ax > amax) { amax = ax; mx = xb[j]; }
         }
 #endif
+        if (rule4x8) {
+            mx = -amax;
+            for (int j = 0; j < 256; j++)
+                if (xb[j] == amax) { mx = amax; break; }
+        }
         if (amax == 0.0f) {
             d[b] = 0.0f;
             memset(qb, 0, 256);
@@ -237,7 +247,7 @@ static inline int pyl_family(int t) {
 static inline int pyl_act_kind(int t) {
     switch (pyl_family(t)) {
     case 0: return PYL_ACT_Q8_0;
-    case 1: return PYL_ACT_Q8_K;
+    case 1: return t == PYL_Q4_K ? PYL_ACT_Q8_K4 : PYL_ACT_Q8_K;
     default: return t == PYL_F16 ? PYL_ACT_F16 : t == PYL_BF16 ? PYL_ACT_BF16 : PYL_ACT_F32;
     }
 }
@@ -661,51 +671,69 @@ __attribute__((noinline)) static void pyl_tileA_4x2(int nb, const pyl_wrow *W, c
 }
 #undef PYL_A_ROW
 
-/* family K: per 256-superblock, lanes = sum_c madd(maddubs(u_c, y_c), scale_c) [- madd(mn, bsums)]
- * then acc = fma(d*dy, lanes, acc) [; acc = fma(-dmin*dy, madd(mn, bsums), acc)] */
+static inline int pyl_hsum_i32(__m256i v) {
+    __m128i a = _mm_add_epi32(_mm256_extracti128_si256(v, 1), _mm256_castsi256_si128(v));
+    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4E));
+    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0xB1));
+    return _mm_cvtsi128_si32(a);
+}
+
+/* family K, one 256-superblock of one weight row times NT tokens (llama.cpp's prefill
+ * arithmetic, scalar float chains, exact integer sums):
+ * - min types (Q4_K gemm, ggml_gemm_q4_K_8x8_q8_K): per 64-element sub-block pair
+ *   acc = fma((float)I, d*dy, acc), accm = fma((float)M, dmin*dy, accm) (M = mins x bsums);
+ * - offset types (Q6_K/Q3_K, ggml tiled): S = sum sc*(q-off)*y, acc = fma(d*(float)S, dy, acc).
+ * u: 256 values, sc: per 32-chunk 16 int16 scales, mn: 16 per-16 mins / offset*scale. */
+static inline __attribute__((always_inline)) void
+pyl_k_sb(const int NT, const int HAS_MIN, const uint8_t *u, const int16_t *sc, const int16_t *mn,
+         const int8_t *const *yq, const int16_t *const *bs, const float *dy, float dw, float dmw,
+         float *acc, float *accm) {
+    __m256i sumi[PYL_T];
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) {
+        const __m256i uc = _mm256_loadu_si256((const __m256i *)(u + 32 * c));
+        const __m256i scc = _mm256_loadu_si256((const __m256i *)(sc + 16 * c));
+        for (int t = 0; t < NT; t++) {
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(uc,
+                _mm256_loadu_si256((const __m256i *)(yq[t] + 32 * c))), scc);
+            sumi[t] = (c == 0 || (HAS_MIN && (c & 1) == 0)) ? p : _mm256_add_epi32(sumi[t], p);
+            __asm__("" : "+x"(sumi[t]));   /* keep gcc from re-associating into a spilling tree */
+            if (HAS_MIN && (c & 1))
+                acc[t] = fmaf((float)pyl_hsum_i32(sumi[t]), dw * dy[t], acc[t]);
+        }
+    }
+    const __m256i mnv = _mm256_loadu_si256((const __m256i *)mn);
+    for (int t = 0; t < NT; t++) {
+        const __m256i ms = _mm256_madd_epi16(mnv, _mm256_loadu_si256((const __m256i *)bs[t]));
+        if (HAS_MIN) {
+            int32_t m[8];
+            _mm256_storeu_si256((__m256i *)m, ms);
+            const float dm = dmw * dy[t];
+            for (int p = 0; p < 4; p++) accm[t] = fmaf((float)(m[2 * p] + m[2 * p + 1]), dm, accm[t]);
+        } else {
+            acc[t] = fmaf(dw * (float)pyl_hsum_i32(_mm256_sub_epi32(sumi[t], ms)), dy[t], acc[t]);
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void
 pyl_tileK(const int NR, const int NT, const int HAS_MIN, int nsb, const pyl_wrow *W,
           const pyl_arow *A, float *out, int64_t os) {
-    __m256 acc[PYL_R][PYL_T];
-    const int8_t *yq[PYL_T];
-    for (int t = 0; t < NT; t++) yq[t] = A[t].q;
+    float acc[PYL_R][PYL_T], accm[PYL_R][PYL_T];
     for (int r = 0; r < NR; r++)
-        for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
+        for (int t = 0; t < NT; t++) acc[r][t] = accm[r][t] = 0.0f;
     for (int b = 0; b < nsb; b++) {
+        const int8_t *yq[PYL_T];
+        const int16_t *bs[PYL_T];
+        float dy[PYL_T];
+        for (int t = 0; t < NT; t++) { yq[t] = A[t].q + 256 * b; bs[t] = A[t].bs + 16 * b; dy[t] = A[t].d[b]; }
 #pragma GCC unroll 1
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *u = (const uint8_t *)W[r].w + 256 * b;
-            const int16_t *sc = W[r].sc + 128 * b;
-            __m256i sumi[PYL_T];
-            for (int t = 0; t < NT; t++) sumi[t] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; c++) {
-                const __m256i uc = _mm256_loadu_si256((const __m256i *)(u + 32 * c));
-                const __m256i scc = _mm256_loadu_si256((const __m256i *)(sc + 16 * c));
-                for (int t = 0; t < NT; t++) {
-                    const __m256i p = _mm256_maddubs_epi16(uc,
-                        _mm256_loadu_si256((const __m256i *)(yq[t] + 256 * b + 32 * c)));
-                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, scc));
-                    __asm__("" : "+x"(sumi[t]));   /* keep gcc from re-associating into a spilling tree */
-                }
-            }
-            const __m256i mn = _mm256_loadu_si256((const __m256i *)(W[r].mn + 16 * b));
-            const float dw = W[r].d[b], dmw = W[r].dm[b];
-            for (int t = 0; t < NT; t++) {
-                const __m256i ms = _mm256_madd_epi16(mn, _mm256_loadu_si256((const __m256i *)(A[t].bs + 16 * b)));
-                const float dy = A[t].d[b];
-                if (HAS_MIN) {
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dy), _mm256_cvtepi32_ps(sumi[t]), acc[r][t]);
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(-(dmw * dy)), _mm256_cvtepi32_ps(ms), acc[r][t]);
-                } else {
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dy),
-                                                _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t], ms)), acc[r][t]);
-                }
-            }
-        }
+        for (int r = 0; r < NR; r++)
+            pyl_k_sb(NT, HAS_MIN, (const uint8_t *)W[r].w + 256 * b, W[r].sc + 128 * b, W[r].mn + 16 * b,
+                     yq, bs, dy, W[r].d[b], W[r].dm[b], acc[r], accm[r]);
     }
     for (int r = 0; r < NR; r++)
-        for (int t = 0; t < NT; t++) out[t * os + r] = pyl_hsum8(acc[r][t]);
+        for (int t = 0; t < NT; t++) out[t * os + r] = HAS_MIN ? acc[r][t] - accm[r][t] : acc[r][t];
 }
 
 /* family F: acc = fma(w, x, acc) per 8 elements, hsum, then the k % 8 tail in order */
@@ -751,22 +779,30 @@ static inline void pyl_tileK(const int NR, const int NT, const int HAS_MIN, int 
                              const pyl_arow *A, float *out, int64_t os) {
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < NT; t++) {
-            float acc = 0.0f;
+            float acc = 0.0f, accm = 0.0f;
             for (int b = 0; b < nsb; b++) {
                 const uint8_t *u = (const uint8_t *)W[r].w + 256 * b;
                 const int8_t *y = A[t].q + 256 * b;
-                int sumi = 0, ms = 0;
-                for (int j = 0; j < 16; j++) {
-                    int s = 0;
-                    for (int i = 0; i < 16; i++) s += u[16 * j + i] * y[16 * j + i];
-                    sumi += W[r].sc[128 * b + 16 * (j / 2) + 8 * (j % 2)] * s;
-                    ms += W[r].mn[16 * b + j] * A[t].bs[16 * b + j];
-                }
                 const float dy = A[t].d[b];
-                if (HAS_MIN) acc += (W[r].d[b] * dy) * (float)sumi - (W[r].dm[b] * dy) * (float)ms;
-                else acc += (W[r].d[b] * dy) * (float)(sumi - ms);
+                int S = 0;
+                for (int p = 0; p < 4; p++) {
+                    int I = 0, M = 0;
+                    for (int j = 4 * p; j < 4 * p + 4; j++) {
+                        int s = 0;
+                        for (int i = 0; i < 16; i++) s += u[16 * j + i] * y[16 * j + i];
+                        I += W[r].sc[128 * b + 16 * (j / 2) + 8 * (j % 2)] * s;
+                        M += W[r].mn[16 * b + j] * A[t].bs[16 * b + j];
+                    }
+                    if (HAS_MIN) {
+                        acc = fmaf((float)I, W[r].d[b] * dy, acc);
+                        accm = fmaf((float)M, W[r].dm[b] * dy, accm);
+                    } else {
+                        S += I - M;
+                    }
+                }
+                if (!HAS_MIN) acc = fmaf(W[r].d[b] * (float)S, dy, acc);
             }
-            out[t * os + r] = acc;
+            out[t * os + r] = acc - accm;
         }
 }
 static inline void pyl_tileF(const int NR, const int NT, int k, const pyl_wrow *W, const pyl_arow *A,
@@ -809,34 +845,24 @@ pyl_dotA_direct(const int t, const uint8_t *row, int nb, const pyl_arow *a) {
 static inline __attribute__((always_inline)) float
 pyl_dotK_direct(const int t, const uint8_t *row, int nsb, const pyl_arow *a) {
     const int bb = pyl_block_bytes(t), HAS_MIN = pyl_has_min(t);
-    __m256 acc = _mm256_setzero_ps();
+    float acc = 0.0f, accm = 0.0f;
     uint8_t u[256] __attribute__((aligned(32)));
     int16_t s16[16] __attribute__((aligned(32))), mn[16] __attribute__((aligned(32)));
+    int16_t sc[128] __attribute__((aligned(32)));
     for (int b = 0; b < nsb; b++) {
         float dw, dmw;
         _mm_prefetch((const char *)row + (int64_t)bb * b + PYL_PREFETCH, _MM_HINT_T0);
         _mm_prefetch((const char *)row + (int64_t)bb * b + PYL_PREFETCH + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)row + (int64_t)bb * b + PYL_PREFETCH + 128, _MM_HINT_T0);
         pyl_decK_sb(t, row + (int64_t)bb * b, u, s16, mn, &dw, &dmw);
-        const int8_t *y = a->q + 256 * b;
-        __m256i sumi = _mm256_setzero_si256();
-        for (int c = 0; c < 8; c++) {
-            const __m256i scc = _mm256_set_m128i(_mm_set1_epi16(s16[2 * c + 1]), _mm_set1_epi16(s16[2 * c]));
-            const __m256i p = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(u + 32 * c)),
-                                                   _mm256_loadu_si256((const __m256i *)(y + 32 * c)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scc));
-        }
-        const __m256i ms = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)mn),
-                                             _mm256_loadu_si256((const __m256i *)(a->bs + 16 * b)));
-        const float dy = a->d[b];
-        if (HAS_MIN) {
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * dy), _mm256_cvtepi32_ps(sumi), acc);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(-(dmw * dy)), _mm256_cvtepi32_ps(ms), acc);
-        } else {
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * dy), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi, ms)), acc);
-        }
+        for (int c = 0; c < 8; c++)
+            _mm256_store_si256((__m256i *)(sc + 16 * c),
+                               _mm256_set_m128i(_mm_set1_epi16(s16[2 * c + 1]), _mm_set1_epi16(s16[2 * c])));
+        const int8_t *yq = a->q + 256 * b;
+        const int16_t *bs = a->bs + 16 * b;
+        pyl_k_sb(1, HAS_MIN, u, sc, mn, &yq, &bs, a->d + b, dw, dmw, &acc, &accm);
     }
-    return pyl_hsum8(acc);
+    return HAS_MIN ? acc - accm : acc;
 }
 
 #define PYL_DIRECT_ROWS(KIND, T)                                                                 \
