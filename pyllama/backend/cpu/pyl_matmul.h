@@ -671,24 +671,27 @@ __attribute__((noinline)) static void pyl_tileA_4x2(int nb, const pyl_wrow *W, c
 }
 #undef PYL_A_ROW
 
-static inline int pyl_hsum_i32(__m256i v) {
-    __m128i a = _mm_add_epi32(_mm256_extracti128_si256(v, 1), _mm256_castsi256_si128(v));
-    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4E));
-    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0xB1));
-    return _mm_cvtsi128_si32(a);
+/* [sum a, sum b, sum c, sum d] of four int32x8 vectors */
+static inline __m128i pyl_hsum4_i32(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_add_epi32(_mm256_extracti128_si256(h, 1), _mm256_castsi256_si128(h));
 }
 
-/* family K, one 256-superblock of one weight row times NT tokens (llama.cpp's prefill
- * arithmetic, scalar float chains, exact integer sums):
- * - min types (Q4_K gemm, ggml_gemm_q4_K_8x8_q8_K): per 64-element sub-block pair
- *   acc = fma((float)I, d*dy, acc), accm = fma((float)M, dmin*dy, accm) (M = mins x bsums);
+/* family K, one 256-superblock of one weight row times NT (<= 4) tokens, llama.cpp's prefill
+ * arithmetic with exact integer sums; the float chains run in the lanes of acc/accm (lane =
+ * token), each lane the scalar sequence:
+ * - min types (Q4_K gemm, ggml_gemm_q4_K_8x8_q8_K): per 64-element sub-block pair p in order
+ *   acc = fma((float)I_p, d*dy, acc), accm = fma((float)M_p, dmin*dy, accm) (M = mins x bsums);
  * - offset types (Q6_K/Q3_K, ggml tiled): S = sum sc*(q-off)*y, acc = fma(d*(float)S, dy, acc).
- * u: 256 values, sc: per 32-chunk 16 int16 scales, mn: 16 per-16 mins / offset*scale. */
+ * u: 256 values, sc: per 32-chunk 16 int16 scales, mn: 16 per-16 mins / offset*scale;
+ * dyv: the tokens' q8_K scales (lanes >= NT zero). */
 static inline __attribute__((always_inline)) void
 pyl_k_sb(const int NT, const int HAS_MIN, const uint8_t *u, const int16_t *sc, const int16_t *mn,
-         const int8_t *const *yq, const int16_t *const *bs, const float *dy, float dw, float dmw,
-         float *acc, float *accm) {
-    __m256i sumi[PYL_T];
+         const int8_t *const *yq, const int16_t *const *bs, __m128 dyv, float dw, float dmw,
+         __m128 *acc, __m128 *accm) {
+    __m256i sumi[4], pr[4][4];
+    const __m256i z = _mm256_setzero_si256();
+    for (int t = 0; t < 4; t++) { sumi[t] = z; for (int p = 0; p < 4; p++) pr[t][p] = z; }
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) {
         const __m256i uc = _mm256_loadu_si256((const __m256i *)(u + 32 * c));
@@ -698,42 +701,55 @@ pyl_k_sb(const int NT, const int HAS_MIN, const uint8_t *u, const int16_t *sc, c
                 _mm256_loadu_si256((const __m256i *)(yq[t] + 32 * c))), scc);
             sumi[t] = (c == 0 || (HAS_MIN && (c & 1) == 0)) ? p : _mm256_add_epi32(sumi[t], p);
             __asm__("" : "+x"(sumi[t]));   /* keep gcc from re-associating into a spilling tree */
-            if (HAS_MIN && (c & 1))
-                acc[t] = fmaf((float)pyl_hsum_i32(sumi[t]), dw * dy[t], acc[t]);
+            if (HAS_MIN && (c & 1)) pr[t][c >> 1] = sumi[t];
         }
     }
     const __m256i mnv = _mm256_loadu_si256((const __m256i *)mn);
-    for (int t = 0; t < NT; t++) {
-        const __m256i ms = _mm256_madd_epi16(mnv, _mm256_loadu_si256((const __m256i *)bs[t]));
-        if (HAS_MIN) {
-            int32_t m[8];
-            _mm256_storeu_si256((__m256i *)m, ms);
-            const float dm = dmw * dy[t];
-            for (int p = 0; p < 4; p++) accm[t] = fmaf((float)(m[2 * p] + m[2 * p + 1]), dm, accm[t]);
-        } else {
-            acc[t] = fmaf(dw * (float)pyl_hsum_i32(_mm256_sub_epi32(sumi[t], ms)), dy[t], acc[t]);
-        }
+    __m256i ms[4];
+    for (int t = 0; t < 4; t++)
+        ms[t] = t < NT ? _mm256_madd_epi16(mnv, _mm256_loadu_si256((const __m256i *)bs[t])) : z;
+    if (!HAS_MIN) {
+        const __m128i S = pyl_hsum4_i32(_mm256_sub_epi32(sumi[0], ms[0]), _mm256_sub_epi32(sumi[1], ms[1]),
+                                        _mm256_sub_epi32(sumi[2], ms[2]), _mm256_sub_epi32(sumi[3], ms[3]));
+        *acc = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), _mm_cvtepi32_ps(S)), dyv, *acc);
+        return;
+    }
+    __m128 I[4], M[4];
+    for (int t = 0; t < 4; t++) {
+        I[t] = _mm_cvtepi32_ps(pyl_hsum4_i32(pr[t][0], pr[t][1], pr[t][2], pr[t][3]));
+        const __m256i h = _mm256_hadd_epi32(ms[t], ms[t]);   /* pair p: lanes 2p, 2p+1 */
+        M[t] = _mm_cvtepi32_ps(_mm_unpacklo_epi64(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+    }
+    _MM_TRANSPOSE4_PS(I[0], I[1], I[2], I[3]);   /* now I[p] = pair p of tokens 0..3 */
+    _MM_TRANSPOSE4_PS(M[0], M[1], M[2], M[3]);
+    const __m128 dd = _mm_mul_ps(_mm_set1_ps(dw), dyv), dm = _mm_mul_ps(_mm_set1_ps(dmw), dyv);
+    for (int p = 0; p < 4; p++) {
+        *acc = _mm_fmadd_ps(I[p], dd, *acc);
+        *accm = _mm_fmadd_ps(M[p], dm, *accm);
     }
 }
 
 static inline __attribute__((always_inline)) void
 pyl_tileK(const int NR, const int NT, const int HAS_MIN, int nsb, const pyl_wrow *W,
           const pyl_arow *A, float *out, int64_t os) {
-    float acc[PYL_R][PYL_T], accm[PYL_R][PYL_T];
-    for (int r = 0; r < NR; r++)
-        for (int t = 0; t < NT; t++) acc[r][t] = accm[r][t] = 0.0f;
+    __m128 acc[PYL_R], accm[PYL_R];
+    for (int r = 0; r < NR; r++) acc[r] = accm[r] = _mm_setzero_ps();
     for (int b = 0; b < nsb; b++) {
         const int8_t *yq[PYL_T];
         const int16_t *bs[PYL_T];
-        float dy[PYL_T];
+        float dy[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int t = 0; t < NT; t++) { yq[t] = A[t].q + 256 * b; bs[t] = A[t].bs + 16 * b; dy[t] = A[t].d[b]; }
+        const __m128 dyv = _mm_loadu_ps(dy);
 #pragma GCC unroll 1
         for (int r = 0; r < NR; r++)
             pyl_k_sb(NT, HAS_MIN, (const uint8_t *)W[r].w + 256 * b, W[r].sc + 128 * b, W[r].mn + 16 * b,
-                     yq, bs, dy, W[r].d[b], W[r].dm[b], acc[r], accm[r]);
+                     yq, bs, dyv, W[r].d[b], W[r].dm[b], &acc[r], &accm[r]);
     }
-    for (int r = 0; r < NR; r++)
-        for (int t = 0; t < NT; t++) out[t * os + r] = HAS_MIN ? acc[r][t] - accm[r][t] : acc[r][t];
+    for (int r = 0; r < NR; r++) {
+        float o[4];
+        _mm_storeu_ps(o, HAS_MIN ? _mm_sub_ps(acc[r], accm[r]) : acc[r]);
+        for (int t = 0; t < NT; t++) out[t * os + r] = o[t];
+    }
 }
 
 /* family F: acc = fma(w, x, acc) per 8 elements, hsum, then the k % 8 tail in order */
@@ -845,7 +861,7 @@ pyl_dotA_direct(const int t, const uint8_t *row, int nb, const pyl_arow *a) {
 static inline __attribute__((always_inline)) float
 pyl_dotK_direct(const int t, const uint8_t *row, int nsb, const pyl_arow *a) {
     const int bb = pyl_block_bytes(t), HAS_MIN = pyl_has_min(t);
-    float acc = 0.0f, accm = 0.0f;
+    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
     uint8_t u[256] __attribute__((aligned(32)));
     int16_t s16[16] __attribute__((aligned(32))), mn[16] __attribute__((aligned(32)));
     int16_t sc[128] __attribute__((aligned(32)));
@@ -860,9 +876,9 @@ pyl_dotK_direct(const int t, const uint8_t *row, int nsb, const pyl_arow *a) {
                                _mm256_set_m128i(_mm_set1_epi16(s16[2 * c + 1]), _mm_set1_epi16(s16[2 * c])));
         const int8_t *yq = a->q + 256 * b;
         const int16_t *bs = a->bs + 16 * b;
-        pyl_k_sb(1, HAS_MIN, u, sc, mn, &yq, &bs, a->d + b, dw, dmw, &acc, &accm);
+        pyl_k_sb(1, HAS_MIN, u, sc, mn, &yq, &bs, _mm_set_ss(a->d[b]), dw, dmw, &acc, &accm);
     }
-    return HAS_MIN ? acc - accm : acc;
+    return _mm_cvtss_f32(HAS_MIN ? _mm_sub_ps(acc, accm) : acc);
 }
 
 #define PYL_DIRECT_ROWS(KIND, T)                                                                 \
