@@ -47,18 +47,26 @@ if runtime == "pyllama":
     ctx = new_ctx()
     decode(ctx, [1], 0)
 else:
-    import llama_cpp
-    llm = llama_cpp.Llama(model_path=path, n_ctx=N_CTX, n_batch=512, n_ubatch=512, n_threads=n_threads,
-                          n_threads_batch=n_threads, verbose=False, logits_all=False)
-    n_vocab = llm.n_vocab()
+    import llama_cpp as L                      # low-level C API only (works with a bare libllama)
+    L.llama_backend_init()
+    _quiet = L.llama_log_callback(lambda lvl, txt, ud: None)
+    L.llama_log_set(_quiet, None)
+    lmodel = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
+    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(lmodel))
+    lbatch = L.llama_batch_init(512, 0, 1)
     def new_ctx():
-        llm.reset(); llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm.ctx), True)
-        return llm
+        cp = L.llama_context_default_params()
+        cp.n_ctx = N_CTX; cp.n_batch = 512; cp.n_ubatch = 512
+        cp.n_threads = n_threads; cp.n_threads_batch = n_threads
+        return L.llama_init_from_model(lmodel, cp)
     def decode(ctx, toks, p0):
-        b = llama_cpp.llama_batch_get_one((llama_cpp.llama_token * len(toks))(*toks), len(toks))
-        rc = llama_cpp.llama_decode(ctx.ctx, b)
+        lbatch.n_tokens = len(toks)
+        for j, t in enumerate(toks):
+            lbatch.token[j] = t; lbatch.pos[j] = p0 + j; lbatch.n_seq_id[j] = 1
+            lbatch.seq_id[j][0] = 0; lbatch.logits[j] = j == len(toks) - 1
+        rc = L.llama_decode(ctx, lbatch)
         assert rc == 0, rc
-        llama_cpp.llama_get_logits_ith(ctx.ctx, -1)
+        L.llama_get_logits_ith(ctx, len(toks) - 1)
     decode(new_ctx(), [1], 0)
 out["load_s"] = time.perf_counter() - t0
 out["load_cpu_s"] = time.process_time() - c0

@@ -286,7 +286,7 @@ def test_disconnect_cancels_the_task(client, server):
 
 
 def test_non_stream_disconnect_cancels_the_task(client, server):
-    with httpx.Client(base_url=server.url, timeout=0.5) as c:
+    with httpx.Client(base_url=server.url, timeout=0.05) as c:
         with pytest.raises(httpx.ReadTimeout):
             c.post("/completion", json={"prompt": PROMPT, "n_predict": 3000, "id_slot": 1,
                                         "ignore_eos": True})
@@ -294,7 +294,9 @@ def test_non_stream_disconnect_cancels_the_task(client, server):
     while time.monotonic() - t0 < 10 and client.get("/slots").json()[1]["is_processing"]:
         time.sleep(0.05)
     slot = client.get("/slots").json()[1]
-    assert slot["is_processing"] is False and slot["next_token"][0]["n_decoded"] < 3000
+    # cancelled: it stopped well before the slot's context would have ended it
+    assert slot["is_processing"] is False
+    assert slot["next_token"][0]["n_decoded"] < slot["n_ctx"] - 16
 
 
 def test_mixed_traffic_with_aborts_stays_exact(client, server):
