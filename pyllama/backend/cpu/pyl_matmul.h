@@ -686,7 +686,7 @@ static inline __m128i pyl_hsum4_i32(__m256i a, __m256i b, __m256i c, __m256i d) 
  * u: 256 values, sc: per 32-chunk 16 int16 scales, mn: 16 per-16 mins / offset*scale;
  * dyv: the tokens' q8_K scales (lanes >= NT zero). */
 static inline __attribute__((always_inline)) void
-pyl_k_sb(const int NT, const int HAS_MIN, const uint8_t *u, const int16_t *sc, const int16_t *mn,
+pyl_k_sb(const int NT, const int HAS_MIN, const int SC16, const uint8_t *u, const int16_t *sc, const int16_t *mn,
          const int8_t *const *yq, const int16_t *const *bs, __m128 dyv, float dw, float dmw,
          __m128 *acc, __m128 *accm) {
     __m256i sumi[4], pr[4][4];
@@ -695,7 +695,8 @@ pyl_k_sb(const int NT, const int HAS_MIN, const uint8_t *u, const int16_t *sc, c
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) {
         const __m256i uc = _mm256_loadu_si256((const __m256i *)(u + 32 * c));
-        const __m256i scc = _mm256_loadu_si256((const __m256i *)(sc + 16 * c));
+        const __m256i scc = SC16 ? _mm256_set_m128i(_mm_set1_epi16(sc[2 * c + 1]), _mm_set1_epi16(sc[2 * c]))
+                                 : _mm256_loadu_si256((const __m256i *)(sc + 16 * c));
         for (int t = 0; t < NT; t++) {
             const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(uc,
                 _mm256_loadu_si256((const __m256i *)(yq[t] + 32 * c))), scc);
@@ -708,6 +709,29 @@ pyl_k_sb(const int NT, const int HAS_MIN, const uint8_t *u, const int16_t *sc, c
     __m256i ms[4];
     for (int t = 0; t < 4; t++)
         ms[t] = t < NT ? _mm256_madd_epi16(mnv, _mm256_loadu_si256((const __m256i *)bs[t])) : z;
+    if (NT == 1) { /* lane 0 only: the same operations without the transposes */
+        const __m256i hm = _mm256_hadd_epi32(ms[0], ms[0]);
+        const __m128i Mi = _mm_unpacklo_epi64(_mm256_castsi256_si128(hm), _mm256_extracti128_si256(hm, 1));
+        if (!HAS_MIN) {
+            const __m128i S = pyl_hsum4_i32(sumi[0], z, z, z);
+            const __m128i Ms = _mm_add_epi32(Mi, _mm_shuffle_epi32(Mi, 0x4E));
+            const __m128i St = _mm_sub_epi32(S, _mm_add_epi32(Ms, _mm_shuffle_epi32(Ms, 0xB1)));
+            *acc = _mm_fmadd_ss(_mm_mul_ss(_mm_set_ss(dw), _mm_cvtepi32_ps(St)), dyv, *acc);
+            return;
+        }
+        const __m128 I = _mm_cvtepi32_ps(pyl_hsum4_i32(pr[0][0], pr[0][1], pr[0][2], pr[0][3]));
+        const __m128 M = _mm_cvtepi32_ps(Mi);
+        const __m128 dd = _mm_mul_ss(_mm_set_ss(dw), dyv), dm = _mm_mul_ss(_mm_set_ss(dmw), dyv);
+        *acc = _mm_fmadd_ss(I, dd, *acc);
+        *accm = _mm_fmadd_ss(M, dm, *accm);
+        *acc = _mm_fmadd_ss(_mm_shuffle_ps(I, I, 1), dd, *acc);
+        *accm = _mm_fmadd_ss(_mm_shuffle_ps(M, M, 1), dm, *accm);
+        *acc = _mm_fmadd_ss(_mm_shuffle_ps(I, I, 2), dd, *acc);
+        *accm = _mm_fmadd_ss(_mm_shuffle_ps(M, M, 2), dm, *accm);
+        *acc = _mm_fmadd_ss(_mm_shuffle_ps(I, I, 3), dd, *acc);
+        *accm = _mm_fmadd_ss(_mm_shuffle_ps(M, M, 3), dm, *accm);
+        return;
+    }
     if (!HAS_MIN) {
         const __m128i S = pyl_hsum4_i32(_mm256_sub_epi32(sumi[0], ms[0]), _mm256_sub_epi32(sumi[1], ms[1]),
                                         _mm256_sub_epi32(sumi[2], ms[2]), _mm256_sub_epi32(sumi[3], ms[3]));
@@ -742,7 +766,7 @@ pyl_tileK(const int NR, const int NT, const int HAS_MIN, int nsb, const pyl_wrow
         const __m128 dyv = _mm_loadu_ps(dy);
 #pragma GCC unroll 1
         for (int r = 0; r < NR; r++)
-            pyl_k_sb(NT, HAS_MIN, (const uint8_t *)W[r].w + 256 * b, W[r].sc + 128 * b, W[r].mn + 16 * b,
+            pyl_k_sb(NT, HAS_MIN, 0, (const uint8_t *)W[r].w + 256 * b, W[r].sc + 128 * b, W[r].mn + 16 * b,
                      yq, bs, dyv, W[r].d[b], W[r].dm[b], &acc[r], &accm[r]);
     }
     for (int r = 0; r < NR; r++) {
@@ -864,19 +888,15 @@ pyl_dotK_direct(const int t, const uint8_t *row, int nsb, const pyl_arow *a) {
     __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
     uint8_t u[256] __attribute__((aligned(32)));
     int16_t s16[16] __attribute__((aligned(32))), mn[16] __attribute__((aligned(32)));
-    int16_t sc[128] __attribute__((aligned(32)));
     for (int b = 0; b < nsb; b++) {
         float dw, dmw;
         _mm_prefetch((const char *)row + (int64_t)bb * b + PYL_PREFETCH, _MM_HINT_T0);
         _mm_prefetch((const char *)row + (int64_t)bb * b + PYL_PREFETCH + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)row + (int64_t)bb * b + PYL_PREFETCH + 128, _MM_HINT_T0);
         pyl_decK_sb(t, row + (int64_t)bb * b, u, s16, mn, &dw, &dmw);
-        for (int c = 0; c < 8; c++)
-            _mm256_store_si256((__m256i *)(sc + 16 * c),
-                               _mm256_set_m128i(_mm_set1_epi16(s16[2 * c + 1]), _mm_set1_epi16(s16[2 * c])));
         const int8_t *yq = a->q + 256 * b;
         const int16_t *bs = a->bs + 16 * b;
-        pyl_k_sb(1, HAS_MIN, u, sc, mn, &yq, &bs, _mm_set_ss(a->d[b]), dw, dmw, &acc, &accm);
+        pyl_k_sb(1, HAS_MIN, 1, u, s16, mn, &yq, &bs, _mm_set_ss(a->d[b]), dw, dmw, &acc, &accm);
     }
     return _mm_cvtss_f32(HAS_MIN ? _mm_sub_ps(acc, accm) : acc);
 }
