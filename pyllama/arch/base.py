@@ -121,3 +121,23 @@ class PreNormArch(Arch):
     def forward(cls, g, w, hp):
         from .blocks import pre_norm_decoder
         return pre_norm_decoder(g, w, hp, qk_norm=cls.qk_norm)
+
+
+class SandwichArch(Arch):
+    """Gemma 2/3: pre and post norms around attention and the GELU FFN; subclasses set qk_norm and
+    load their own hyper-parameters (attention softcap comes from hp)."""
+    qk_norm = False
+
+    @classmethod
+    def tensor_specs(cls, hp):
+        specs = cls.io_specs(hp)
+        for il in range(hp.n_layer):
+            specs += cls.attn_specs(hp, il, qk_norm=cls.qk_norm, post_norms=True)
+            specs += cls.ffn_specs(hp, il)
+        return specs
+
+    @classmethod
+    def forward(cls, g, w, hp):
+        from .blocks import sandwich_decoder
+        return sandwich_decoder(g, w, hp, qk_norm=cls.qk_norm,
+                                attn_softcap=hp.f_attn_logit_softcapping)

@@ -7,12 +7,11 @@ import math
 
 from ..hparams import ROPE_NEOX, SWA_STANDARD, load_common, load_swa_pattern
 from . import register
-from .base import Arch
-from .blocks import sandwich_decoder
+from .base import SandwichArch
 
 
 @register
-class Gemma2(Arch):
+class Gemma2(SandwichArch):
     name = "gemma2"
 
     @classmethod
@@ -30,17 +29,6 @@ class Gemma2(Arch):
         hp.f_attention_scale = 1.0 / math.sqrt(head)
         hp.f_embedding_scale = math.sqrt(hp.n_embd)
         return hp
-
-    @classmethod
-    def tensor_specs(cls, hp):
-        specs = cls.io_specs(hp)
-        for il in range(hp.n_layer):
-            specs += cls.attn_specs(hp, il, post_norms=True) + cls.ffn_specs(hp, il)
-        return specs
-
-    @classmethod
-    def forward(cls, g, w, hp):
-        return sandwich_decoder(g, w, hp, qk_norm=False, attn_softcap=hp.f_attn_logit_softcapping)
 
     @classmethod
     def tiny(cls):

@@ -8,13 +8,13 @@ import math
 
 from ..hparams import ROPE_NEOX, SWA_NONE, SWA_STANDARD, load_common, load_swa_pattern
 from . import register
-from .base import Arch
-from .blocks import sandwich_decoder
+from .base import SandwichArch
 
 
 @register
-class Gemma3(Arch):
+class Gemma3(SandwichArch):
     name = "gemma3"
+    qk_norm = True
 
     @classmethod
     def load_hparams(cls, md):
@@ -33,18 +33,6 @@ class Gemma3(Arch):
         hp.f_attention_scale = 1.0 / math.sqrt(head)
         hp.f_embedding_scale = math.sqrt(hp.n_embd)
         return hp
-
-    @classmethod
-    def tensor_specs(cls, hp):
-        specs = cls.io_specs(hp)
-        for il in range(hp.n_layer):
-            specs += cls.attn_specs(hp, il, qk_norm=True, post_norms=True)
-            specs += cls.ffn_specs(hp, il)
-        return specs
-
-    @classmethod
-    def forward(cls, g, w, hp):
-        return sandwich_decoder(g, w, hp, qk_norm=True, attn_softcap=0.0)
 
     @classmethod
     def tiny(cls):
