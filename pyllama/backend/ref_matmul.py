@@ -191,11 +191,30 @@ def quantize_q8_0_ref(x: np.ndarray):
 
 def quantize_q8_K_ref(x: np.ndarray):
     """x [n, k] -> q int8 [n, k], d f32 [n, k/256], bsums int16 [n, k/16]"""
-    x = np.asarray(x, np.float32)
-    n, k = x.shape
-    xb = x.reshape(n, k // 256, 256)
+    xb = _q8_K_blocks(x)
     idx = np.abs(xb).argmax(-1)
-    mx = np.take_along_axis(xb, idx[..., None], -1)[..., 0]
+    return _q8_K_with_max(xb, np.take_along_axis(xb, idx[..., None], -1)[..., 0])
+
+
+def quantize_q8_K_4x8_ref(x: np.ndarray):
+    """ggml_quantize_mat_q8_K_4x8 values (llama.cpp's repacked Q4_K activations): as
+    quantize_q8_K_ref but max = +amax if some element equals +amax, else -amax."""
+    xb = _q8_K_blocks(x)
+    amax = np.abs(xb).max(-1)
+    return _q8_K_with_max(xb, np.where((xb == amax[..., None]).any(-1), amax, -amax))
+
+
+def _q8_K_blocks(x: np.ndarray) -> np.ndarray:
+    """x [n, k] -> float32 [n, k/256, 256]"""
+    x = np.asarray(x, np.float32)
+    return x.reshape(x.shape[0], x.shape[1] // 256, 256)
+
+
+def _q8_K_with_max(xb: np.ndarray, mx: np.ndarray):
+    """Quantize blocks xb [n, nb, 256] given each block's signed max mx [n, nb] (ggml's
+    iscale = -127/max rule); returns (q int8 [n, k], d f32 [n, nb], bsums int16 [n, k/16])."""
+    n, nb, _ = xb.shape
+    mx = mx.astype(np.float32)
     zero = mx == 0
     with np.errstate(divide="ignore"):
         iscale = np.where(zero, np.float32(1), np.float32(-127) / np.where(zero, 1, mx))
@@ -203,27 +222,8 @@ def quantize_q8_K_ref(x: np.ndarray):
     q = np.minimum(127, np.rint(xb * iscale[..., None])).astype(np.int32)
     q[zero] = 0
     d = np.where(zero, np.float32(0), np.float32(1) / iscale).astype(np.float32)
-    bs = q.reshape(n, k // 16, 16).sum(-1).astype(np.int16)
-    return q.astype(np.int8).reshape(n, k), d, bs
-
-
-def quantize_q8_K_4x8_ref(x: np.ndarray):
-    """ggml_quantize_mat_q8_K_4x8 values (llama.cpp's repacked Q4_K activations): as
-    quantize_q8_K_ref but max = +amax if some element equals +amax, else -amax."""
-    x = np.asarray(x, np.float32)
-    n, k = x.shape
-    xb = x.reshape(n, k // 256, 256)
-    amax = np.abs(xb).max(-1)
-    mx = np.where((xb == amax[..., None]).any(-1), amax, -amax).astype(np.float32)
-    zero = amax == 0
-    with np.errstate(divide="ignore"):
-        iscale = np.where(zero, np.float32(1), np.float32(-127) / np.where(zero, 1, mx))
-    iscale = iscale.astype(np.float32)
-    q = np.minimum(127, np.rint(xb * iscale[..., None])).astype(np.int32)
-    q[zero] = 0
-    d = np.where(zero, np.float32(0), np.float32(1) / iscale).astype(np.float32)
-    bs = q.reshape(n, k // 16, 16).sum(-1).astype(np.int16)
-    return q.astype(np.int8).reshape(n, k), d, bs
+    bs = q.reshape(n, nb * 16, 16).sum(-1).astype(np.int16)
+    return q.astype(np.int8).reshape(n, nb * 256), d, bs
 
 
 # ------------------------------------------------------------------------------ matmul ---
