@@ -5,29 +5,11 @@
 pp512: one decode of 512 prompt tokens (logits for the last); tg: single-token decodes. For the
 side-by-side comparison with llama.cpp use bench/side_by_side.py. Nothing here asserts a time.
 """
-import numpy as np
-import pytest
-
 import pyllama
-from pyllama.models import resolve
-
-MODELS = ["gemma-3-270m", "qwen2.5-coder-0.5b"]
 
 
-@pytest.fixture(scope="module", params=MODELS)
-def model(request):
-    try:
-        return pyllama.load_model(resolve(request.param, progress=False))
-    except pyllama.PyllamaError as e:
-        pytest.skip(str(e))
-
-
-def _tokens(n):
-    return np.random.default_rng(0).integers(100, 20000, n).astype(np.int32)
-
-
-def test_pp512(benchmark, model):
-    toks = _tokens(512)
+def test_pp512(benchmark, model, tokens):
+    toks = tokens(512)
 
     def run():
         ctx = pyllama.Context(model, n_ctx=1024, n_batch=512, n_ubatch=512)
@@ -36,8 +18,8 @@ def test_pp512(benchmark, model):
     benchmark.extra_info["tokens_per_s"] = 512 / benchmark.stats["median"]
 
 
-def test_tg32(benchmark, model):
-    toks = _tokens(33)
+def test_tg32(benchmark, model, tokens):
+    toks = tokens(33)
     ctx = pyllama.Context(model, n_ctx=1024)
 
     def setup():

@@ -11,28 +11,14 @@ import numpy as np
 import pytest
 
 import pyllama
-from pyllama.models import resolve
 
-MODELS = ["gemma-3-270m", "qwen2.5-coder-0.5b"]
 TYPES = ["f16", "q8_0", "q4_0"]
-
-
-@pytest.fixture(scope="module", params=MODELS)
-def model(request):
-    try:
-        return pyllama.load_model(resolve(request.param, progress=False))
-    except pyllama.PyllamaError as e:
-        pytest.skip(str(e))
-
-
-def _tokens(n):
-    return np.random.default_rng(0).integers(100, 20000, n).astype(np.int32)
 
 
 @pytest.mark.parametrize("depth", [512, 2048])
 @pytest.mark.parametrize("kv", TYPES)
-def test_tg32(benchmark, model, kv, depth):
-    toks = _tokens(depth + 32)
+def test_tg32(benchmark, model, kv, depth, tokens):
+    toks = tokens(depth + 32)
     ctx = pyllama.Context(model, n_ctx=depth + 256, n_batch=512, n_ubatch=512, type_k=kv,
                           type_v=kv)
     ctx.eval(toks[:depth])
