@@ -18,6 +18,9 @@ class Drafter:
     def accept(self, n_accepted: int) -> None:
         """Told after verification how many drafted tokens the target accepted."""
 
+    def rollback(self, n_keep: int) -> None:
+        """Drop whatever this drafter cached past the first n_keep tokens of the sequence."""
+
 
 class DraftModelDrafter(Drafter):
     """draft-simple: a draft model's context mirrors the target's sequence.

@@ -141,8 +141,7 @@ def _round(ctx, sampler, history, drafter, p: SpecParams, st: SpecStats, seq_id,
             st.accepted_per_pos[i] += 1
     ctx.memory.seq_rm(seq_id, n_past + 1 + n_acc, -1)
     cached_tokens(ctx, seq_id)
-    if isinstance(drafter, DraftModelDrafter):
-        drafter.rollback(n_past + 1 + n_acc)
+    drafter.rollback(n_past + 1 + n_acc)
     drafter.accept(n_acc)
     return out
 
