@@ -3,9 +3,9 @@
 Public API (mirrors llama.h): load_model, Model, Context, Batch; see ARCHITECTURE.md.
 `import pyllama` never needs a GPU, a driver or pycuda.
 """
-import os as _os
+from . import omp as _omp
 
-_os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+_omp.configure()        # OpenMP wait policy, before any CPU kernel loads (ARCHITECTURE decision 7)
 
 __version__ = "0.1.0"
 

@@ -233,7 +233,7 @@ OPTIONS: list[Opt] = [
     _O("--prio", "int", "prio", "set process/thread priority (default: 0)", hint="N",
        status=NOOP, note=_CPU_NOTE),
     _O("--poll", "int", "poll", "use polling level to wait for work (default: 50)", hint="<0...100>",
-       status=NOOP, note=_CPU_NOTE),
+       note="OpenMP spin before sleeping; default 50 on an idle machine, else 0 (pyllama/omp.py)"),
     _O("-Cb --cpu-mask-batch", "str", "cpu_mask_batch", "CPU affinity mask for batches",
        hint="M", status=NOOP, note=_CPU_NOTE),
     _O("-Crb --cpu-range-batch", "str", "cpu_range_batch", "ranges of CPUs for batches",

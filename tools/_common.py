@@ -118,7 +118,18 @@ def parse_or_exit(tool: str, argv: list[str] | None, extra_usage: str = "") -> P
         sys.stdout.write(completion_bash(tool))
         raise SystemExit(0)
     setup_logging(params)
+    if "poll" in params.set_fields:
+        _set_poll(params.poll)
     return params
+
+
+def _set_poll(level: int) -> None:
+    """--poll N: the OpenMP wait policy, set before the CPU kernels load (pyllama/omp.py)."""
+    from pyllama import omp
+    if not 0 <= level <= 100:
+        print(f"error: invalid --poll value {level}: expected 0...100", file=sys.stderr)
+        raise SystemExit(1)
+    omp.configure(level)
 
 
 class _Formatter:

@@ -15,6 +15,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from pyllama import omp
+
 from ._common import build_info, guard
 
 KV = ("f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
@@ -84,7 +86,7 @@ _LIST_FLAGS = {
     "--n-gpu-layers": "n_gpu_layers", "-fa": "flash_attn", "--flash-attn": "flash_attn",
 }
 # accepted, no effect here (device placement, CPU affinity, load modes): one value each
-_NOOP_FLAGS = ("-C", "--cpu-mask", "--cpu-strict", "--poll", "-ncmoe", "--n-cpu-moe", "-sm",
+_NOOP_FLAGS = ("-C", "--cpu-mask", "--cpu-strict", "-ncmoe", "--n-cpu-moe", "-sm",
                "--split-mode", "-mg", "--main-gpu", "-nkvo", "--no-kv-offload", "-dev", "--device",
                "-ts", "--tensor-split", "-ot", "--override-tensors", "-lm", "--load-mode", "-lzm",
                "--lazy-mode", "-embd", "--embeddings", "-nopo", "--no-op-offload", "--no-host",
@@ -153,9 +155,20 @@ def _parse_one(p: BenchParams, arg: str, val, i: int) -> int:
         setattr(p, "output" if arg in ("-o", "--output") else "output_err", val)
     elif arg == "--delay":
         p.delay = int(val)
+    elif arg == "--poll":
+        _poll(val)
     elif arg not in _NOOP_FLAGS:
         raise ValueError("")
     return i + 2
+
+
+def _poll(val: str) -> None:
+    """--poll: one level for the whole run (the OpenMP wait policy is fixed once the kernels
+    load), so a list must hold a single value."""
+    levels = {int(v) for v in val.split(",")}
+    if len(levels) != 1 or not 0 <= min(levels) <= 100:
+        raise ValueError("")
+    omp.configure(levels.pop())
 
 
 def usage() -> str:
@@ -188,7 +201,8 @@ test parameters:
   -t, --threads <n>                         (default: {d.n_threads[0]})
   -ngl, --n-gpu-layers <n>                  (default: -1)
   -fa, --flash-attn <on|off|auto>           (default: auto)
-  (also accepted, no effect in pyllama: -C, --cpu-strict, --poll, -ncmoe, -sm, -mg, -nkvo,
+  --poll <0...100>                          (default: 50 on an idle machine, else 0; one value)
+  (also accepted, no effect in pyllama: -C, --cpu-strict, -ncmoe, -sm, -mg, -nkvo,
    -dev, -ts, -ot, -lm, -lzm, -embd, -nopo, --no-host, --repack, -fitt, -fitc)
 
 Multiple values can be given for each parameter by separating them with ','
@@ -344,7 +358,7 @@ def result(model, path: str, inst: Instance, samples: list[int], backend: str) -
         "backends": backend, "model_filename": path, "model_type": model.desc,
         "model_size": int(model.size_bytes), "model_n_params": int(model.n_params),
         "n_batch": inst.n_batch, "n_ubatch": inst.n_ubatch, "n_threads": inst.n_threads,
-        "cpu_mask": "0x0", "cpu_strict": False, "poll": 50, "type_k": inst.type_k,
+        "cpu_mask": "0x0", "cpu_strict": False, "poll": omp.current(), "type_k": inst.type_k,
         "type_v": inst.type_v, "n_gpu_layers": inst.n_gpu_layers, "n_cpu_moe": 0,
         "split_mode": "layer", "main_gpu": 0, "no_kv_offload": False,
         "flash_attn": inst.flash_attn, "devices": "auto", "tensor_split": "0.00",

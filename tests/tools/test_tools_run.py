@@ -205,6 +205,12 @@ def test_bench_formats(tool, tiny):
     assert (rows[1]["n_prompt"], rows[1]["n_gen"]) == (4, 2) and len(rows[0]["samples_ns"]) == 1
     r = tool("bench", "-m", tiny, "-p", "4", "-n", "0", "-r", "1", "-o", "csv")
     assert r.stdout.decode().splitlines()[0] == ",".join(FIELDS)
+    r = tool("bench", "-m", tiny, "-p", "4", "-n", "0", "-r", "1", "-o", "json", "--poll", "20")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["poll"] == 20        # the OpenMP spin level in effect
+    r = tool("bench", "-m", tiny, "-p", "4", "-n", "0", "--poll", "0,50")
+    assert r.returncode == 1 and r.stderr.splitlines()[-1] == \
+        "error: invalid parameter for argument: --poll"
     r = tool("bench", "-p", "abc")
     assert r.returncode == 1 and r.stderr.splitlines() == [
         "error: invalid range format", "error: invalid parameter for argument: -p"]

@@ -16,13 +16,11 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from ...errors import BackendError  # noqa: E402
-from ..base import KV_BLOCK, ROPE_NEOX, ROPE_NORM, Backend, Weight, kv_type  # noqa: E402
-from ..ref import rope_theta_scale  # noqa: E402
+from ...errors import BackendError
+from ..base import KV_BLOCK, ROPE_NEOX, ROPE_NORM, Backend, Weight, kv_type
+from ..ref import rope_theta_scale
 
 try:
     from . import _attn, _attn_q, _ops
