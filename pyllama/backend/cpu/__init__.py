@@ -44,8 +44,18 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
+_F32 = np.dtype(np.float32)
+
+
 def _c32(x) -> np.ndarray:
+    if type(x) is np.ndarray and x.dtype is _F32 and x.flags.c_contiguous:
+        return x
     return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def _rows(x: np.ndarray, d: int) -> np.ndarray:
+    """x as [n, d] (a view)."""
+    return x if x.ndim == 2 else x.reshape(-1, d)
 
 
 class CpuBackend(Backend):
@@ -84,11 +94,14 @@ class CpuBackend(Backend):
         multiply is fused into the same pass (same two f32 roundings as norm then mul)."""
         x = _c32(x)
         d = x.shape[-1]
+        if w is not None:
+            w = _c32(w)
+            if w.shape != (d,):
+                return self.mul(self.rms_norm(x, None, eps), w)
         out = np.empty_like(x) if out is None else out
-        wv = None if w is None else _c32(w)
-        if wv is not None and wv.shape != (d,):
-            return self.mul(self.rms_norm(x, None, eps), w)
-        _ops.rms_norm(x.reshape(-1, d), wv, float(eps), out.reshape(-1, d), self._nt(x.size))
+        n = x.size
+        _ops.rms_norm(_rows(x, d), w, eps, _rows(out, d),
+                      self.n_threads if n >= _MIN_PARALLEL_WORK else 1)
         return out
 
     def rope(self, x, pos, n_rot, base, freq_scale, mode):

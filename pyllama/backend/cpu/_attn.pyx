@@ -284,15 +284,34 @@ def attention(const float[:, :, ::1] q, const uint8_t[:, ::1] kb, const uint8_t[
         out[:, :, :] = 0
         return
     scratch = np.empty((max(n_threads, 1), 4 * ns), dtype=np.float32)
+    if n_threads == 1:              # no OpenMP region for a one-token decode's small attention
+        with nogil:
+            for t in range(n_tasks):
+                i = t // (n_head_kv * blocks)
+                g = (t // blocks) % n_head_kv
+                b = t % blocks
+                _task(q, kb, vb, cp, q_start, q_end, out, i, g * group + b * hb,
+                      min(hb, group - b * hb), g, dk, dv, esz, kst, vst, f16, scale, softcap,
+                      &scratch[0, 0], ns)
+        return
     for t in prange(n_tasks, nogil=True, num_threads=n_threads, schedule="dynamic", chunksize=1):
         i = t // (n_head_kv * blocks)
         g = (t // blocks) % n_head_kv
         b = t % blocks
-        h0 = g * group + b * hb
-        pyl_attn_task(&q[i, 0, 0], h0, min(hb, group - b * hb),
-                      &kb[0, 0] + g * dk * esz, &vb[0, 0] + g * dv * esz, kst, vst, f16,
-                      cp + q_start[i], <int>(q_end[i] - q_start[i]), dk, dv, scale, softcap,
-                      &scratch[threadid(), 0], ns, &out[i, 0, 0])
+        _task(q, kb, vb, cp, q_start, q_end, out, i, g * group + b * hb,
+              min(hb, group - b * hb), g, dk, dv, esz, kst, vst, f16, scale, softcap,
+              &scratch[threadid(), 0], ns)
+
+
+cdef inline void _task(const float[:, :, ::1] q, const uint8_t[:, ::1] kb,
+                       const uint8_t[:, ::1] vb, const int32_t* cp, const int64_t[::1] q_start,
+                       const int64_t[::1] q_end, float[:, :, ::1] out, int i, int h0, int nh,
+                       int g, int dk, int dv, int esz, int64_t kst, int64_t vst, bint f16,
+                       float scale, float softcap, float* scratch, int64_t ns) noexcept nogil:
+    """Query i, heads h0 .. h0 + nh - 1 (sharing kv head g)."""
+    pyl_attn_task(&q[i, 0, 0], h0, nh, &kb[0, 0] + g * dk * esz, &vb[0, 0] + g * dv * esz,
+                  kst, vst, f16, cp + q_start[i], <int>(q_end[i] - q_start[i]), dk, dv, scale,
+                  softcap, scratch, ns, &out[i, 0, 0])
 
 
 def check_lists(const int32_t[::1] cells, const int64_t[::1] q_start, const int64_t[::1] q_end,

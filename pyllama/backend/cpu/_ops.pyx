@@ -79,6 +79,11 @@ def rms_norm(const float[:, ::1] x, const float[::1] w, float eps, float[:, ::1]
         wp = &w[0]
     if n == 0 or d == 0:
         return
+    if n_threads == 1:              # no OpenMP region: ~3 us saved on a one-token op
+        with nogil:
+            for r in range(n):
+                _rms_row(&x[r, 0], wp, &out[r, 0], d, eps)
+        return
     for r in prange(n, nogil=True, num_threads=n_threads, schedule="dynamic", chunksize=8):
         _rms_row(&x[r, 0], wp, &out[r, 0], d, eps)
 
@@ -122,6 +127,11 @@ def rope_cache(const int[::1] pos, int n_rot, float theta_scale, float freq_scal
     cdef Py_ssize_t n = pos.shape[0], t, half = n_rot // 2
     if n == 0 or half == 0:
         return
+    if n_threads == 1:
+        with nogil:
+            for t in range(n):
+                _rope_cache(<float>pos[t], theta_scale, freq_scale, &cs[t, 0], &sn[t, 0], half)
+        return
     for t in prange(n, nogil=True, num_threads=n_threads, schedule="static"):
         _rope_cache(<float>pos[t], theta_scale, freq_scale, &cs[t, 0], &sn[t, 0], half)
 
@@ -131,6 +141,12 @@ def rope_apply(const float[:, :, ::1] x, const float[:, ::1] cs, const float[:, 
     """Rotate x [n, n_head, hd] into out with the rope cache cs/sn [n, n_rot/2]."""
     cdef Py_ssize_t n = x.shape[0], nh = x.shape[1], hd = x.shape[2], t, h
     if n == 0 or nh == 0:
+        return
+    if n_threads == 1:
+        with nogil:
+            for t in range(n):
+                for h in range(nh):
+                    _rope_head(&x[t, h, 0], &out[t, h, 0], &cs[t, 0], &sn[t, 0], n_rot, hd, neox)
         return
     for t in prange(n, nogil=True, num_threads=n_threads, schedule="static"):
         for h in range(nh):
@@ -223,6 +239,10 @@ def unary(int kind, const float[::1] x, const float[::1] g, float[::1] out, floa
         return
     if g is not None:
         gp = &g[0]
+    if n_threads == 1:
+        with nogil:
+            _unary_chunk(kind, &x[0], gp, &out[0], n, a, b)
+        return
     for c in prange(nc, nogil=True, num_threads=n_threads, schedule="dynamic"):
         lo = c * CHUNK
         m = n - lo
@@ -297,10 +317,16 @@ def set_rows(cache, const int64_t[::1] cells, const float[:, ::1] rows, int n_th
         return True
     if f16:
         c16 = cache.view(np.uint16)
+        if n_threads == 1:
+            with nogil:
+                for i in range(n):
+                    pyl_row_f16(&c16[cells[i], 0], &rows[i, 0], d)
+            return True
         for i in prange(n, nogil=True, num_threads=n_threads, schedule="static"):
             pyl_row_f16(&c16[cells[i], 0], &rows[i, 0], d)
     else:
         c32 = cache
-        for i in prange(n, nogil=True, num_threads=n_threads, schedule="static"):
-            memcpy(&c32[cells[i], 0], &rows[i, 0], d * sizeof(float))
+        with nogil:
+            for i in range(n):
+                memcpy(&c32[cells[i], 0], &rows[i, 0], d * sizeof(float))
     return True
