@@ -13,9 +13,13 @@
  *   chains of exact integer sums: Q4_K (and the other min types) one fma per 64-element
  *   sub-block pair plus a separate min chain, activations by the 4x8 repack rule for Q4_K;
  *   Q6_K/Q3_K one fma per super-block (ggml tiled).  Threads split row tiles only.
- * - with at most PYL_DIRECT_MAX_TOKENS tokens (token generation) the weight blocks are decoded in
- *   registers instead of through the scratch (pyl_dot*_direct): the same integer lanes and the
- *   same float operations in the same order, so the same bits (tests compare the two paths).
+ * - with few tokens (token generation; speculative verification) the weight blocks are decoded
+ *   in registers instead of through the scratch (pyl_dot*_direct, pyl_dotA_group): the same
+ *   integer lanes and the same float operations in the same order, so the same bits (tests
+ *   compare the paths for every row count).  32-block types: up to PYL_DIRECT_MAX_A tokens, each
+ *   block decoded once per group of up to PYL_DG tokens; K-quants: one mat-vec per token up to
+ *   PYL_DIRECT_MAX_K tokens (a 1-row register version of the K tile was slower: its float chain
+ *   is latency-bound without the tile's 4 independent rows).
  * A portable scalar path (no __AVX2__) keeps the same structure with one scalar accumulator
  * (tiles only); its results are self-consistent but not bit-equal to the AVX2 build's.
  */
@@ -901,22 +905,74 @@ pyl_dotK_direct(const int t, const uint8_t *row, int nsb, const pyl_arow *a) {
     return _mm_cvtss_f32(HAS_MIN ? _mm_sub_ps(acc, accm) : acc);
 }
 
-#define PYL_DIRECT_ROWS(KIND, T)                                                                 \
+/* family A, one weight row times NT tokens (a register group): each weight block is decoded
+ * once in registers and dotted against every token's block; per token the operations of
+ * pyl_dotA_direct / pyl_tileA (same lanes, same fma chain, same horizontal sum). */
+#ifndef PYL_DG
+#define PYL_DG 8 /* tokens per register group, family A */
+#endif
+static inline __attribute__((always_inline)) void
+pyl_dotA_group(const int t, const int NT, const uint8_t *row, int nb, const pyl_arow *X, float *o,
+               int64_t os) {
+    const int bb = pyl_block_bytes(t), HAS_M = pyl_has_m(t);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[PYL_DG];
+    float accm[PYL_DG];
+    for (int i = 0; i < NT; i++) { acc[i] = _mm256_setzero_ps(); accm[i] = 0.0f; }
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *x = row + (int64_t)bb * b;
+        _mm_prefetch((const char *)x + PYL_PREFETCH, _MM_HINT_T0);
+        const __m256i w = pyl_dec32_avx2(t, x), aw = _mm256_abs_epi8(w);
+        const __m256 dw = _mm256_broadcast_ss(pyl_f16_ref(x));
+        for (int i = 0; i < NT; i++) {
+            const __m256i y = _mm256_loadu_si256((const __m256i *)(X[i].q + 32 * b));
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(y, w)), ones);
+            const __m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ss(X[i].d + b));
+            acc[i] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[i]);
+            if (HAS_M) accm[i] = fmaf(*pyl_f16_ref(x + 2), X[i].s[b], accm[i]);
+        }
+    }
+    for (int i = 0; i < NT; i++) o[i * os] = pyl_hsum8(acc[i]) + accm[i];
+}
+
+/* one row at a time: a single sequential stream, which the hardware prefetcher follows best;
+ * family A: tokens in register groups of PYL_DG (the row stays in L1 between groups) */
+#define PYL_DG_CASE(T, C)                                                                        \
+    case C: pyl_dotA_group(PYL_##T, C < PYL_DG ? C : PYL_DG, row, nb, X + i, o + i * os + r, os); break;
+#define PYL_DIRECT_A(T)                                                                          \
+    static void pyl_direct_##T(const uint8_t *w, int64_t ws, int nr, int nb, const pyl_arow *X, \
+                               int nt, float *o, int64_t os) {                                   \
+        const int ng = (nt + PYL_DG - 1) / PYL_DG; /* groups of balanced sizes <= PYL_DG */      \
+        for (int r = 0; r < nr; r++) {                                                           \
+            const uint8_t *row = w + r * ws;                                                     \
+            if (nt == 1) { o[r] = pyl_dotA_direct(PYL_##T, row, nb, X); continue; }             \
+            for (int g = 0, i = 0; g < ng; g++) {                                                \
+                const int c = (nt - i + ng - g - 1) / (ng - g);                                  \
+                switch (c) {                                                                     \
+                PYL_DG_CASE(T, 1) PYL_DG_CASE(T, 2) PYL_DG_CASE(T, 3) PYL_DG_CASE(T, 4)         \
+                PYL_DG_CASE(T, 5) PYL_DG_CASE(T, 6) PYL_DG_CASE(T, 7) default:                  \
+                    pyl_dotA_group(PYL_##T, PYL_DG, row, nb, X + i, o + i * os + r, os);        \
+                }                                                                                \
+                i += c;                                                                          \
+            }                                                                                    \
+        }                                                                                        \
+    }
+#define PYL_DIRECT_K(T)                                                                          \
     static void pyl_direct_##T(const uint8_t *w, int64_t ws, int nr, int nb, const pyl_arow *X, \
                                int nt, float *o, int64_t os) {                                   \
         for (int r = 0; r < nr; r++)                                                             \
-            for (int i = 0; i < nt; i++) o[i * os + r] = KIND(PYL_##T, w + r * ws, nb, &X[i]);  \
+            for (int i = 0; i < nt; i++) o[i * os + r] = pyl_dotK_direct(PYL_##T, w + r * ws, nb, &X[i]); \
     }
-PYL_DIRECT_ROWS(pyl_dotA_direct, Q4_0) /* one row at a time: a single sequential stream, */
-PYL_DIRECT_ROWS(pyl_dotA_direct, Q4_1) /* which the hardware prefetcher follows best */
-PYL_DIRECT_ROWS(pyl_dotA_direct, Q5_0)
-PYL_DIRECT_ROWS(pyl_dotA_direct, Q5_1)
-PYL_DIRECT_ROWS(pyl_dotA_direct, Q8_0)
-PYL_DIRECT_ROWS(pyl_dotK_direct, Q2_K)
-PYL_DIRECT_ROWS(pyl_dotK_direct, Q3_K)
-PYL_DIRECT_ROWS(pyl_dotK_direct, Q4_K)
-PYL_DIRECT_ROWS(pyl_dotK_direct, Q5_K)
-PYL_DIRECT_ROWS(pyl_dotK_direct, Q6_K)
+PYL_DIRECT_A(Q4_0)
+PYL_DIRECT_A(Q4_1)
+PYL_DIRECT_A(Q5_0)
+PYL_DIRECT_A(Q5_1)
+PYL_DIRECT_A(Q8_0)
+PYL_DIRECT_K(Q2_K)
+PYL_DIRECT_K(Q3_K)
+PYL_DIRECT_K(Q4_K)
+PYL_DIRECT_K(Q5_K)
+PYL_DIRECT_K(Q6_K)
 
 typedef void (*pyl_direct_fn)(const uint8_t *, int64_t, int, int, const pyl_arow *, int, float *, int64_t);
 static inline pyl_direct_fn pyl_direct_for(int t) {
@@ -929,9 +985,13 @@ static inline pyl_direct_fn pyl_direct_for(int t) {
     default: return 0;
     }
 }
-#define PYL_DIRECT_MAX_TOKENS 2
+#ifndef PYL_DIRECT_MAX_A
+#define PYL_DIRECT_MAX_A 16 /* family A: direct register groups up to this many tokens */
+#endif
+#define PYL_DIRECT_MAX_K 2 /* K-quants: one mat-vec per token (tiles win from 3 tokens) */
 #else
-#define PYL_DIRECT_MAX_TOKENS 0
+#define PYL_DIRECT_MAX_A 0
+#define PYL_DIRECT_MAX_K 0
 #endif
 
 /* specialisations: full tiles (NR = PYL_R, NT = 1..PYL_T) get constant loop bounds; partial
@@ -977,12 +1037,12 @@ static inline void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int6
                                int k, const pyl_acts *A, int64_t n, uint8_t *scratch,
                                float *out, int64_t os) {
     pyl_wrow W[PYL_R];
-    pyl_arow X[PYL_T];
+    pyl_arow X[PYL_T > PYL_DIRECT_MAX_A ? PYL_T : PYL_DIRECT_MAX_A];
     pyl_full_fn full[PYL_T];
     pyl_part_fn part;
     const int fam = pyl_family(t);
 #if PYL_AVX2
-    if (n <= PYL_DIRECT_MAX_TOKENS && fam != 2) {
+    if (fam != 2 && n <= (fam == 0 ? PYL_DIRECT_MAX_A : PYL_DIRECT_MAX_K)) {
         for (int i = 0; i < n; i++) X[i] = pyl_act_row(A, i);
         pyl_direct_for(t)(wsrc + r0 * wstride, wstride, nr, fam == 0 ? k / 32 : k / 256, X, (int)n,
                           out + r0, os);
