@@ -203,6 +203,12 @@ def test_gelu_is_ggml_f16_table(cpu):
         GGML_GELU_TABLE_SHA256
     big = np.array([-1e4, -10.0, 10.0, 12.5], np.float32)
     assert np.array_equal(cpu.gelu(big), np.array([0, 0, 10.0, 12.5], np.float32))
+    # the same cases through the 8-wide path, and values by the thresholds and beyond f16
+    edge = np.array([-1e4, -10.0, 10.0, 12.5, -10.0001, 9.9999, np.inf, -np.inf, 7e4, -7e4,
+                     -9.99, 1e-8, -0.0, 6e-5, 0.5, -3.0], np.float32)
+    one_by_one = np.array([cpu.gelu(edge[i:i + 1])[0] for i in range(edge.size)], np.float32)
+    assert np.array_equal(cpu.gelu(edge), one_by_one)
+    assert np.array_equal(cpu.gelu(edge)[:4], np.array([0, 0, 10.0, 12.5], np.float32))
 
 
 def test_activation_known_values(ref, cpu):
