@@ -8,8 +8,9 @@
     prompt = ChatTemplate.for_model(vocab, override=None).apply(messages, tools=None)
 
 Modules: vocab (Vocab), attrs (token attributes, special ids, EOG set), build (the
-`tokenizers` model + SPM merge cache), pretok (BPE pre-tokenizer regexes), spm (llama.cpp's
-SPM merge loop), strings (bulk decoding of GGUF string arrays), chat (ChatTemplate).
+`tokenizers` splitter + the merge tables), _merge (Cython: token table, BPE merge table,
+llama.cpp's SPM and BPE merge loops), pretok (BPE pre-tokenizer regexes), strings (GGUF string
+arrays packed for _merge), chat (ChatTemplate).
 """
 from .chat import ChatTemplate
 from .vocab import Vocab

@@ -1,82 +1,56 @@
-"""Fast bulk access to a GGUF string array (tokens, merges) and a cheap complete digest of it.
+"""A GGUF string array (tokens, merges) as one packed byte array in the file's own layout (u64
+length + bytes per entry), for the C tables of _merge.
 
-`StringArray.tolist()` decodes 262k tokens one by one (~0.25 s); here the stored entries
-(u64 length + bytes each, back to back in the mapping) become one buffer with a separator byte
-in place of each length, decoded and split once. Falls back to `tolist()` when the array's
-layout is unknown, an entry contains the separator or is not valid UTF-8.
+From a reader `StringArray` the stored span is copied out of the mapping in one piece (the
+tables must not pin the mapping) and the entries are found by walking the length prefixes in C;
+any other sequence of str/bytes is packed the same way. Empty entries become "[EMPTY_<i>]" on
+request, as llama.cpp's vocab loader does.
 """
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
+from . import _merge
 
-def _layout(sa):
-    """(buffer, entry offsets, entry lengths) of a reader StringArray, or None."""
+_U64 = struct.Struct("<Q")
+
+
+def packed(sa, fill_empty: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bytes uint8, entry offsets int64, entry lengths int64) of string array `sa`."""
+    span = _span(sa)
+    if span is None:
+        span = pack(list(sa))
+    raw, offs, lens = span
+    if fill_empty and len(lens) and not lens.all():
+        entries = [_entry(raw, o, n) for o, n in zip(offs.tolist(), lens.tolist())]
+        raw, offs, lens = pack([e or f"[EMPTY_{i}]".encode() for i, e in enumerate(entries)])
+    return raw, offs, lens
+
+
+def pack(entries: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    data = [e if isinstance(e, bytes) else str(e).encode("utf-8", "surrogatepass")
+            for e in entries]
+    raw = np.frombuffer(b"".join(_U64.pack(len(d)) + d for d in data), dtype=np.uint8)
+    return (raw, *_merge.scan(raw, len(data)))
+
+
+def _entry(raw: np.ndarray, off: int, n: int) -> bytes:
+    return raw[off:off + n].tobytes()
+
+
+def _span(sa):
+    """The stored bytes of a reader StringArray (copied), or None for other sequences."""
     try:
-        return sa._buf, sa._offs, sa._lens
-    except AttributeError:
+        buf, first, last, n_last = sa._buf, sa._offs[0], sa._offs[-1], sa._lens[-1]
+    except (AttributeError, IndexError, TypeError):
         return None
-
-
-def _span(sa) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
-    """The contiguous stored bytes of the array (uint8), entry offsets/lengths into it."""
-    lay = _layout(sa)
-    if lay is None or len(sa) == 0:
+    start = first - 8
+    view = np.frombuffer(buf, dtype=np.uint8, count=last + n_last - start, offset=start)
+    raw = view.copy()
+    del view
+    offs, lens = _merge.scan(raw, len(sa))
+    if int(offs[-1]) + start != last:
         return None
-    buf, offs, lens = lay
-    start = offs[0] - 8
-    end = offs[-1] + lens[-1]
-    raw = np.frombuffer(buf, dtype=np.uint8, count=end - start, offset=start)
-    return raw, np.asarray(offs, dtype=np.int64) - start, np.asarray(lens, dtype=np.int64), start
-
-
-def _joined(sa, sep: int, per_entry: int = 0) -> str | None:
-    """All entries decoded as one str, each preceded by chr(sep); None unless each entry holds
-    `per_entry` separator bytes itself, or when it is not valid UTF-8."""
-    sp = _span(sa)
-    if sp is None:
-        return None
-    raw, offs, lens, _ = sp
-    keep = np.ones(raw.shape[0], dtype=bool)
-    keep[(offs[:, None] - 8 + np.arange(1, 8)).ravel()] = False
-    joined = raw[keep]
-    marks = np.concatenate(([0], np.cumsum(lens + 1)[:-1]))
-    joined[marks] = sep
-    if np.count_nonzero(joined == sep) != len(lens) * (1 + per_entry):
-        return None
-    try:
-        return joined.tobytes().decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def strings(sa) -> list[str]:
-    """All entries as str (invalid UTF-8 decoded with U+FFFD, as `StringArray` does)."""
-    text = _joined(sa, 0)
-    if text is None:
-        return list(sa.tolist() if hasattr(sa, "tolist") else sa)
-    return text.split("\0")[1:]
-
-
-def pairs(sa) -> list[tuple[str, str]] | None:
-    """BPE merges "left right" as (left, right) tuples; None when an entry is not exactly two
-    space-separated parts (the caller then reports the bad entry)."""
-    text = _joined(sa, 0x20, per_entry=1)
-    if text is None:
-        return None
-    parts = text.split(" ")
-    if len(parts) != 2 * len(sa) + 1:
-        return None
-    it = iter(parts[1:])
-    return list(zip(it, it))
-
-
-def digest(h, sa) -> None:
-    """Feed a complete representation of the array to hash `h` (its stored bytes)."""
-    sp = _span(sa)
-    if sp is None:
-        for s in sa:
-            h.update(s.encode("utf-8", "surrogatepass") + b"\0")
-        return
-    h.update(len(sa).to_bytes(8, "little"))
-    h.update(sp[0].data)
+    return raw, offs, lens

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import TokenizerError
 from ..log import get_logger
-from . import attrs, build, strings
+from . import attrs, build
 from .attrs import BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED
 from .pretok import pre_tokenizer
 
@@ -106,11 +106,11 @@ def _drop_before_contraction(t, i, n):
 class Vocab:
     """A model's vocabulary (see module doc). Build with `Vocab.from_gguf(reader)`."""
 
-    def __init__(self, kind: str, tokens: list[str], attr: np.ndarray, special: dict[str, int],
-                 flags: dict[str, bool], tokenizer, raw=None, chat_template: str | None = None):
+    def __init__(self, kind: str, table, attr: np.ndarray, special: dict[str, int],
+                 flags: dict[str, bool], splitter, remap: np.ndarray, merger,
+                 chat_template: str | None = None):
         self.kind = kind                        # "spm" or "bpe" (llama.cpp's vocab type)
-        self._tokens = tokens
-        self._raw = raw                         # GGUF StringArray: exact token bytes
+        self._table = table                     # _merge.TokenTable: texts, exact bytes, ids
         self.attr = attr                        # llama_token_attr flags per token
         self.special = special                  # name -> id (-1 when absent)
         self.add_bos = bool(flags["add_bos"])
@@ -119,7 +119,9 @@ class Vocab:
         self.clean_spaces = bool(flags["clean_spaces"])
         self.eog_ids: frozenset[int] = flags["eog"]
         self.chat_template = chat_template
-        self._tok = tokenizer
+        self._tok = splitter                    # tokenizers.Tokenizer: added tokens, pre-split
+        self._remap = remap                     # splitter id -> vocab id (0: a text piece)
+        self._merger = merger                   # _merge.Merger: text piece -> ids
         self._lock = threading.Lock()
         self._pieces: dict[int, bytes] = {}
 
@@ -134,22 +136,17 @@ class Vocab:
                                  "(supported: 'llama' (SPM), 'gpt2' (BPE))")
         if "tokenizer.ggml.tokens" not in md:
             raise TokenizerError("cannot find tokenizer vocab in model file")
-        raw = md["tokenizer.ggml.tokens"]
-        tokens = strings.strings(raw)
-        if "" in tokens:
-            tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
-        ids = dict(zip(tokens, range(len(tokens))))
-        attr, special, flags = _attributes(md, model, tokens, ids)
-        tok = _tokenizer(model, md, tokens, ids, flags)
+        table = build.token_table(md["tokenizer.ggml.tokens"])
+        attr, special, flags = _attributes(md, model, table, build.TextIds(table))
         sel = np.nonzero(attr & _PARTITION_ATTR)[0]
-        build.add_partition_tokens(tok, tokens, sel, attr[sel] & _SPECIAL_ATTR)
-        return cls("spm" if model == "llama" else "bpe", tokens, attr, special, flags, tok,
-                   raw if hasattr(raw, "raw") else None, md.get("tokenizer.chat_template"))
+        tok, remap = build.splitter(table, sel, attr[sel] & _SPECIAL_ATTR, flags["pre"])
+        return cls("spm" if model == "llama" else "bpe", table, attr, special, flags, tok,
+                   remap, _merger(model, md, table, flags), md.get("tokenizer.chat_template"))
 
     # ---- properties ---------------------------------------------------------------------
     @property
     def n_vocab(self) -> int:
-        return len(self._tokens)
+        return len(self._table)
 
     bos = property(lambda self: self.special["bos"])
     eos = property(lambda self: self.special["eos"])
@@ -165,14 +162,12 @@ class Vocab:
         return bool(self.attr[id] & CONTROL)
 
     def token_text(self, id: int) -> str:
-        return self._tokens[id]
+        return self._table.text(id)
 
     def token_id(self, text: str) -> int | None:
-        """The id whose vocab string is `text` (exact), or None."""
-        try:
-            return self._tokens.index(text)
-        except ValueError:
-            return None
+        """The id whose vocab string is `text` (exact; the last of duplicates), or None."""
+        i = self._table.find(text.encode("utf-8", "surrogatepass"))
+        return None if i < 0 else i
 
     # ---- text -> ids --------------------------------------------------------------------
     def tokenize(self, text, add_special: bool = True, parse_special: bool = False) -> list[int]:
@@ -183,7 +178,10 @@ class Vocab:
         if text:
             with self._lock:
                 self._tok.encode_special_tokens = not parse_special
-                ids = self._tok.encode(text, add_special_tokens=False).ids
+                enc = self._tok.encode(text, add_special_tokens=False)
+            data = text.encode("utf-8")
+            ids = self._merger.encode(data, list(zip(enc.ids, enc.offsets)),
+                                      _byte_offsets(text, data), self._remap)
         if add_special:
             if self.add_bos:
                 ids.insert(0, self._need("bos"))
@@ -206,8 +204,8 @@ class Vocab:
     def token_to_piece(self, id: int, special: bool = True, lstrip: bool = False) -> bytes:
         """llama_token_to_piece: the bytes of one token (may be part of a UTF-8 sequence).
         Control/unknown tokens give b"" unless `special`; lstrip drops one leading space."""
-        if not 0 <= id < len(self._tokens):
-            raise TokenizerError(f"token id {id} out of range [0, {len(self._tokens)})")
+        if not 0 <= id < len(self._table):
+            raise TokenizerError(f"token id {id} out of range [0, {len(self._table)})")
         if not special and self.attr[id] & _SPECIAL_ATTR:
             return b""
         piece = self._pieces.get(id)
@@ -220,15 +218,15 @@ class Vocab:
     def _piece(self, id: int) -> bytes:
         a = int(self.attr[id])
         if a & (_SPECIAL_ATTR | USER_DEFINED):
-            return self._raw.raw(id) if self._raw is not None else self._tokens[id].encode()
+            return self._table.raw(id)
         if self.kind == "spm":
             if a & NORMAL:
-                return self._tokens[id].replace(build.SPACE, " ").encode()
+                return self._table.text(id).replace(build.SPACE, " ").encode()
             if a & BYTE:
-                return bytes([int(self._tokens[id][3:5], 16)])
+                return bytes([int(self._table.text(id)[3:5], 16)])
             return b""
         if a & NORMAL:
-            return _bytelevel_decode(self._tokens[id])
+            return _bytelevel_decode(self._table.text(id))
         return b""
 
     def detokenize_bytes(self, ids, remove_special: bool = False,
@@ -253,6 +251,16 @@ class Vocab:
             "utf-8", "replace")
 
 
+def _byte_offsets(text: str, data: bytes) -> np.ndarray | None:
+    """The UTF-8 offset of each character of `text` (and of its end); None when ASCII."""
+    if len(data) == len(text):
+        return None
+    cp = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    out = np.zeros(cp.shape[0] + 1, dtype=np.int64)
+    np.cumsum(1 + (cp >= 0x80) + (cp >= 0x800) + (cp >= 0x10000), out=out[1:])
+    return out
+
+
 def _bytelevel_decode(text: str) -> bytes:
     """llama_decode_text: byte-level characters back to bytes; unknown ones kept visible."""
     out = bytearray()
@@ -266,7 +274,7 @@ def _bytelevel_decode(text: str) -> bytes:
     return bytes(out)
 
 
-def _attributes(md: dict, model: str, tokens: list[str], ids: dict[str, int]):
+def _attributes(md: dict, model: str, tokens, ids):
     """(token attributes, special ids, flags) in llama.cpp's order: model defaults, GGUF keys,
     then the tokens found by their text."""
     attr = attrs.from_types(md.get("tokenizer.ggml.token_type"), len(tokens))
@@ -301,10 +309,10 @@ def _read_flags(md: dict, flags: dict) -> None:
             flags[name] = v
 
 
-def _tokenizer(model: str, md: dict, tokens: list[str], ids: dict[str, int], flags: dict):
+def _merger(model: str, md: dict, table, flags: dict):
     if model == "llama":
-        merges = build.cached_spm_merges(md, tokens, ids)
-        return build.build_spm(tokens, ids, merges, flags["add_space_prefix"])
+        return build.spm_merger(table, md.get("tokenizer.ggml.scores"),
+                                flags["add_space_prefix"])
     if "tokenizer.ggml.merges" not in md:
         raise TokenizerError("BPE vocab without tokenizer.ggml.merges")
-    return build.build_bpe(tokens, ids, md["tokenizer.ggml.merges"], flags["pre"])
+    return build.bpe_merger(table, md["tokenizer.ggml.merges"], flags["pre"])

@@ -6,9 +6,9 @@ import os
 import numpy as np
 import pytest
 
-from vocabsupport import DATA, load_data
+from vocabsupport import DATA, bpe_merge, load_data, merge_symbols
 from pyllama.vocab.attrs import USER_DEFINED
-from pyllama.vocab.spm import merge_symbols
+from pyllama.vocab.build import bytes_to_unicode
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
 
@@ -69,18 +69,6 @@ def test_gemma_spm_matches_llama_cpp_loop(gemma_vocab, gemma_tables):
     assert bad == 0
 
 
-def bpe_merge(word, ranks):
-    """llama.cpp's llm_tokenizer_bpe_session merge loop on one pre-tokenized word."""
-    sym = list(word)
-    while len(sym) > 1:
-        best = min(((ranks.get((sym[i], sym[i + 1]), 1 << 30), i) for i in range(len(sym) - 1)))
-        if best[0] == 1 << 30:
-            break
-        i = best[1]
-        sym[i:i + 2] = [sym[i] + sym[i + 1]]
-    return sym
-
-
 def test_qwen_bpe_matches_llama_cpp_loop(qwen_vocab):
     from pyllama.gguf import GGUFReader
     from pyllama.models import resolve
@@ -91,7 +79,8 @@ def test_qwen_bpe_matches_llama_cpp_loop(qwen_vocab):
     ids = dict(zip(toks, range(len(toks))))
     user = sorted(((toks[i], int(i)) for i in np.nonzero(v.attr & USER_DEFINED)[0]
                    if not v.is_control(i)), key=lambda s: -len(s[0].encode()))
-    pre = v._tok.pre_tokenizer
+    pre = v._tok.pre_tokenizer                   # the regex split, on raw text
+    b2u = bytes_to_unicode()
     bad = 0
     for text in texts():
         want = []
@@ -100,6 +89,7 @@ def test_qwen_bpe_matches_llama_cpp_loop(qwen_vocab):
                 want.append(f)
                 continue
             for word, _ in pre.pre_tokenize_str(f):
+                word = "".join(b2u[b] for b in word.encode())
                 want += [ids[s] for s in bpe_merge(word, ranks)]
         bad += v.tokenize(text, add_special=False) != want
     assert bad == 0

@@ -1,5 +1,6 @@
 """Small vocabularies written with the `gguf` package: the SPM tokenizer against llama.cpp's SPM
-loop (pyllama.vocab.spm, an independent Python port), flags from the GGUF, the cache, errors."""
+loop (vocabsupport.merge_symbols, an independent Python port), flags from the GGUF, the token
+table (empty and duplicate entries, BPE merges), errors."""
 import os
 
 import gguf
@@ -9,8 +10,8 @@ from hypothesis import strategies as st
 
 from pyllama.errors import TokenizerError
 from pyllama.gguf import GGUFReader
-from pyllama.vocab import Vocab, build
-from pyllama.vocab.spm import merge_symbols
+from pyllama.vocab import Vocab
+from vocabsupport import bpe_merge, merge_symbols
 
 SP = "\u2581"
 PIECES = ["a", "b", "c", "é", SP, "ab", "bc", "ca", "abc", SP + "a", SP + "ab", "aa", "aaa",
@@ -119,12 +120,23 @@ def test_spm_detokenize_removes_prefix_space(spm_vocab):
     assert v.detokenize(ids, unparse_special=True) == "<s> ab ca"
 
 
-def test_cache_written_and_reused(spm_vocab, tmp_path):
-    files = os.listdir(build.cache_dir())
-    assert len(files) == 1 and files[0].endswith(".json")
-    again = Vocab.from_gguf(GGUFReader(write_spm(str(tmp_path / "copy.gguf"))))
-    assert os.listdir(build.cache_dir()) == files               # same vocab: same cache entry
-    assert again.tokenize("abc aaa") == spm_vocab.tokenize("abc aaa")
+def test_build_writes_no_cache(tmp_path, monkeypatch):
+    """The tables come straight from the GGUF arrays: nothing is cached between runs."""
+    monkeypatch.setenv("LLAMA_CACHE", str(tmp_path / "cache"))
+    v = Vocab.from_gguf(GGUFReader(write_spm(str(tmp_path / "copy.gguf"))))
+    assert v.tokenize("abc aaa", add_special=False) == oracle("abc aaa", True)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_reader_closed_after_build(tmp_path):
+    """The vocab keeps its own copy of the token bytes, not the file mapping."""
+    reader = GGUFReader(write_spm(str(tmp_path / "closed.gguf")))
+    v = Vocab.from_gguf(reader)
+    close = getattr(reader, "close", None)
+    if close is not None:
+        close()
+    assert v.tokenize("<tag>ab", add_special=False) == oracle("<tag>ab", True)
+    assert v.token_to_piece(v.token_id("<tag>")) == b"<tag>"
 
 
 def test_unsupported_model(tmp_path):
@@ -194,3 +206,73 @@ def test_every_pre_tokenizer_builds(pre):
     text = "Hello World it's ABCdef 12345 (x)\n\n  y 你好 .Net , ok"
     want = _clean_spaces(text.encode()).decode() if v.clean_spaces else text
     assert v.detokenize(v.tokenize(text, add_special=False)) == want
+
+
+BPE_MERGES = ["Ġ t", "h e", "Ġt he", "a b", "b a", "ab a", "a ba", "Ġ a", "Ġa b", "é é",
+              "Ã ©", "c c", "cc c", "c cc"]
+
+
+def bpe_vocab(pre="gpt-2", merges=BPE_MERGES, extra=()) -> Vocab:
+    """Byte-level BPE with overlapping merges (ties between positions, rank order that differs
+    from left-to-right order) and extra whole-word tokens."""
+    from tiny import bytes_to_unicode
+    b2u = bytes_to_unicode()
+    tokens = [b2u[b] for b in range(256)]
+    for m in merges:
+        if m.replace(" ", "") not in tokens:
+            tokens.append(m.replace(" ", ""))
+    tokens += [t for t in extra if t not in tokens] + ["<|endoftext|>"]
+    return Vocab.from_gguf({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre,
+                            "tokenizer.ggml.tokens": tokens,
+                            "tokenizer.ggml.token_type": [1] * (len(tokens) - 1) + [3],
+                            "tokenizer.ggml.merges": list(merges),
+                            "tokenizer.ggml.eos_token_id": len(tokens) - 1})
+
+
+def bpe_oracle(v: Vocab, text: str) -> list[int]:
+    from tiny import bytes_to_unicode
+    b2u = bytes_to_unicode()
+    ranks = {tuple(m.split(" ", 1)): r for r, m in enumerate(BPE_MERGES)}
+    out = []
+    for word, _ in v._tok.pre_tokenizer.pre_tokenize_str(text):
+        out += [v.token_id(s) for s in bpe_merge("".join(b2u[b] for b in word.encode()), ranks)]
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(s=st.lists(st.sampled_from(["a", "b", "c", "é", " ", "the", " t", "x", "\n", "ab"]),
+                  max_size=24).map("".join))
+def test_bpe_matches_llama_cpp_loop(s):
+    v = bpe_vocab()
+    assert v.tokenize(s, add_special=False) == bpe_oracle(v, s)
+    assert v.detokenize(v.tokenize(s, add_special=False)) == v.detokenize(bpe_oracle(v, s))
+
+
+def test_bpe_ignore_merges_takes_whole_words():
+    merged = bpe_vocab("gpt-2", extra=["hello"])
+    whole = bpe_vocab("llama3", extra=["hello"])                # llama3: ignore_merges
+    hello = whole.token_id("hello")
+    assert merged.tokenize("hello", add_special=False) == [merged.token_id(c) for c in
+                                                           ("he", "l", "l", "o")]
+    assert whole.tokenize("hello", add_special=False) == [hello]
+    assert whole.tokenize("abab", add_special=False) == [whole.token_id("ab")] * 2
+
+
+def test_bad_merges_are_errors():
+    with pytest.raises(TokenizerError, match="bad merge entry"):
+        bpe_vocab(merges=["ab"])
+    with pytest.raises(TokenizerError, match="not in the vocab"):
+        Vocab.from_gguf({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["q", "z"],
+                         "tokenizer.ggml.merges": ["q z"], "tokenizer.ggml.eos_token_id": 1})
+
+
+def test_empty_and_duplicate_tokens():
+    """llama.cpp's loader: an empty entry reads "[EMPTY_<id>]"; text -> id takes the last of
+    duplicate entries (token_to_id is overwritten in id order)."""
+    v = Vocab.from_gguf({"tokenizer.ggml.model": "llama",
+                         "tokenizer.ggml.tokens": ["<unk>", "<s>", "</s>", "", "a", "b", "a"],
+                         "tokenizer.ggml.scores": [0.0] * 7,
+                         "tokenizer.ggml.token_type": [2, 3, 3, 1, 1, 1, 1]})
+    assert v.token_text(3) == "[EMPTY_3]" and v.token_id("[EMPTY_3]") == 3
+    assert v.token_id("a") == 6
+    assert v.tokenize("ab", add_special=False, parse_special=False) == [6, 5]
