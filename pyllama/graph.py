@@ -75,13 +75,19 @@ class Graph:
         if scale is None:
             scale = 1.0 / math.sqrt(hp.n_embd_head_k)
         mem = self.memory
+        rot_k, rot_v = mem.attn_rot(il)       # quantized caches: Hadamard-rotated q, K, V (llama.cpp)
+        if rot_k:
+            q, k = self.be.hadamard(q, rot_k), self.be.hadamard(k, rot_k)
+        if rot_v:
+            v = self.be.hadamard(v, rot_v)
         cells = mem.cells_for(il)
         kbuf, vbuf = mem.k[il], mem.v[il]
         self.be.set_rows(kbuf, cells, k.reshape(self.n_tokens, -1))
         self.be.set_rows(vbuf, cells, v.reshape(self.n_tokens, -1))
         kv_cells, q_start, q_end = mem.attn_plan(self._ubatch, il)
         out = self.be.attention(q, kbuf, vbuf, kv_cells, q_start, q_end, scale, softcap)
-        return out.reshape(self.n_tokens, -1)
+        out = out.reshape(self.n_tokens, -1)
+        return self.be.hadamard(out, rot_v) if rot_v else out
 
     # -- outputs ------------------------------------------------------------------------
     def select_outputs(self, x: np.ndarray) -> np.ndarray:

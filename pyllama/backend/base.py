@@ -77,6 +77,25 @@ def kv_decode(items: np.ndarray, name: str) -> np.ndarray:
     return dequantize(raw, GGMLType[name.upper()]).reshape(items.shape[0], -1)
 
 
+def hadamard(x: np.ndarray, n: int) -> np.ndarray:
+    """x [..., m * n] f32 with every n-element chunk multiplied by the orthonormal Walsh-Hadamard
+    matrix H_n (Sylvester order, H_n @ H_n = I), exactly as ggml's CPU FWHT (the mul_mat that
+    llama.cpp tags GGML_HINT_SRC0_IS_HADAMARD): y = x * (1/sqrtf(n)), then butterflies
+    (u + v, u - v) over half-lengths 1, 2, 4, ..., n/2 in that order, all in f32."""
+    x = np.asarray(x, dtype=np.float32)
+    y = (x.reshape(-1, n) * (np.float32(1.0) / np.sqrt(np.float32(n)))).astype(np.float32)
+    out = np.empty_like(y)
+    h = 1
+    while h < n:
+        a = y.reshape(-1, n // (2 * h), 2, h)
+        o = out.reshape(a.shape)
+        np.add(a[:, :, 0], a[:, :, 1], out=o[:, :, 0])
+        np.subtract(a[:, :, 0], a[:, :, 1], out=o[:, :, 1])
+        y, out = out, y
+        h *= 2
+    return y.reshape(x.shape)
+
+
 @dataclass
 class Weight:
     """A weight matrix [rows, cols] (numpy order) or vector, as stored in the GGUF.
@@ -118,6 +137,10 @@ class Backend(ABC):
         return np.zeros((n_cells, row // KV_BLOCK[dtype]), dtype=KV_TYPES[dtype])
 
     # -- ops --------------------------------------------------------------------------------
+    def hadamard(self, x: np.ndarray, n: int) -> np.ndarray:
+        """`hadamard(x, n)`: the K/V rotation of quantized caches (pyllama/kv attn_rot)."""
+        return hadamard(x, n)
+
     @abstractmethod
     def matmul(self, w: Weight, x: np.ndarray) -> np.ndarray:
         """y[n, rows] = x[n, cols] @ W[rows, cols]^T. Quantized W: activations are quantized per

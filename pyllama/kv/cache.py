@@ -6,10 +6,11 @@ Bookkeeping lives in `KVCells` (one per stream); the K/V arrays are only indexed
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 
-from ..backend.base import KV_BLOCK, KV_TYPES, kv_decode, kv_encode
+from ..backend.base import KV_BLOCK, KV_TYPES, hadamard, kv_decode, kv_encode
 from ..batch import UBatch, split_equal, split_simple
 from ..errors import ContextError
 from .cells import INF_POS, KVCells
@@ -23,6 +24,33 @@ def row_bytes(type_name: str, n_embd: int) -> int:
     """Bytes of one cell's row of n_embd elements (ggml_row_size)."""
     return n_embd // KV_BLOCK[type_name] * KV_TYPES[type_name].itemsize
 _STATE_IDS = itertools.count()
+QUANTIZED = ("q8_0", "q4_0")         # ggml_is_quantized among the KV types
+
+
+def _uniform(heads: list[int]) -> int:
+    """llama.cpp's n_embd_head_*_all: the head size shared by all layers, 0 none, -1 mixed."""
+    return heads[0] if heads and all(h == heads[0] for h in heads) else (-1 if heads else 0)
+
+
+def attn_rot(type_k: str, type_v: str, heads_k: list[int], heads_v: list[int]) -> tuple[int, int]:
+    """(n_rot_k, n_rot_v), 0 = off: the Walsh-Hadamard rotation llama.cpp (0c1e570,
+    llama_kv_cache) applies to q and K (and to V and the attention output) when that cache type
+    is quantized and the head size, the same for all layers of the cache, is a multiple of 64.
+    K: the largest power of two dividing the head size; V: 64. LLAMA_ATTN_ROT_DISABLE=1 turns
+    it off, as there."""
+    try:
+        off = int(os.environ.get("LLAMA_ATTN_ROT_DISABLE", "0") or 0) != 0
+    except ValueError:
+        off = False
+    hk, hv = _uniform(heads_k), _uniform(heads_v)
+    nk = nv = 0
+    if not off and type_k in QUANTIZED and hk > 0 and hk % 64 == 0:
+        nk = 64
+        while hk % (2 * nk) == 0:
+            nk *= 2
+    if not off and type_v in QUANTIZED and hv > 0 and hv % 64 == 0:
+        nv = 64
+    return nk, nv
 
 
 def _range(p0, p1):
@@ -43,6 +71,9 @@ class KVCache:
         self.n_head_kv = dict(zip(self.layers, n_head_kv or [1] * len(self.layers)))
         self.swa_type, self.n_swa, self.swa_extra = swa_type, n_swa, swa_extra
         self.type_k, self.type_v, self.rope = type_k, type_v, rope
+        self.rot_k, self.rot_v = attn_rot(
+            type_k, type_v, [self.n_embd_k[il] // self.n_head_kv[il] for il in self.layers],
+            [self.n_embd_v[il] // self.n_head_kv[il] for il in self.layers])
         self.cells = [KVCells(n_cells, n_seq_max) for _ in range(n_stream)]
         self.head = [0] * n_stream
         self.k: dict[int, np.ndarray] = {}
@@ -67,6 +98,10 @@ class KVCache:
     def cells_for(self, layer) -> np.ndarray:
         """Global cells written by the last applied ubatch (K/V destination rows)."""
         return self.last_cells
+
+    def attn_rot(self, layer) -> tuple[int, int]:
+        """(n_rot_k, n_rot_v) for the layer's attention, 0 = no rotation (see attn_rot)."""
+        return self.rot_k, self.rot_v
 
     def used_cells(self) -> int:
         return sum(c.used() for c in self.cells)
@@ -382,15 +417,20 @@ class KVCache:
 
     def _k_shift_layer(self, il, g, delta):
         """Rotate K rows g by delta. Quantized / bf16 K: dequantize, rope in f32, requantize as
-        set_rows does (llama.cpp: ggml_cast to f32, rope, ggml_cpy back)."""
+        set_rows does (llama.cpp: ggml_cast to f32, [Hadamard back], rope, [Hadamard], ggml_cpy
+        back)."""
         k = self.k[il]
         if self.type_k in ("f16", "f32"):
             rows = k[g].astype(np.float32).reshape(len(g), self.n_head_kv[il], -1)
             k[g] = np.asarray(self.rope(rows, delta, il)).reshape(len(g), -1)
             return
         rows = kv_decode(k[g], self.type_k).reshape(len(g), self.n_head_kv[il], -1)
-        rot = np.asarray(self.rope(rows, delta, il), dtype=np.float32).reshape(len(g), -1)
-        k[g] = kv_encode(rot, self.type_k)
+        if self.rot_k:                        # stored rotated: back, rope, forward (H @ H = I)
+            rows = hadamard(rows, self.rot_k)
+        rot = np.asarray(self.rope(rows, delta, il), dtype=np.float32)
+        if self.rot_k:
+            rot = hadamard(rot, self.rot_k)
+        k[g] = kv_encode(rot.reshape(len(g), -1), self.type_k)
 
     # -- state ---------------------------------------------------------------------------------
     def state_cells(self, st: int, seq_id: int) -> np.ndarray:

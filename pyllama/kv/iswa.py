@@ -50,6 +50,9 @@ class ISWACache:
     def cells_for(self, layer) -> np.ndarray:
         return self._route[layer].last_cells
 
+    def attn_rot(self, layer) -> tuple[int, int]:
+        return self._route[layer].attn_rot(layer)
+
     def used_cells(self) -> int:
         return self.base.used_cells()
 

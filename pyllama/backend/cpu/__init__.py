@@ -174,6 +174,12 @@ class CpuBackend(Backend):
         if not _ops.set_rows(cache, cells, rows, self._nt(rows.size)):
             raise BackendError("set_rows: cell index out of range")
 
+    def hadamard(self, x, n):
+        """base.hadamard (quantized-KV rotation), bit for bit, in Cython."""
+        y = _c32(x).reshape(-1, x.shape[-1]).copy()
+        _attn_q.hadamard(y, int(n), self._nt(y.size))
+        return y.reshape(x.shape)
+
     def _set_rows_q(self, cache, cells, rows):
         """bf16 / q8_0 / q4_0 caches: encoded as llama.cpp's CPU set_rows (base.kv_encode)."""
         name = kv_type(cache)

@@ -304,6 +304,25 @@ cdef extern from *:
         return sum;
     }
 
+    /* x[0:n] = H_n x (orthonormal Walsh-Hadamard, Sylvester order) as ggml's CPU FWHT: scale by
+       1/sqrtf(n) first, then butterflies (u + v, u - v) over h = 1, 2, ..., n/2; no contraction */
+    #if defined(__GNUC__) && !defined(__clang__)
+    __attribute__((optimize("fp-contract=off")))
+    #endif
+    static void pyl_kvq_fwht(float *x, int n) {
+        const float s = 1.0f / sqrtf((float)n);
+        int h, i, j;
+        for (i = 0; i < n; i++)
+            x[i] = x[i] * s;
+        for (h = 1; h < n; h <<= 1)
+            for (i = 0; i < n; i += 2 * h)
+                for (j = i; j < i + h; j++) {
+                    float u = x[j], v = x[j + h];
+                    x[j] = u + v;
+                    x[j + h] = u - v;
+                }
+    }
+
     /* one (query, head): q [dk] f32; k/v point at this KV head's first element in cell 0;
        scratch: s [ns], acc [dv], qf [dk], qd [dk/32], qq [dk] bytes */
     static void pyl_kvq_task(const float *q, const uint8_t *k, const uint8_t *v, int64_t kst,
@@ -342,6 +361,7 @@ cdef extern from *:
     }
     """
     int PYL_VM_SIMD
+    void pyl_kvq_fwht(float* x, int n) noexcept nogil
     int64_t pyl_kvq_bytes(int t, int64_t e) noexcept nogil
     void pyl_kvq_encode(const float* x, uint8_t* dst, int t, int64_t n) noexcept nogil
     void pyl_kvq_task(const float* q, const uint8_t* k, const uint8_t* v, int64_t kst, int64_t vst,
@@ -410,3 +430,21 @@ def attention(const float[:, :, ::1] q, const uint8_t[:, ::1] kb, const uint8_t[
                      cp + q_start[i], <int>(q_end[i] - q_start[i]), dk, dv, scale, softcap,
                      sp, sp + ns, sp + ns + dv, sp + ns + dv + dk, <signed char*>(sp + ns + dv + dk + dk // 32 + 8),
                      &out[i, h, 0])
+
+
+def hadamard(float[:, ::1] x, int n, int n_threads):
+    """In place: every n-element chunk of the rows of x [r, m * n] -> H_n chunk (base.hadamard,
+    bit for bit). Chunks are independent; threads split chunks only for large inputs."""
+    cdef Py_ssize_t c, n_chunks = x.shape[0] * (x.shape[1] // n)
+    cdef float* p = &x[0, 0] if x.shape[0] > 0 and x.shape[1] > 0 else NULL
+    if n <= 0 or n & (n - 1) or x.shape[1] % n:
+        raise ValueError(f"hadamard: n={n} must be a power of two dividing the row ({x.shape[1]})")
+    if p == NULL:
+        return
+    if n_chunks * n < 32768 or n_threads <= 1:
+        with nogil:
+            for c in range(n_chunks):
+                pyl_kvq_fwht(p + c * n, n)
+        return
+    for c in prange(n_chunks, nogil=True, num_threads=n_threads, schedule="static"):
+        pyl_kvq_fwht(p + c * n, n)

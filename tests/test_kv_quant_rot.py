@@ -1,0 +1,173 @@
+"""The Walsh-Hadamard rotation of quantized KV caches (llama.cpp 0c1e570 `attn_rot_k/v`): q and K
+(and V, with the attention output rotated back) are multiplied per head by the orthonormal H_n
+before K/V are quantized, when the cache type is quantized and the head size a multiple of 64.
+Oracles: the explicit Sylvester matrix (float64), a scalar model of ggml's FWHT pass order, and
+f32-KV runs of the same model (attention is rotation invariant in exact arithmetic)."""
+import numpy as np
+import pytest
+
+import pyllama
+from pyllama.backend.base import hadamard, kv_decode, kv_encode
+from pyllama.backend.cpu import _attn_q
+from pyllama.kv.cache import attn_rot
+
+# head size 64 (Qwen2.5's) and 128 (K rotated by H_128, V in 64-chunks), GQA on both
+QWEN64 = {"attention.key_length": 64, "attention.value_length": 64}
+GEMMA128 = {"attention.key_length": 128, "attention.value_length": 128}
+
+
+def sylvester(n):
+    h = np.ones((1, 1))
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    return h / np.sqrt(n)
+
+
+def fwht_scalar(x):
+    """ggml_compute_forward_fwht on one row, element by element in float32."""
+    n = len(x)
+    y = [np.float32(v) * (np.float32(1) / np.sqrt(np.float32(n))) for v in x]
+    h = 1
+    while h < n:
+        for i in range(0, n, 2 * h):
+            for j in range(i, i + h):
+                u, v = y[j], y[j + h]
+                y[j], y[j + h] = np.float32(u + v), np.float32(u - v)
+        h *= 2
+    return np.array(y, dtype=np.float32)
+
+
+def test_rotation_rule_as_llamacpp(monkeypatch):
+    monkeypatch.delenv("LLAMA_ATTN_ROT_DISABLE", raising=False)
+    assert attn_rot("q8_0", "q8_0", [64] * 3, [64] * 3) == (64, 64)
+    assert attn_rot("q4_0", "f16", [256], [256]) == (256, 0)
+    assert attn_rot("f16", "q8_0", [128], [128]) == (0, 64)
+    assert attn_rot("q8_0", "q8_0", [192], [192]) == (64, 64)       # largest power of 2 dividing
+    assert attn_rot("q8_0", "q8_0", [96], [96]) == (0, 0)           # not a multiple of 64
+    assert attn_rot("q8_0", "q8_0", [32], [32]) == (0, 0)
+    assert attn_rot("bf16", "bf16", [64], [64]) == (0, 0)           # bf16 is not quantized
+    assert attn_rot("f16", "f16", [64], [64]) == (0, 0)
+    assert attn_rot("q8_0", "q8_0", [64, 128], [64, 64]) == (0, 64)  # head sizes differ: no K rot
+    assert attn_rot("q8_0", "q8_0", [], []) == (0, 0)
+    monkeypatch.setenv("LLAMA_ATTN_ROT_DISABLE", "1")
+    assert attn_rot("q8_0", "q8_0", [64], [64]) == (0, 0)
+
+
+@pytest.mark.parametrize("n", [64, 128, 256])
+def test_hadamard_is_the_orthonormal_sylvester_matrix(n):
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((3, 2, 2 * n)) * 10).astype(np.float32)
+    y = hadamard(x, n)
+    want = x.reshape(-1, n).astype(np.float64) @ sylvester(n).T
+    assert y.shape == x.shape and y.dtype == np.float32
+    assert np.abs(y.reshape(-1, n) - want).max() < 1e-5 * np.abs(x).max()
+    assert np.abs(hadamard(y, n) - x).max() < 1e-5 * np.abs(x).max()   # H @ H = I
+
+
+def test_hadamard_follows_ggml_pass_order_bit_for_bit():
+    rng = np.random.default_rng(1)
+    for n in (64, 128):
+        x = (rng.standard_normal(n) * rng.uniform(0.01, 300, n)).astype(np.float32)
+        assert hadamard(x[None], n)[0].tobytes() == fwht_scalar(x).tobytes()
+
+
+@pytest.mark.parametrize("n", [64, 128, 256, 512])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cpu_kernel_bit_exact_with_numpy(n, threads):
+    rng = np.random.default_rng(n + threads)
+    for rows in (1, 3, 300):                              # 300 rows: the threaded branch
+        x = (rng.standard_normal((rows, 2 * n)) * rng.uniform(1e-3, 1e3, (rows, 1))).astype(np.float32)
+        y = x.copy()
+        _attn_q.hadamard(y, n, threads)
+        assert y.tobytes() == hadamard(x, n).tobytes()
+    with pytest.raises(ValueError):
+        _attn_q.hadamard(np.zeros((1, 96), np.float32), 64, 1)
+
+
+def tokens(n, seed=0, n_vocab=276):
+    return np.random.default_rng(seed).integers(0, n_vocab, n).astype(np.int32)
+
+
+@pytest.fixture(scope="module")
+def qwen64(tiny_model_path):
+    return pyllama.load_model(tiny_model_path("qwen2", overrides=QWEN64))
+
+
+@pytest.fixture(scope="module")
+def gemma128(tiny_model_path):
+    return pyllama.load_model(tiny_model_path("gemma3", overrides=GEMMA128))
+
+
+@pytest.mark.parametrize("kt,vt", [("q8_0", "q8_0"), ("q4_0", "f16"), ("f16", "q8_0")])
+def test_cache_holds_rotated_rows(qwen64, kt, vt):
+    """Layer 0's K/V rows are the type's encoding of H k / H v (k, v from an f32-KV run: the
+    layer-0 projections do not depend on the cache type)."""
+    toks = tokens(20)
+    ref = pyllama.Context(qwen64, n_ctx=256, type_k="f32", type_v="f32")
+    ref.eval(toks)
+    ctx = pyllama.Context(qwen64, n_ctx=256, type_k=kt, type_v=vt)
+    ctx.eval(toks)
+    assert ctx.memory.attn_rot(0) == (64 if kt != "f16" else 0, 64 if vt != "f16" else 0)
+    for buf, t, r in ((ctx.memory.k[0], kt, ref.memory.k[0]), (ctx.memory.v[0], vt, ref.memory.v[0])):
+        want = r[:20] if t == "f16" else hadamard(r[:20], 64)
+        assert buf[:20].tobytes() == kv_encode(want, t).tobytes()
+
+
+@pytest.mark.parametrize("kt", ["q8_0", "q4_0"])
+def test_rotation_cancels_in_the_logits(qwen64, kt, monkeypatch):
+    """Rotated q8_0 logits stay close to f32 KV, and differ from the unrotated run."""
+    toks = tokens(40, seed=3)
+    f32 = pyllama.Context(qwen64, n_ctx=256, type_k="f32", type_v="f32").eval(toks, logits_all=True)
+    rot = pyllama.Context(qwen64, n_ctx=256, type_k=kt, type_v=kt).eval(toks, logits_all=True)
+    monkeypatch.setenv("LLAMA_ATTN_ROT_DISABLE", "1")
+    plain = pyllama.Context(qwen64, n_ctx=256, type_k=kt, type_v=kt).eval(toks, logits_all=True)
+    tol = {"q8_0": 0.1, "q4_0": 0.6}[kt] * np.abs(f32).max()
+    assert np.abs(rot - f32).max() < tol and np.abs(plain - f32).max() < tol
+    assert not np.array_equal(rot, plain)
+
+
+@pytest.mark.parametrize("kt,vt", [("q8_0", "q8_0"), ("q4_0", "q8_0")])
+def test_rotated_caches_are_batch_invariant(gemma128, kt, vt):
+    """iSWA (K rotated by H_128, V in 64-chunks): prefill == ubatch 5 == token by token, and the
+    small SWA cache == --swa-full past its size."""
+    toks = tokens(60, seed=4)
+    kw = dict(n_ctx=512, type_k=kt, type_v=vt)
+    a = pyllama.Context(gemma128, **kw).eval(toks, logits_all=True)
+    b = pyllama.Context(gemma128, n_ubatch=5, **kw).eval(toks, logits_all=True)
+    one = pyllama.Context(gemma128, **kw)
+    c = np.concatenate([one.eval([t]) for t in toks])
+    assert one.memory.attn_rot(0) == (128, 64)
+    assert np.array_equal(a, b) and np.array_equal(a, c)
+    full = pyllama.Context(gemma128, n_ubatch=32, swa_full=True, **kw).eval(toks, logits_all=True)
+    small = pyllama.Context(gemma128, n_ubatch=32, **kw)
+    assert np.array_equal(small.eval(toks, logits_all=True), full)
+
+
+def test_k_shift_unrotates_ropes_and_rerotates(qwen64):
+    """seq_add on a rotated q8_0 K cache: dequantize, H, rope, H, requantize (llama.cpp's
+    build_rope_shift for quantized K)."""
+    ctx = pyllama.Context(qwen64, n_ctx=256, type_k="q8_0", type_v="q8_0")
+    ctx.eval(tokens(30, seed=5))
+    mem = ctx.memory
+    k0 = {il: mem.k[il].copy() for il in mem.layers}
+    mem.seq_add(0, 10, -1, 5)
+    mem.update()
+    hp = qwen64.hparams
+    cells = np.flatnonzero(mem.cells[0].pos >= 15)
+    for il in mem.layers:
+        rows = hadamard(kv_decode(k0[il][cells], "q8_0").reshape(len(cells), hp.n_head_kv, -1), 64)
+        want = qwen64.backend.rope(rows, np.full(len(cells), 5, np.int32), hp.n_rot,
+                                   hp.rope_base(il), hp.rope_scale(il), hp.rope_type)
+        want = hadamard(want, 64).reshape(len(cells), -1)
+        assert mem.k[il][cells].tobytes() == kv_encode(want, "q8_0").tobytes()
+
+
+def test_cpu_and_ref_backends_rotate_alike(tiny_model_path, qwen64):
+    toks = tokens(16, seed=6)
+    ref_model = pyllama.load_model(tiny_model_path("qwen2", overrides=QWEN64), backend="ref")
+    a = pyllama.Context(qwen64, n_ctx=256, type_k="q8_0", type_v="q8_0")
+    b = pyllama.Context(ref_model, n_ctx=256, type_k="q8_0", type_v="q8_0")
+    la, lb = a.eval(toks, logits_all=True), b.eval(toks, logits_all=True)
+    assert a.memory.k[0][:16].tobytes() == b.memory.k[0][:16].tobytes()
+    row_err = np.abs(la - lb).max(axis=1) / np.abs(lb).max()
+    assert np.sort(row_err)[-2] < 1e-5 and row_err.max() < 1e-2
