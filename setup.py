@@ -61,6 +61,7 @@ EXTENSIONS = [
     ext("pyllama.backend.cpu._ops", "pyllama/backend/cpu/_ops.pyx"),
     ext("pyllama.backend.cpu._attn", "pyllama/backend/cpu/_attn.pyx"),
     ext("pyllama.backend.cpu._attn_q", "pyllama/backend/cpu/_attn_q.pyx"),
+    ext("pyllama.backend.cpu._compat", "pyllama/backend/cpu/_compat.pyx"),
     ext("pyllama.vocab._merge", "pyllama/vocab/_merge.pyx"),
 ]
 

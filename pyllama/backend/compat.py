@@ -1,0 +1,74 @@
+"""llama.cpp's batch-size dependent kernel choice, for Context(numerics="llama.cpp").
+
+llama.cpp 0c1e570's CPU backend (x86 AVX2, flash attention off) computes a mul_mat with
+different arithmetic depending on its number of rows n (docs/numerics.md):
+- Q4_K weights (repacked q4_K_8x8 when rows % 8 == 0): rows below n - n % 4 by the gemm (pyllama's
+  default arithmetic), the last n % 4 rows by the gemv;
+- Q6_K weights: the tiled kernel from 8 rows (pyllama's default), ggml_vec_dot_q6_K_q8_K below;
+- f16 attention (kq and kqv mul_mats): tinyBLAS from 2 query rows (pyllama's default),
+  ggml_vec_dot_f16 for one.
+Q8_0 / Q5_0 / Q4_0 weights give the same bits either way (vec_dot and tinyBLAS share the lanes).
+Not covered (pyllama's default arithmetic is used): Q2_K/Q3_K/Q5_K under 8 rows, Q4_K weights
+that llama.cpp does not repack, F16/F32 weights and f32 caches for one row.
+
+`matmul(be, w, x)` and `attention(be, ...)` apply that choice on top of a backend; the one-token
+kernels are native on the CPU backend (cpu/compat.py) and the numpy oracle (ref_compat.py) on the
+others (ref; CUDA tensors are not supported: Context refuses the mode there).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..gguf import GGMLType
+from . import ref_compat
+
+
+def vec_row_start(wtype, n_rows_w: int, n: int) -> int:
+    """First of the n activation rows that llama.cpp computes with its one-token kernel for a
+    weight of type wtype with n_rows_w rows (n: none)."""
+    if wtype == GGMLType.Q4_K and n_rows_w % 8 == 0:
+        return n - n % 4
+    if wtype == GGMLType.Q6_K and n < 8:
+        return 0
+    return n
+
+
+def _native(be):
+    if be.name == "cpu":
+        from .cpu import compat
+        return compat
+    return None
+
+
+def matmul_vec(be, w, x: np.ndarray) -> np.ndarray:
+    """Every row of x by llama.cpp's one-token kernel of w.type (Q4_K, Q6_K)."""
+    nat = _native(be)
+    if nat is not None:
+        return nat.matvec_k(w, x, be.n_threads)
+    return ref_compat.matvec_k(w.type, w.raw, x)
+
+
+def attention_vec(be, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
+    nat = _native(be)
+    if nat is not None:
+        return nat.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
+                                 be.n_threads)
+    return ref_compat.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
+
+
+def matmul(be, w, x: np.ndarray) -> np.ndarray:
+    """be.matmul(w, x) with llama.cpp's kernel choice for these n = len(x) rows."""
+    n = x.shape[0]
+    s = vec_row_start(w.type, w.shape[0], n) if x.ndim == 2 else n
+    if s >= n:
+        return be.matmul(w, x)
+    if s == 0:
+        return matmul_vec(be, w, x)
+    return np.concatenate([be.matmul(w, x[:s]), matmul_vec(be, w, x[s:])])
+
+
+def attention(be, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
+    """be.attention with llama.cpp's kernel choice: one query row over f16 caches -> vec_dot_f16."""
+    if q.shape[0] == 1 and k_cache.dtype == np.float16 and v_cache.dtype == np.float16:
+        return attention_vec(be, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
+    return be.attention(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)

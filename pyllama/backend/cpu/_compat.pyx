@@ -1,0 +1,81 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""llama.cpp's one-token (small-batch) CPU kernels, for numerics="llama.cpp" (pyl_compat.h has
+the arithmetic; docs/numerics.md why). Threads split weight rows or (query, head) pairs, never one
+reduction, so results do not depend on the thread count.
+
+- quant_q8_K(x, q, d, bs): quantize_row_q8_K_ref per row;
+- matvec_k(wtype, raw, k, x, out, q, d, bs, nth): Q4_K (ggml_gemv_q4_K_8x8_q8_K) or Q6_K
+  (ggml_vec_dot_q6_K_q8_K) for every row of x;
+- attention_vec(...): f16 attention by ggml_vec_dot_f16 (kq and kqv) over ascending cell lists.
+"""
+import numpy as np
+
+from cython.parallel cimport prange, threadid
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t
+
+cdef extern from "pyl_compat.h" nogil:
+    int PYL_C_Q4_K
+    int PYL_C_Q6_K
+    void pyl_c_quant_q8_K(const float *x, int k, int8_t *q, float *d, int16_t *bs)
+    float pyl_c_dot_q4_K(const uint8_t *w, int nsb, const int8_t *q8, const float *d8,
+                         const int16_t *bs)
+    float pyl_c_dot_q6_K(const uint8_t *w, int nsb, const int8_t *q8, const float *d8,
+                         const int16_t *bs)
+    void pyl_c_attn_head(const float *q, int dk, int dv, const uint16_t *K, int64_t k_stride,
+                         const uint16_t *V, int64_t v_stride, const int32_t *cells, int L,
+                         float scale, float softcap, float *work, float *out)
+
+Q4_K = PYL_C_Q4_K
+Q6_K = PYL_C_Q6_K
+
+
+def quant_q8_K(const float[:, ::1] x, int8_t[:, ::1] q, float[:, ::1] d, int16_t[:, ::1] bs):
+    """x [n, k] (k % 256 == 0) -> q [n, k], d [n, k/256], bsums [n, k/16] (quantize_row_q8_K_ref)."""
+    cdef Py_ssize_t t
+    with nogil:
+        for t in range(x.shape[0]):
+            pyl_c_quant_q8_K(&x[t, 0], <int>x.shape[1], &q[t, 0], &d[t, 0], &bs[t, 0])
+
+
+def matvec_k(int wtype, const uint8_t[:, ::1] raw, int k, const float[:, ::1] x,
+             float[:, ::1] out, int8_t[:, ::1] q, float[:, ::1] d, int16_t[:, ::1] bs, int nth):
+    """out[t, r] = W[r] . x[t] with llama.cpp's one-token arithmetic for wtype (Q4_K or Q6_K);
+    q/d/bs: [n, k], [n, k/256], [n, k/16] scratch for the quantized activations."""
+    cdef Py_ssize_t n = x.shape[0], rows = raw.shape[0], r, t
+    cdef int nsb = k // 256
+    if wtype != Q4_K and wtype != Q6_K:
+        raise ValueError(f"matvec_k: ggml type {wtype} is not Q4_K or Q6_K")
+    if k % 256 or x.shape[1] != k or out.shape[0] != n or out.shape[1] < rows:
+        raise ValueError("matvec_k: shape mismatch")
+    with nogil:
+        for t in range(n):
+            pyl_c_quant_q8_K(&x[t, 0], k, &q[t, 0], &d[t, 0], &bs[t, 0])
+        for r in prange(rows, num_threads=nth, schedule="static"):
+            for t in range(n):
+                if wtype == PYL_C_Q4_K:
+                    out[t, r] = pyl_c_dot_q4_K(&raw[r, 0], nsb, &q[t, 0], &d[t, 0], &bs[t, 0])
+                else:
+                    out[t, r] = pyl_c_dot_q6_K(&raw[r, 0], nsb, &q[t, 0], &d[t, 0], &bs[t, 0])
+
+
+def attention_vec(const float[:, :, ::1] q, const uint16_t[:, ::1] k_cache,
+                  const uint16_t[:, ::1] v_cache, int n_kv, const int32_t[::1] cells,
+                  const int64_t[::1] q_start, const int64_t[::1] q_end, float scale,
+                  float softcap, float[:, :, ::1] out, int nth):
+    """out[i, h] = attention of query i, head h over cells[q_start[i]:q_end[i]] (ascending cell
+    index) of f16 caches k_cache [n_cells, n_kv * dk], v_cache [n_cells, n_kv * dv] (uint16 bits)."""
+    cdef int n_q = q.shape[0], H = q.shape[1], dk = q.shape[2], dv = out.shape[2]
+    cdef int g = H // n_kv, task, i, h, longest = 0
+    cdef Py_ssize_t j
+    for j in range(n_q):
+        longest = max(longest, <int>(q_end[j] - q_start[j]))
+    work = np.empty((max(nth, 1), dk + longest + 32 * dv), np.float32)
+    cdef float[:, ::1] wk = work
+    with nogil:
+        for task in prange(n_q * H, num_threads=nth, schedule="dynamic"):
+            i = task // H
+            h = task % H
+            pyl_c_attn_head(&q[i, h, 0], dk, dv, &k_cache[0, (h // g) * dk], k_cache.shape[1],
+                            &v_cache[0, (h // g) * dv], v_cache.shape[1], &cells[q_start[i]],
+                            <int>(q_end[i] - q_start[i]), scale, softcap, &wk[threadid(), 0],
+                            &out[i, h, 0])

@@ -1,0 +1,52 @@
+"""CPU kernels of llama.cpp's one-token arithmetic (numerics="llama.cpp"; _compat.pyx +
+pyl_compat.h). Bit-identical to the numpy oracle pyllama.backend.ref_compat; results do not depend
+on the thread count."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...gguf import GGML_BLOCK
+from . import _compat
+
+
+def _raw2d(w) -> np.ndarray:
+    raw = w.raw
+    if raw.ndim != 2 or raw.dtype != np.uint8:
+        raw = raw.reshape(raw.shape[0] if raw.ndim > 1 else 1, -1).view(np.uint8)
+    return np.ascontiguousarray(raw)
+
+
+def matvec_k(w, x: np.ndarray, n_threads: int) -> np.ndarray:
+    """y [n, rows] = x [n, k] @ W^T for Q4_K (ggml_gemv_q4_K_8x8_q8_K) or Q6_K
+    (ggml_vec_dot_q6_K_q8_K) weights."""
+    raw = _raw2d(w)
+    be, bb = GGML_BLOCK[w.type]
+    k = raw.shape[1] // bb * be
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, k)
+    n = x.shape[0]
+    out = np.empty((n, raw.shape[0]), np.float32)
+    q = np.empty((n, k), np.int8)
+    d = np.empty((n, k // 256), np.float32)
+    bs = np.empty((n, k // 16), np.int16)
+    _compat.matvec_k(int(w.type), raw, k, x, out, q, d, bs, max(1, n_threads or 1))
+    return out
+
+
+def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
+                  n_threads: int) -> np.ndarray:
+    """backend.attention for f16 caches with llama.cpp's one-token arithmetic (cells taken in
+    ascending cell index per query)."""
+    q = np.ascontiguousarray(q, dtype=np.float32)
+    n_q, n_head, d_k = q.shape
+    n_kv = k_cache.shape[1] // d_k
+    d_v = v_cache.shape[1] // n_kv
+    qs = np.asarray(q_start, np.int64)
+    qe = np.asarray(q_end, np.int64)
+    cells = np.asarray(kv_cells, np.int32)
+    cells = np.concatenate([np.sort(cells[a:b]) for a, b in zip(qs, qe)]) if n_q else cells[:0]
+    starts = np.concatenate([[0], np.cumsum(qe - qs)[:-1]]).astype(np.int64)
+    out = np.empty((n_q, n_head, d_v), np.float32)
+    _compat.attention_vec(q, k_cache.view(np.uint16), v_cache.view(np.uint16), n_kv,
+                          np.ascontiguousarray(cells, np.int32), starts, starts + (qe - qs),
+                          float(scale), float(softcap), out, max(1, n_threads or 1))
+    return out

@@ -1,0 +1,403 @@
+/* llama.cpp's small-batch CPU arithmetic (x86 AVX2 build of llama.cpp 0c1e570), for the rows that
+ * numerics="llama.cpp" computes as llama.cpp computes a one-token decode (docs/numerics.md):
+ *
+ *  - activations -> q8_K by quantize_row_q8_K_ref (llama.cpp's from_float for q8_K on x86);
+ *  - Q4_K (repacked q4_K_8x8 in llama.cpp): ggml_gemv_q4_K_8x8_q8_K: per super-block exact integer
+ *    sums I = sum sc*q*q8 and M = sum mins*bsums, acc = fma((float)I, f32(d*d8), acc),
+ *    accm = fma((float)M, f32(dmin*d8), accm); result acc - accm;
+ *  - Q6_K: ggml_vec_dot_q6_K_q8_K (AVX2): 8 int32 lanes per super-block, lane l = element % 32 / 4,
+ *    minus 32 * (bsums . scales) by pairs, acc8 = fma(f32(d8*d), (float)lanes, acc8), hsum;
+ *  - f16 attention of one query (mul_mat with one src1 row -> ggml_vec_dot_f16): 4 accumulators of
+ *    8 lanes over 32-element steps, reduced x0+x2, x1+x3, x0+x1, ((l0+l4)+(l1+l5))+((l2+l6)+(l3+l7));
+ *    for kq over the head dimension, for kqv over the cell index (p = 0 for unlisted cells);
+ *    softmax between them as ggml_soft_max_f32 over the row of cells (8-blocks by cell index).
+ *
+ * Integer sums are exact in any order; every float operation is written out in llama.cpp's order
+ * (fmaf is exact fma; no -ffast-math). Scalar twins exist for builds without AVX2/FMA/F16C.
+ * Layouts: block_q4_K = d, dmin (f16), scales[12], qs[128]; block_q6_K = ql[128], qh[64],
+ * scales[16] (int8), d (f16); q8_K row: qs int8 [k], d f32 [k/256], bsums int16 [k/16].
+ */
+#ifndef PYL_COMPAT_H
+#define PYL_COMPAT_H
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "pyl_parity.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define PYL_C_SIMD 1
+#else
+#define PYL_C_SIMD 0
+#endif
+
+#define PYL_C_Q4_K 12
+#define PYL_C_Q6_K 14
+#define PYL_C_Q4K_BYTES 144
+#define PYL_C_Q6K_BYTES 210
+
+static inline float pyl_c_h2f(uint16_t h) {
+#if PYL_C_SIMD
+    return _cvtsh_ss(h);
+#else
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
+    float f;
+    if (e == 0) {
+        f = (float)m * (1.0f / 16777216.0f);
+        return sign ? -f : f;
+    }
+    bits = e == 31 ? (sign | 0x7f800000u | (m << 13)) : (sign | ((e + 112u) << 23) | (m << 13));
+    memcpy(&f, &bits, 4);
+    return f;
+#endif
+}
+
+static inline float pyl_c_rd16(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return pyl_c_h2f(h); }
+
+/* quantize_row_q8_K_ref: per 256 block max = the first element of largest |x|, iscale = -127/max,
+ * q = min(127, nearest_int(iscale * x)), d = 1/iscale, bsums per 16. nearest_int (round half to
+ * even) is rintf here: ggml's magic-number form would let gcc contract iscale * x + 0x1.8p23 into
+ * one fma, which rounds differently */
+static void pyl_c_quant_q8_K(const float *x, int k, int8_t *q, float *d, int16_t *bs) {
+    int b, j, l;
+    for (b = 0; b < k / 256; b++) {
+        const float *xb = x + 256 * b;
+        float amax = 0.0f, mx = 0.0f, iscale;
+        for (j = 0; j < 256; j++) {
+            float ax = fabsf(xb[j]);
+            if (ax > amax) {
+                amax = ax;
+                mx = xb[j];
+            }
+        }
+        if (amax == 0.0f) {
+            d[b] = 0.0f;
+            memset(q + 256 * b, 0, 256);
+            for (j = 0; j < 16; j++)
+                bs[16 * b + j] = 0;
+            continue;
+        }
+        iscale = -127.0f / mx;
+        for (j = 0; j < 256; j++) {
+            int v = (int)rintf(iscale * xb[j]);
+            q[256 * b + j] = (int8_t)(v < 127 ? v : 127);
+        }
+        for (j = 0; j < 16; j++) {
+            int s = 0;
+            for (l = 0; l < 16; l++)
+                s += q[256 * b + 16 * j + l];
+            bs[16 * b + j] = (int16_t)s;
+        }
+        d[b] = 1.0f / iscale;
+    }
+}
+
+/* get_scale_min_k4 for all 8 sub-blocks */
+static inline void pyl_c_scale_min_k4(const uint8_t *s, int *sc, int *mn) {
+    int j;
+    for (j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (s[j + 8] & 0xF) | ((s[j] >> 6) << 4);
+        mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
+    }
+}
+
+#if PYL_C_SIMD
+static inline int pyl_c_hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* hsum_float_8 of llama.cpp's x86 quants.c */
+static inline float pyl_c_hsum_f8(__m256 x) {
+    __m128 r = _mm256_extractf128_ps(x, 1);
+    r = _mm_add_ps(r, _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+#endif
+
+/* sum sc*q*q8 over one Q4_K super-block (exact integer) */
+static inline int pyl_c_q4k_isum(const uint8_t *qs, const int *sc, const int8_t *q8) {
+#if PYL_C_SIMD
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256i acc = _mm256_setzero_si256();
+    int j;
+    for (j = 0; j < 4; j++) {
+        __m256i b = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+        __m256i lo = _mm256_and_si256(b, m4), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+        __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j)));
+        __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j + 32)));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(plo, _mm256_set1_epi16((short)sc[2 * j])));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(phi, _mm256_set1_epi16((short)sc[2 * j + 1])));
+    }
+    return pyl_c_hsum_i32(acc);
+#else
+    int j, l, s = 0;
+    for (j = 0; j < 4; j++) {
+        int slo = 0, shi = 0;
+        for (l = 0; l < 32; l++) {
+            slo += (qs[32 * j + l] & 0xF) * q8[64 * j + l];
+            shi += (qs[32 * j + l] >> 4) * q8[64 * j + 32 + l];
+        }
+        s += sc[2 * j] * slo + sc[2 * j + 1] * shi;
+    }
+    return s;
+#endif
+}
+
+/* one weight row . one q8_K row, ggml_gemv_q4_K_8x8_q8_K's float chain */
+static float pyl_c_dot_q4_K(const uint8_t *w, int nsb, const int8_t *q8, const float *d8,
+                            const int16_t *bs) {
+    float acc = 0.0f, accm = 0.0f;
+    int b, j, sc[8], mn[8];
+    for (b = 0; b < nsb; b++) {
+        const uint8_t *x = w + (int64_t)b * PYL_C_Q4K_BYTES;
+        int isum, imin = 0;
+        pyl_c_scale_min_k4(x + 4, sc, mn);
+        isum = pyl_c_q4k_isum(x + 16, sc, q8 + 256 * b);
+        for (j = 0; j < 8; j++)
+            imin += mn[j] * (bs[16 * b + 2 * j] + bs[16 * b + 2 * j + 1]);
+        acc = fmaf((float)isum, pyl_c_rd16(x) * d8[b], acc);
+        accm = fmaf((float)imin, pyl_c_rd16(x + 2) * d8[b], accm);
+    }
+    return acc - accm;
+}
+
+#if PYL_C_SIMD
+/* ggml_vec_dot_q6_K_q8_K, AVX2 branch (same lanes) */
+static float pyl_c_dot_q6_K(const uint8_t *w, int nsb, const int8_t *q8all, const float *d8,
+                            const int16_t *bsall) {
+    static const uint8_t k_shuffle[128] = {
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+        4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7,
+        8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11,
+        11, 11, 11, 11, 12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13, 14, 14, 14, 14,
+        14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15};
+    const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15);
+    __m256 acc = _mm256_setzero_ps();
+    int i, j;
+    for (i = 0; i < nsb; i++) {
+        const uint8_t *x = w + (int64_t)i * PYL_C_Q6K_BYTES;
+        const float d = d8[i] * pyl_c_rd16(x + 208);
+        const uint8_t *q4 = x, *qh = x + 128;
+        const int8_t *q8 = q8all + 256 * i;
+        const __m256i q8sums = _mm256_loadu_si256((const __m256i *)(bsall + 16 * i));
+        const __m128i scales = _mm_loadu_si128((const __m128i *)(x + 192));
+        const __m256i q8sclsub = _mm256_slli_epi32(
+            _mm256_madd_epi16(q8sums, _mm256_cvtepi8_epi16(scales)), 5);
+        __m256i sumi = _mm256_setzero_si256();
+        int is = 0;
+        for (j = 0; j < 2; j++) {
+            const __m256i b1 = _mm256_loadu_si256((const __m256i *)q4);
+            const __m256i b2 = _mm256_loadu_si256((const __m256i *)(q4 + 32));
+            const __m256i bh = _mm256_loadu_si256((const __m256i *)qh);
+            const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(bh, m3), 4);
+            const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(bh, _mm256_set1_epi8(12)), 2);
+            const __m256i h2 = _mm256_and_si256(bh, _mm256_set1_epi8(48));
+            const __m256i h3 = _mm256_srli_epi16(_mm256_and_si256(bh, _mm256_set1_epi8(-64)), 2);
+            const __m256i v0 = _mm256_or_si256(_mm256_and_si256(b1, m15), h0);
+            const __m256i v1 = _mm256_or_si256(_mm256_and_si256(b2, m15), h1);
+            const __m256i v2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m15), h2);
+            const __m256i v3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m15), h3);
+            __m256i p0 = _mm256_maddubs_epi16(v0, _mm256_loadu_si256((const __m256i *)q8));
+            __m256i p1 = _mm256_maddubs_epi16(v1, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            __m256i p2 = _mm256_maddubs_epi16(v2, _mm256_loadu_si256((const __m256i *)(q8 + 64)));
+            __m256i p3 = _mm256_maddubs_epi16(v3, _mm256_loadu_si256((const __m256i *)(q8 + 96)));
+            const __m128i *sh = (const __m128i *)k_shuffle;
+            p0 = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, _mm_loadu_si128(sh + is))), p0);
+            p1 = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, _mm_loadu_si128(sh + is + 1))), p1);
+            p2 = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, _mm_loadu_si128(sh + is + 2))), p2);
+            p3 = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, _mm_loadu_si128(sh + is + 3))), p3);
+            is += 4;
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p2, p3));
+            q4 += 64;
+            qh += 32;
+            q8 += 128;
+        }
+        sumi = _mm256_sub_epi32(sumi, q8sclsub);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return pyl_c_hsum_f8(acc);
+}
+#else
+/* the same lanes in scalar code: element e = 128h + 32g + l goes to lane l / 4 */
+static float pyl_c_dot_q6_K(const uint8_t *w, int nsb, const int8_t *q8all, const float *d8,
+                            const int16_t *bsall) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, a[4], b2[2];
+    int i, h, g, l, m;
+    for (i = 0; i < nsb; i++) {
+        const uint8_t *x = w + (int64_t)i * PYL_C_Q6K_BYTES;
+        const int8_t *sc = (const int8_t *)(x + 192), *q8 = q8all + 256 * i;
+        const int16_t *bs = bsall + 16 * i;
+        const float d = d8[i] * pyl_c_rd16(x + 208);
+        int lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (h = 0; h < 2; h++)
+            for (g = 0; g < 4; g++)
+                for (l = 0; l < 32; l++) {
+                    int e = 128 * h + 32 * g + l;
+                    const uint8_t *ql = x + 64 * h + (g & 1) * 32, *qh = x + 128 + 32 * h;
+                    int lo = (g < 2) ? (ql[l] & 0xF) : (ql[l] >> 4);
+                    int q = lo | (((qh[l] >> (2 * g)) & 3) << 4);
+                    lanes[l / 4] += sc[e / 16] * q * q8[e];
+                }
+        for (m = 0; m < 8; m++) {
+            lanes[m] -= 32 * (bs[2 * m] * sc[2 * m] + bs[2 * m + 1] * sc[2 * m + 1]);
+            acc[m] = fmaf(d, (float)lanes[m], acc[m]);
+        }
+    }
+    for (m = 0; m < 4; m++)
+        a[m] = acc[m + 4] + acc[m];
+    b2[0] = a[0] + a[2];
+    b2[1] = a[1] + a[3];
+    return b2[0] + b2[1];
+}
+#endif
+
+/* ---- f16 attention of one query (ggml_vec_dot_f16 on both products) -------------------------- */
+
+/* GGML_F32x8_REDUCE of 4 accumulators given as 32 floats a[8 * j + lane] */
+static inline float pyl_c_reduce32(const float *a) {
+    float x[8], t[4];
+    int l;
+    for (l = 0; l < 8; l++) {
+        float x0 = a[l] + a[16 + l], x1 = a[8 + l] + a[24 + l];
+        x[l] = x0 + x1;
+    }
+    for (l = 0; l < 4; l++)
+        t[l] = x[l] + x[l + 4];
+    return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+static inline float pyl_c_f16r(float f) {
+#if PYL_C_SIMD
+    return _cvtsh_ss(_cvtss_sh(f, 0));
+#else
+    return (float)(_Float16)f;
+#endif
+}
+
+/* ggml_vec_dot_f16 of an f16-rounded f32 query and an f16 row of length d: 4x8 lanes over the
+ * first d - d % 32 elements, reduced, then the rest added in double */
+static inline float pyl_c_vdot_f16(const float *q16, const uint16_t *k, int d) {
+    float a[32];
+    double s;
+    int i, j, np = d - d % 32;
+#if PYL_C_SIMD
+    __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (i = 0; i < np; i += 32)
+        for (j = 0; j < 4; j++)
+            v[j] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i + 8 * j))),
+                                   _mm256_loadu_ps(q16 + i + 8 * j), v[j]);
+    for (j = 0; j < 4; j++)
+        _mm256_storeu_ps(a + 8 * j, v[j]);
+#else
+    memset(a, 0, sizeof a);
+    for (i = 0; i < np; i += 32)
+        for (j = 0; j < 32; j++)
+            a[j] = fmaf(pyl_c_h2f(k[i + j]), q16[i + j], a[j]);
+#endif
+    s = (double)pyl_c_reduce32(a);
+    for (i = np; i < d; i++)
+        s += (double)(pyl_c_h2f(k[i]) * q16[i]);
+    return (float)s;
+}
+
+/* ggml_v_expf on 8 lanes (pyl_parity.h; expf without AVX2: not bit-exact there) */
+static inline void pyl_c_exp8(const float *x, float *y) {
+#if PYL_C_SIMD && PYL_PARITY_SIMD
+    _mm256_storeu_ps(y, pyl_gexp8(_mm256_loadu_ps(x)));
+#else
+    int l;
+    for (l = 0; l < 8; l++)
+        y[l] = expf(x[l]);
+#endif
+}
+
+/* ggml's 8-lane hsum ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) */
+static inline float pyl_c_hsum8(const float *v) {
+    float a0 = v[0] + v[4], a1 = v[1] + v[5], a2 = v[2] + v[6], a3 = v[3] + v[7];
+    return (a0 + a2) + (a1 + a3);
+}
+
+/* softmax of scores s[L] over cells[L] (ascending cell index) as ggml_soft_max_f32 over the whole
+ * row of cells: e = ggml_v_expf(s - max) by 8-blocks of cell index (unlisted cells: e = 0), block
+ * hsums added in double, p = f16(e * (float)(1/sum)); p written over s */
+static void pyl_c_softmax_cells(float *s, const int32_t *cells, int L) {
+    float mx = -INFINITY, v[8], e[8], inv;
+    double sum = 0.0;
+    int j = 0, l, j0;
+    for (l = 0; l < L; l++)
+        mx = s[l] > mx ? s[l] : mx;
+    while (j < L) {
+        int blk = cells[j] / 8;
+        for (l = 0; l < 8; l++)
+            v[l] = -INFINITY;
+        for (j0 = j; j < L && cells[j] / 8 == blk; j++)
+            v[cells[j] % 8] = s[j] - mx;
+        pyl_c_exp8(v, e);
+        sum += (double)pyl_c_hsum8(e);
+        for (l = j0; l < j; l++)
+            s[l] = e[cells[l] % 8];
+    }
+    inv = (float)(1.0 / sum);
+    for (l = 0; l < L; l++)
+        s[l] = pyl_c_f16r(s[l] * inv);
+}
+
+/* out[dv] = sum_j p_j v_j as ggml_vec_dot_f16 over the cell index (lane slot = cell % 32, chains in
+ * cell order; unlisted cells have p = 0 and add nothing); acc: 32 * dv floats of scratch */
+static void pyl_c_pv_cells(const float *p, const int32_t *cells, int L, const uint16_t *V,
+                           int64_t v_stride, int dv, float *acc, float *out) {
+    int j, c, sl;
+    float a[32];
+    memset(acc, 0, sizeof(float) * 32 * (size_t)dv);
+    for (j = 0; j < L; j++) {
+        const uint16_t *vr = V + (int64_t)cells[j] * v_stride;
+        float *ac = acc + (size_t)(cells[j] % 32) * dv;
+        c = 0;
+#if PYL_C_SIMD
+        for (; c + 8 <= dv; c += 8)
+            _mm256_storeu_ps(ac + c, _mm256_fmadd_ps(
+                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + c))),
+                _mm256_set1_ps(p[j]), _mm256_loadu_ps(ac + c)));
+#endif
+        for (; c < dv; c++)
+            ac[c] = fmaf(pyl_c_h2f(vr[c]), p[j], ac[c]);
+    }
+    for (c = 0; c < dv; c++) {
+        for (sl = 0; sl < 32; sl++)
+            a[sl] = acc[(size_t)sl * dv + c];
+        out[c] = pyl_c_reduce32(a);
+    }
+}
+
+/* one query, one head: q [dk] f32 (rounded to f16 here); K/V point at this head's KV columns of
+ * f16 caches with row strides in elements; cells ascending; work: dk + L + 32 * dv floats */
+static void pyl_c_attn_head(const float *q, int dk, int dv, const uint16_t *K, int64_t k_stride,
+                            const uint16_t *V, int64_t v_stride, const int32_t *cells, int L,
+                            float scale, float softcap, float *work, float *out) {
+    float *qf = work, *s = work + dk, *acc = work + dk + L;
+    int j, e;
+    if (L == 0) {
+        memset(out, 0, sizeof(float) * (size_t)dv);
+        return;
+    }
+    for (e = 0; e < dk; e++)
+        qf[e] = pyl_c_f16r(q[e]);
+    for (j = 0; j < L; j++) {
+        float r = scale * pyl_c_vdot_f16(qf, K + (int64_t)cells[j] * k_stride, dk);
+        if (softcap > 0.0f)
+            r = tanhf(r * (1.0f / softcap)) * softcap;
+        s[j] = r;
+    }
+    pyl_c_softmax_cells(s, cells, L);
+    pyl_c_pv_cells(s, cells, L, V, v_stride, dv, acc, out);
+}
+#endif

@@ -1,0 +1,145 @@
+"""numpy oracle for llama.cpp's one-token (small-batch) CPU arithmetic, numerics="llama.cpp".
+
+llama.cpp 0c1e570 (x86 AVX2 build, flash attention off) picks its kernels by the number of rows of
+each mul_mat (docs/numerics.md); pyllama's default arithmetic is its n >= 8 (prefill) one. These
+are the others, operation for operation (the CPU kernels in cpu/_compat.pyx + pyl_compat.h are
+bit-identical to them):
+- `matvec_k(wtype, raw, x)`: Q4_K rows as ggml_gemv_q4_K_8x8_q8_K (the repacked Q4_K's kernel for
+  the rows past n - n % 4), Q6_K as ggml_vec_dot_q6_K_q8_K (batches under 8 rows); activations by
+  quantize_row_q8_K_ref;
+- `attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)`: f16 attention of
+  one-token ubatches: mul_mat with one src1 row runs ggml_vec_dot_f16 (4 accumulators x 8 lanes
+  over 32-element steps) for q.k over the head dimension and for p.v over the cell index.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..gguf import GGMLType
+from .ref import _fma, ggml_hsum8, ggml_softmax_probs
+from .ref_matmul import _blocks, _unpack_k, quantize_q8_K_ref
+
+_F32 = np.float32
+VEC_TYPES = (GGMLType.Q4_K, GGMLType.Q6_K)
+
+
+def _lane_order() -> np.ndarray:
+    """Q6_K vec_dot's int32 lane of element e of a super-block is (e % 32) // 4: the elements
+    sorted by lane (stable)."""
+    return np.argsort((np.arange(256) % 32) // 4, kind="stable")
+
+
+def _q4k_gemv(blk, x):
+    q, sc, mn, d, dmin = _unpack_k(GGMLType.Q4_K, blk)
+    wq = (q.astype(np.int64) * np.repeat(sc.astype(np.int64), 16, axis=-1)).astype(np.float64)
+    qa, da, bs = quantize_q8_K_ref(x)
+    n, nb = da.shape
+    qa = qa.reshape(n, nb, 256).astype(np.float64)
+    bs = bs.reshape(n, nb, 16).astype(np.float64)
+    acc = np.zeros((n, q.shape[0]), _F32)
+    accm = np.zeros_like(acc)
+    for b in range(nb):                                    # exact integer sums, one fma each
+        isum = (qa[:, b] @ wq[:, b].T).astype(_F32)
+        imin = (bs[:, b] @ mn[:, b].astype(np.float64).T).astype(_F32)
+        acc = _fma(isum, (d[None, :, b] * da[:, None, b]).astype(_F32), acc)
+        accm = _fma(imin, (dmin[None, :, b] * da[:, None, b]).astype(_F32), accm)
+    return (acc - accm).astype(_F32)
+
+
+def _q6k_vecdot(blk, x):
+    q, sc, _, d, _ = _unpack_k(GGMLType.Q6_K, blk)
+    rows, nb = q.shape[:2]
+    order = _lane_order()
+    wq = ((q + 32).astype(np.int64) * np.repeat(sc.astype(np.int64), 16, axis=-1))
+    wl = wq[:, :, order].reshape(rows, nb, 8, 32).astype(np.float64)
+    qa, da, bs = quantize_q8_K_ref(x)
+    n = x.shape[0]
+    qa = qa.reshape(n, nb, 256)[:, :, order].reshape(n, nb, 8, 32).astype(np.float64)
+    bs = bs.reshape(n, nb, 8, 2).astype(np.int64)
+    sc2 = sc.astype(np.int64).reshape(rows, nb, 8, 2)
+    acc = np.zeros((n, rows, 8), _F32)
+    for b in range(nb):
+        lanes = np.einsum("rml,nml->nrm", wl[:, b], qa[:, b]).astype(np.int64)
+        lanes -= 32 * (bs[:, None, b] * sc2[None, :, b]).sum(-1)
+        dd = (da[:, None, b] * d[None, :, b]).astype(_F32)[..., None]
+        acc = _fma(np.broadcast_to(dd, lanes.shape), lanes.astype(_F32), acc)
+    return ggml_hsum8(acc)
+
+
+def matvec_k(wtype, raw, x: np.ndarray) -> np.ndarray:
+    """y [n, rows] = x [n, k] @ W^T with llama.cpp's one-token kernel of wtype (Q4_K, Q6_K)."""
+    wtype = GGMLType(wtype)
+    blk, k = _blocks(wtype, raw)
+    x = np.atleast_2d(np.asarray(x, _F32))
+    if x.shape[1] != k:
+        raise ValueError(f"x has {x.shape[1]} columns, weight rows have {k}")
+    if wtype == GGMLType.Q4_K:
+        return _q4k_gemv(blk, x)
+    if wtype == GGMLType.Q6_K:
+        return _q6k_vecdot(blk, x)
+    raise NotImplementedError(f"one-token kernel for {wtype.name}")
+
+
+def vec_dot_f16_reduce(acc: np.ndarray) -> np.ndarray:
+    """GGML_F32x8_REDUCE of acc [..., 4, 8]: x0 += x2, x1 += x3, x0 += x1, then
+    ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)) (f32 throughout)."""
+    x = ((acc[..., 0, :] + acc[..., 2, :]).astype(_F32)
+         + (acc[..., 1, :] + acc[..., 3, :]).astype(_F32)).astype(_F32)
+    t = (x[..., 0:4] + x[..., 4:8]).astype(_F32)
+    return ((t[..., 0] + t[..., 1]).astype(_F32) + (t[..., 2] + t[..., 3]).astype(_F32)).astype(_F32)
+
+
+def vec_dot_f16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ggml_vec_dot_f16 over the last axis of f16-valued f32 arrays (broadcast): 4x8 FMA lanes over
+    the first K - K % 32 elements, reduced, the rest added in double."""
+    k = a.shape[-1]
+    np_ = k - k % 32
+    shape = np.broadcast_shapes(a.shape[:-1], b.shape[:-1])
+    acc = np.zeros(shape + (4, 8), _F32)
+    for t in range(0, np_, 32):
+        acc = _fma(a[..., t:t + 32].reshape(a.shape[:-1] + (4, 8)),
+                   b[..., t:t + 32].reshape(b.shape[:-1] + (4, 8)), acc)
+    s = vec_dot_f16_reduce(acc).astype(np.float64)
+    for t in range(np_, k):
+        s = s + (a[..., t] * b[..., t]).astype(_F32).astype(np.float64)
+    return s.astype(_F32)
+
+
+def _attend_vec(qh, K, V, cells, scale, softcap):
+    """One query, heads qh [H, dk] (f16 values), K [L, H, dk], V [L, H, dv] (listed cells,
+    ascending) -> [H, dv]."""
+    s = (_F32(scale) * vec_dot_f16(qh[:, None, :], K.transpose(1, 0, 2))).astype(_F32)   # [H, L]
+    if softcap > 0:
+        c = _F32(softcap)
+        s = (np.tanh((s * (_F32(1.0) / c)).astype(np.float64)).astype(_F32) * c).astype(_F32)
+    C = (int(cells[-1]) // 32 + 1) * 32                    # whole 32-cell steps from cell 0
+    dense = np.full((s.shape[0], C), -np.inf, _F32)
+    dense[:, cells] = s
+    p = ggml_softmax_probs(dense, True)                    # 0 for unlisted cells
+    Vd = np.zeros((C,) + V.shape[1:], _F32)
+    Vd[cells] = V
+    acc = np.zeros((s.shape[0], V.shape[2], 4, 8), _F32)
+    for t in range(0, C, 32):
+        pt = p[:, t:t + 32].reshape(-1, 1, 4, 8)
+        vt = Vd[t:t + 32].transpose(1, 2, 0).reshape(V.shape[1], V.shape[2], 4, 8)
+        acc = _fma(pt, vt, acc)
+    return vec_dot_f16_reduce(acc)
+
+
+def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
+    """backend.attention with llama.cpp's one-token arithmetic (f16 caches): each query's listed
+    cells are taken in ascending cell index, as llama.cpp's rows of the cache are."""
+    n_q, n_head, d_k = q.shape
+    n_kv = k_cache.shape[1] // d_k
+    d_v = v_cache.shape[1] // n_kv
+    g = n_head // n_kv
+    q16 = np.asarray(q, _F32).astype(np.float16).astype(_F32)
+    out = np.zeros((n_q, n_head, d_v), _F32)
+    for i in range(n_q):
+        cells = np.sort(np.asarray(kv_cells[q_start[i]:q_end[i]], np.int64))
+        if len(cells) == 0:
+            continue
+        K = np.repeat(k_cache[cells].astype(_F32).reshape(-1, n_kv, d_k), g, axis=1)
+        V = np.repeat(v_cache[cells].astype(_F32).reshape(-1, n_kv, d_v), g, axis=1)
+        out[i] = _attend_vec(q16[i], K, V, cells, scale, softcap)
+    return out
