@@ -3,6 +3,13 @@
 Defaults follow llama.cpp's CLI and server, not llama.h: `swa_full=False` (llama.h's library
 default is true). `swa_extra=N` keeps N positions beyond each sequence's window in the SWA cache so
 that rolling back up to N tokens stays exact (ARCHITECTURE decision 10).
+
+`numerics` picks the arithmetic (docs/numerics.md): "invariant" (default) computes every row with
+llama.cpp's prefill (n >= 8 rows) arithmetic, so results never depend on how work was batched
+(ARCHITECTURE decision 6); "llama.cpp" chooses kernels by each op's row count as llama.cpp's CPU
+backend does (one-token decodes, Q4_K tail rows, Q6_K under 8 rows), reproducing llama.cpp's own
+greedy continuations bit for bit, at the price of batch-shape dependent results (speculative
+verification then no longer equals plain decoding bit for bit). CPU and ref backends only.
 """
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ class Context:
     def __init__(self, model, n_ctx: int = 4096, n_batch: int = 2048, n_ubatch: int = 512,
                  n_seq_max: int = 1, swa_full: bool = False, swa_extra: int = 0,
                  kv_unified: bool = False, type_k: str = "f16", type_v: str = "f16",
-                 n_threads: int | None = None):
+                 n_threads: int | None = None, numerics: str = "invariant"):
         hp = model.hparams
         if n_ctx == 0:
             n_ctx = hp.n_ctx_train
@@ -33,6 +40,8 @@ class Context:
             raise ContextError(f"unsupported KV cache type {type_k}/{type_v} "
                                f"({', '.join(KV_CACHE_TYPES)})")
         _check_block_heads(hp, type_k, type_v)
+        _check_numerics(numerics, model.backend)
+        self.numerics = numerics
         self.model, self.hp = model, hp
         self.backend = model.backend
         if n_threads is not None:
@@ -94,7 +103,7 @@ class Context:
 
     def _decode_ubatch(self, ub) -> None:
         out_local = np.flatnonzero(ub.output).astype(np.int32)
-        g = Graph(self.backend, self.hp, self.memory, ub, out_local)
+        g = Graph(self.backend, self.hp, self.memory, ub, out_local, self.numerics)
         logits = self.model.arch.forward(g, self.model.weights, self.hp)
         if len(out_local):
             rows = self._out_row[np.asarray(ub.idx)[out_local]]
@@ -147,6 +156,17 @@ class Context:
 
     def state_seq_set(self, data: bytes, seq_id: int, flags: int = 0) -> None:
         self.memory.state_read(data, seq_id, flags)
+
+
+NUMERICS = ("invariant", "llama.cpp")
+
+
+def _check_numerics(numerics: str, backend) -> None:
+    if numerics not in NUMERICS:
+        raise ContextError(f"numerics must be one of {', '.join(NUMERICS)} (got {numerics!r})")
+    if numerics == "llama.cpp" and backend.name not in ("cpu", "ref"):
+        raise ContextError(f"numerics='llama.cpp' needs the cpu or ref backend "
+                           f"(not {backend.name})")
 
 
 def _check_block_heads(hp, type_k: str, type_v: str) -> None:

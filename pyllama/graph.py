@@ -11,13 +11,16 @@ import math
 
 import numpy as np
 
+from .backend import compat as llama_cpp_numerics
 from .backend.base import Backend, Weight
 from .hparams import HParams
 
 
 class Graph:
-    def __init__(self, backend: Backend, hp: HParams, memory, ubatch, out_idx: np.ndarray):
+    def __init__(self, backend: Backend, hp: HParams, memory, ubatch, out_idx: np.ndarray,
+                 numerics: str = "invariant"):
         self.be = backend
+        self.llama_cpp = numerics == "llama.cpp"    # llama.cpp's row-count dependent kernels
         self.hp = hp
         self.memory = memory
         self.n_tokens = ubatch.n_tokens
@@ -38,7 +41,7 @@ class Graph:
         return self.be.rms_norm(x, None if w is None else self.be.vec(w), e)
 
     def matmul(self, w: Weight, x: np.ndarray, bias: Weight | None = None) -> np.ndarray:
-        y = self.be.matmul(w, x)
+        y = llama_cpp_numerics.matmul(self.be, w, x) if self.llama_cpp else self.be.matmul(w, x)
         if bias is not None:
             y = self.be.add(y, self.be.vec(bias))
         return y
@@ -85,9 +88,13 @@ class Graph:
         self.be.set_rows(kbuf, cells, k.reshape(self.n_tokens, -1))
         self.be.set_rows(vbuf, cells, v.reshape(self.n_tokens, -1))
         kv_cells, q_start, q_end = mem.attn_plan(self._ubatch, il)
-        out = self.be.attention(q, kbuf, vbuf, kv_cells, q_start, q_end, scale, softcap)
+        attend = self._llama_cpp_attention if self.llama_cpp else self.be.attention
+        out = attend(q, kbuf, vbuf, kv_cells, q_start, q_end, scale, softcap)
         out = out.reshape(self.n_tokens, -1)
         return self.be.hadamard(out, rot_v) if rot_v else out
+
+    def _llama_cpp_attention(self, *args):
+        return llama_cpp_numerics.attention(self.be, *args)
 
     # -- outputs ------------------------------------------------------------------------
     def select_outputs(self, x: np.ndarray) -> np.ndarray:
