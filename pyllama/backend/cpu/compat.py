@@ -50,3 +50,15 @@ def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
                           np.ascontiguousarray(cells, np.int32), starts, starts + (qe - qs),
                           float(scale), float(softcap), out, max(1, n_threads or 1))
     return out
+
+
+def quantize_q8_K(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x [n, k] -> (q int8 [n, k], d f32 [n, k/256], bsums int16 [n, k/16]) as the kernels
+    quantize activations (quantize_row_q8_K_ref)."""
+    x = np.ascontiguousarray(np.atleast_2d(x), dtype=np.float32)
+    n, k = x.shape
+    q = np.empty((n, k), np.int8)
+    d = np.empty((n, k // 256), np.float32)
+    bs = np.empty((n, k // 16), np.int16)
+    _compat.quant_q8_K(x, q, d, bs)
+    return q, d, bs
