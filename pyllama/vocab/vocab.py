@@ -1,6 +1,7 @@
 """Vocab: llama.cpp's llama_vocab in Python -- tokenize, detokenize, special tokens.
 
-Tokenization runs in the `tokenizers` library (build.py); attributes, special ids, BOS/EOS
+Tokenization: the `tokenizers` library splits out added tokens and pre-tokenizes, _merge.pyx
+merges each text piece (build.py explains the split); attributes, special ids, BOS/EOS
 insertion, pieces and detokenization follow llama.cpp's src/llama-vocab.cpp.
 """
 from __future__ import annotations
@@ -21,20 +22,8 @@ _SPECIAL_ATTR = UNKNOWN | CONTROL
 _PARTITION_ATTR = CONTROL | USER_DEFINED | UNKNOWN
 
 
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2 byte-level alphabet: printable stand-in character -> byte."""
-    keep = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[chr(b)] = b
-        else:
-            table[chr(256 + extra)] = b
-            extra += 1
-    return table
-
-
-_BYTE_DECODER = _byte_decoder()
+# GPT-2 byte-level alphabet: printable stand-in character -> byte
+_BYTE_DECODER = {c: b for b, c in enumerate(build.bytes_to_unicode())}
 
 
 def _one_byte_replace(err: UnicodeDecodeError):
