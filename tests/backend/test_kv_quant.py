@@ -172,6 +172,30 @@ def test_attention_batch_and_thread_invariant(kt, qconv):
         assert np.array_equal(alone[0], full[i])
 
 
+@pytest.mark.parametrize("qconv", [False, True])
+@pytest.mark.parametrize("kt,vt", [("q8_0", "q8_0"), ("q4_0", "bf16"), ("bf16", "q4_0"), ("f16", "q8_0")])
+def test_head_grouping_never_changes_a_result(kt, vt, qconv):
+    """_attn_q tasks take 1..8 heads of one KV head (K/V rows dequantized once for them, in
+    chunks of cells): every grouping, thread count and list length gives the same bits."""
+    from pyllama.backend.cpu import _attn_q
+    ids = {"f16": 1, "q4_0": 2, "q8_0": 8, "bf16": 30}
+    rng = np.random.default_rng(8)
+    n_kv, group, d = 2, 7, 64                     # Qwen2.5's GQA shape
+    k, v = make_caches(RefBackend(), rng, kt, vt, 70, n_kv, d, d)
+    kb, vb = (np.ascontiguousarray(c).view(np.uint8).reshape(70, -1) for c in (k, v))
+    q = rng.standard_normal((3, n_kv * group, d)).astype(np.float32)
+    cells = rng.permutation(70).astype(np.int32)
+    qs, qe = np.array([0, 5, 0], np.int64), np.array([70, 22, 1], np.int64)   # 1, 17, 70 cells
+    outs = []
+    for hb, nt in ((1, 1), (2, 2), (3, 1), (7, 2), (8, 1), (0, 2)):
+        out = np.zeros((3, n_kv * group, d), np.float32)
+        _attn_q.attention(q, kb, vb, ids[kt], ids[vt], qconv, n_kv, cells, qs, qe, 0.125, 0.0,
+                          out, 70, nt, hb)
+        outs.append(out)
+    assert all(o.tobytes() == outs[0].tobytes() for o in outs[1:])
+    assert _attn_q.heads_per_task(1, 2, 7, 2) == 7 and _attn_q.heads_per_task(1, 1, 4, 2) == 2
+
+
 def test_block_types_need_heads_of_32(cpu):
     rng = np.random.default_rng(8)
     k, v = make_caches(cpu, rng, "q8_0", "q8_0", 4, 1, 64, 64)

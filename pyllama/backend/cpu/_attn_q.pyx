@@ -35,6 +35,8 @@ cdef extern from *:
     #include "pyl_vmath.h"
 
     enum { PYL_T_F32 = 0, PYL_T_F16 = 1, PYL_T_Q4_0 = 2, PYL_T_Q8_0 = 8, PYL_T_BF16 = 30 };
+    #define PYL_KVQ_HB 8      /* most heads per task */
+    #define PYL_KVQ_CH 16     /* cells dequantized at a time */
 
     /* bytes taken by e elements of type t (e a multiple of 32 for block types) */
     static inline int64_t pyl_kvq_bytes(int t, int64_t e) {
@@ -323,51 +325,114 @@ cdef extern from *:
                 }
     }
 
-    /* one (query, head): q [dk] f32; k/v point at this KV head's first element in cell 0;
-       scratch: s [ns], acc [dv], qf [dk], qd [dk/32], qq [dk] bytes */
-    static void pyl_kvq_task(const float *q, const uint8_t *k, const uint8_t *v, int64_t kst,
-                             int64_t vst, int kt, int vt, int qconv, const int32_t *cells, int n,
-                             int dk, int dv, float scale, float cap, float *s, float *acc,
-                             float *qf, float *qd, int8_t *qq, float *out) {
-        int j, b, nb = dk / 32, blocks = qconv && (kt == PYL_T_Q8_0 || kt == PYL_T_Q4_0);
-        float mx = -INFINITY, inv;
-        if (n <= 0) {
-            memset(out, 0, sizeof(float) * (size_t)dv);
-            return;
-        }
+    /* row of type t -> f32, exactly the values pyl_kvq_ld8 / pyl_kvq_ld1 give */
+    static inline void pyl_kvq_deq(const uint8_t *p, int t, int d, float *dst) {
+        int i = 0;
+    #if PYL_VM_SIMD
+        for (; i + 8 <= d; i += 8)
+            _mm256_storeu_ps(dst + i, pyl_kvq_ld8(p, t, i));
+    #endif
+        for (; i < d; i++)
+            dst[i] = pyl_kvq_ld1(p, t, i);
+    }
+
+    /* q of one head as the scores use it: q8_0 blocks (qq, qd) or floats (qf) */
+    static inline void pyl_kvq_prep_q(const float *q, int kt, int blocks, int qconv, int dk,
+                                      float *qf, float *qd, int8_t *qq) {
+        int j, b;
         if (blocks)
-            for (b = 0; b < nb; b++) {
+            for (b = 0; b < dk / 32; b++) {
                 uint16_t dh;
                 qd[b] = pyl_q8_0_quant(q + 32 * b, qq + 32 * b, &dh);
             }
         else
             for (j = 0; j < dk; j++)
                 qf[j] = qconv && kt == PYL_T_BF16 ? pyl_kvq_bf2f(pyl_kvq_f2bf(q[j])) : q[j];
-        for (j = 0; j < n; j++) {
-            const uint8_t *row = k + (int64_t)cells[j] * kst;
-            float x = blocks ? pyl_kvq_dot_blocks(row, kt, qq, qd, nb) : pyl_kvq_dot_float(row, kt, qf, dk);
-            x *= scale;
-            if (cap > 0.0f)
-                x = tanhf(x * (1.0f / cap)) * cap;
-            s[j] = x;
-            mx = x > mx ? x : mx;
+    }
+
+    /* acc[0:d] = fma(p[c], v[c][0:d], acc) for c = 0..m-1 in order (rows d apart, f32):
+       the pyl_kvq_mad chain per element, with the accumulator kept in a register */
+    static inline void pyl_kvq_mad_rows(float *acc, const float *p, const float *v, int m, int d) {
+        int i = 0, c;
+    #if PYL_VM_SIMD
+        for (; i + 8 <= d; i += 8) {
+            __m256 a = _mm256_loadu_ps(acc + i);
+            for (c = 0; c < m; c++)
+                a = _mm256_fmadd_ps(_mm256_set1_ps(p[c]), _mm256_loadu_ps(v + (int64_t)c * d + i), a);
+            _mm256_storeu_ps(acc + i, a);
         }
-        inv = (float)(1.0 / pyl_kvq_softmax(s, n, mx));
-        memset(acc, 0, sizeof(float) * (size_t)dv);
-        for (j = 0; j < n; j++)
-            pyl_kvq_mad(acc, s[j], v + (int64_t)cells[j] * vst, vt, dv);
-        for (j = 0; j < dv; j++)
-            out[j] = acc[j] * inv;
+    #endif
+        for (; i < d; i++)
+            for (c = 0; c < m; c++)
+                acc[i] = fmaf(p[c], v[(int64_t)c * d + i], acc[i]);
+    }
+
+    /* one query, nh heads (h = 0..nh-1, q and out rows dk / dv apart) sharing one KV head: the
+       listed K/V rows are dequantized once, PYL_KVQ_CH cells at a time, for all of them. Per
+       head the arithmetic is fixed whatever nh: the f32 dot / FMA chains run on the dequantized
+       rows, which hold the same values the row-type loads give, in cell order. k/v point at
+       this KV head's first element in cell 0; scratch: s [nh * ns], acc [nh * dv], qf [nh * dk],
+       qd [nh * dk / 32], qq [nh * dk] bytes, kf [CH * dk], vf [CH * dv] */
+    static void pyl_kvq_task(const float *q, int nh, const uint8_t *k, const uint8_t *v,
+                             int64_t kst, int64_t vst, int kt, int vt, int qconv,
+                             const int32_t *cells, int n, int dk, int dv, float scale, float cap,
+                             float *s, int64_t ns, float *acc, float *qf, float *qd, int8_t *qq,
+                             float *kf, float *vf, float *out) {
+        int j, j0, m, c, h, nb = dk / 32, blocks = qconv && (kt == PYL_T_Q8_0 || kt == PYL_T_Q4_0);
+        float mx[PYL_KVQ_HB], inv[PYL_KVQ_HB];
+        if (n <= 0) {
+            memset(out, 0, sizeof(float) * (size_t)dv * nh);
+            return;
+        }
+        for (h = 0; h < nh; h++) {
+            pyl_kvq_prep_q(q + (int64_t)h * dk, kt, blocks, qconv, dk, qf + (int64_t)h * dk,
+                           qd + h * nb, qq + (int64_t)h * dk);
+            mx[h] = -INFINITY;
+        }
+        for (j0 = 0; j0 < n; j0 += PYL_KVQ_CH) {
+            m = n - j0 < PYL_KVQ_CH ? n - j0 : PYL_KVQ_CH;
+            if (!blocks)
+                for (c = 0; c < m; c++)
+                    pyl_kvq_deq(k + (int64_t)cells[j0 + c] * kst, kt, dk, kf + (int64_t)c * dk);
+            for (h = 0; h < nh; h++)
+                for (c = 0; c < m; c++) {
+                    float x = blocks
+                        ? pyl_kvq_dot_blocks(k + (int64_t)cells[j0 + c] * kst, kt,
+                                             qq + (int64_t)h * dk, qd + h * nb, nb)
+                        : pyl_kvq_dot_float((const uint8_t *)(kf + (int64_t)c * dk), PYL_T_F32,
+                                            qf + (int64_t)h * dk, dk);
+                    x *= scale;
+                    if (cap > 0.0f)
+                        x = tanhf(x * (1.0f / cap)) * cap;
+                    s[h * ns + j0 + c] = x;
+                    mx[h] = x > mx[h] ? x : mx[h];
+                }
+        }
+        for (h = 0; h < nh; h++)
+            inv[h] = (float)(1.0 / pyl_kvq_softmax(s + h * ns, n, mx[h]));
+        memset(acc, 0, sizeof(float) * (size_t)dv * nh);
+        for (j0 = 0; j0 < n; j0 += PYL_KVQ_CH) {
+            m = n - j0 < PYL_KVQ_CH ? n - j0 : PYL_KVQ_CH;
+            for (c = 0; c < m; c++)
+                pyl_kvq_deq(v + (int64_t)cells[j0 + c] * vst, vt, dv, vf + (int64_t)c * dv);
+            for (h = 0; h < nh; h++)
+                pyl_kvq_mad_rows(acc + (int64_t)h * dv, s + h * ns + j0, vf, m, dv);
+        }
+        for (h = 0; h < nh; h++)
+            for (j = 0; j < dv; j++)
+                out[(int64_t)h * dv + j] = acc[(int64_t)h * dv + j] * inv[h];
     }
     """
     int PYL_VM_SIMD
     void pyl_kvq_fwht(float* x, int n) noexcept nogil
     int64_t pyl_kvq_bytes(int t, int64_t e) noexcept nogil
     void pyl_kvq_encode(const float* x, uint8_t* dst, int t, int64_t n) noexcept nogil
-    void pyl_kvq_task(const float* q, const uint8_t* k, const uint8_t* v, int64_t kst, int64_t vst,
-                      int kt, int vt, int qconv, const int32_t* cells, int n, int dk, int dv, float scale,
-                      float cap, float* s, float* acc, float* qf, float* qd, signed char* qq,
-                      float* out) noexcept nogil
+    int PYL_KVQ_HB
+    int PYL_KVQ_CH
+    void pyl_kvq_task(const float* q, int nh, const uint8_t* k, const uint8_t* v, int64_t kst,
+                      int64_t vst, int kt, int vt, int qconv, const int32_t* cells, int n, int dk,
+                      int dv, float scale, float cap, float* s, int64_t ns, float* acc, float* qf,
+                      float* qd, signed char* qq, float* kf, float* vf, float* out) noexcept nogil
 
 
 def simd():
@@ -397,39 +462,58 @@ def set_rows(uint8_t[:, ::1] cache, int t, const int64_t[::1] cells, const float
     return True
 
 
+def heads_per_task(int n_q, int n_kv, int group, int n_threads):
+    """Heads per task: the group split into as few equal blocks (<= PYL_KVQ_HB heads) as give
+    every thread a task."""
+    cdef int pairs = max(n_q * n_kv, 1)
+    cdef int blocks = max((n_threads + pairs - 1) // pairs, (group + PYL_KVQ_HB - 1) // PYL_KVQ_HB)
+    return max(1, (group + blocks - 1) // blocks)
+
+
 def attention(const float[:, :, ::1] q, const uint8_t[:, ::1] kb, const uint8_t[:, ::1] vb,
               int kt, int vt, bint qconv, int n_head_kv, const int32_t[::1] cells,
               const int64_t[::1] q_start, const int64_t[::1] q_end, float scale, float softcap,
-              float[:, :, ::1] out, int max_len, int n_threads):
+              float[:, :, ::1] out, int max_len, int n_threads, int hb=0):
     """q [n_q, n_head, dk]; kb/vb the caches as bytes [n_cells, row_bytes]; out [n_q, n_head, dv].
     qconv: convert q to K's vec_dot_type (llama.cpp's arithmetic) instead of dotting the float q
-    with the exactly dequantized K row. The caller validated cells and ranges, and dk, dv
-    multiples of 32 for block types."""
+    with the exactly dequantized K row. A task is one query and up to hb heads of one KV head
+    (0: heads_per_task); hb only splits work, never changes a result. The caller validated
+    cells and ranges, and dk, dv multiples of 32 for block types."""
     cdef int n_q = q.shape[0], n_head = q.shape[1], dk = q.shape[2], dv = out.shape[2]
     cdef int group = n_head // n_head_kv
     cdef int64_t kst = kb.strides[0], vst = vb.strides[0], ns = (max_len + 7) // 8 * 8
-    cdef int64_t width = ns + dv + 2 * dk + dk // 32 + 8
-    cdef Py_ssize_t t, n_tasks = <Py_ssize_t>n_q * n_head
-    cdef int i, h, g
+    cdef int nblk, i, g, b, h0, nh
+    cdef int64_t width
+    cdef Py_ssize_t t, n_tasks
     cdef float* sp
     cdef const int32_t* cp = &cells[0] if cells.shape[0] > 0 else NULL
     cdef float[:, ::1] scratch
-    if n_tasks == 0:
+    if n_q == 0 or n_head == 0:
         return
     if cp == NULL or max_len <= 0:
         out[:, :, :] = 0
         return
+    if hb <= 0:
+        hb = heads_per_task(n_q, n_head_kv, group, n_threads)
+    hb = max(1, min(hb, PYL_KVQ_HB, group))
+    nblk = (group + hb - 1) // hb
+    n_tasks = <Py_ssize_t>n_q * n_head_kv * nblk
+    width = hb * (ns + dv + dk + dk // 32 + dk // 4) + PYL_KVQ_CH * (dk + dv) + 8
     scratch = np.empty((max(n_threads, 1), width), dtype=np.float32)
     for t in prange(n_tasks, nogil=True, num_threads=n_threads, schedule="dynamic", chunksize=1):
-        i = t // n_head
-        h = t % n_head
-        g = h // group
+        i = t // (n_head_kv * nblk)
+        g = (t // nblk) % n_head_kv
+        b = t % nblk
+        h0 = g * group + b * hb
+        nh = min(hb, group - b * hb)
         sp = &scratch[threadid(), 0]
-        pyl_kvq_task(&q[i, h, 0], &kb[0, 0] + pyl_kvq_bytes(kt, <int64_t>g * dk),
+        pyl_kvq_task(&q[i, h0, 0], nh, &kb[0, 0] + pyl_kvq_bytes(kt, <int64_t>g * dk),
                      &vb[0, 0] + pyl_kvq_bytes(vt, <int64_t>g * dv), kst, vst, kt, vt, qconv,
                      cp + q_start[i], <int>(q_end[i] - q_start[i]), dk, dv, scale, softcap,
-                     sp, sp + ns, sp + ns + dv, sp + ns + dv + dk, <signed char*>(sp + ns + dv + dk + dk // 32 + 8),
-                     &out[i, h, 0])
+                     sp, ns, sp + hb * ns, sp + hb * (ns + dv), sp + hb * (ns + dv + dk),
+                     <signed char*>(sp + hb * (ns + dv + dk + dk // 32)),
+                     sp + hb * (ns + dv + dk + dk // 32 + dk // 4),
+                     sp + hb * (ns + dv + dk + dk // 32 + dk // 4) + PYL_KVQ_CH * dk, &out[i, h0, 0])
 
 
 def hadamard(float[:, ::1] x, int n, int n_threads):
