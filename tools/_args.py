@@ -262,6 +262,11 @@ OPTIONS: list[Opt] = [
     _O("--swa-extra", "int", "swa_extra", "keep N positions beyond the sliding window per "
        "sequence so a rollback of up to N tokens stays exact (default: 0)",
        env="LLAMA_ARG_SWA_EXTRA"),
+    _O("--numerics", "enum", "numerics", "arithmetic: 'llama.cpp' (llama.cpp's CPU kernels, chosen by "
+       "batch size as llama.cpp does: same tokens as llama.cpp) or 'invariant' (results independent "
+       "of batch shape; exact speculative decoding)\n(default: llama.cpp on the CPU for "
+       "llama-cli/-completion/-perplexity, else invariant)", choices=("invariant", "llama.cpp"),
+       hint="MODE", env="LLAMA_ARG_NUMERICS", tools={S, C, CO, SP, P}),
     _O("-kvu --kv-unified", "bool", "kv_unified", "use single unified KV buffer shared across "
        "all sequences (default: false)", neg="-no-kvu --no-kv-unified", env="LLAMA_ARG_KV_UNIFIED",
        tools={S, P}),

@@ -8,6 +8,8 @@ import dataclasses
 from dataclasses import dataclass, field
 
 SEED_RANDOM = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED
+# tools whose default --numerics is llama.cpp's (Params.numerics_for)
+LLAMA_CPP_NUMERICS_TOOLS = frozenset({"cli", "completion", "perplexity"})
 
 
 @dataclass
@@ -95,6 +97,7 @@ class Params:
     n_threads_batch: int = -1
     swa_full: bool = False
     swa_extra: int = 0
+    numerics: str = ""              # "" = the tool's default (see numerics_for)
     kv_unified: bool = False
     kv_unified_per_slot: int = 0
     ctx_shift: bool = False
@@ -191,6 +194,16 @@ class Params:
                     swa_extra=self.swa_extra, kv_unified=self.kv_unified,
                     type_k=self.cache_type_k, type_v=self.cache_type_v,
                     n_threads=self.n_threads if self.n_threads > 0 else None)
+
+    def numerics_for(self, backend_name: str) -> str:
+        """--numerics, else llama.cpp's arithmetic where llama.cpp's CPU outputs are the
+        reference users compare with (one sequence, prompt then token by token: llama-cli,
+        llama-completion, llama-perplexity) and the batch-invariant one elsewhere (server slots,
+        speculative decoding, which must equal plain decoding)."""
+        if self.numerics:
+            return self.numerics
+        single = self.tool in LLAMA_CPP_NUMERICS_TOOLS
+        return "llama.cpp" if single and backend_name in ("cpu", "ref") else "invariant"
 
     def sampler_params(self, cls=None, **overrides):
         """A pyllama.sampling.SamplerParams from the sampling fields it declares; user_set names

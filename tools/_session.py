@@ -18,6 +18,7 @@ def make_context(model, params: Params, n_seq: int = 1, n_ctx: int | None = None
         kw["n_ctx"] = n_ctx
     kw["n_ctx"] = max(8, kw["n_ctx"])
     kw["n_seq_max"] = max(1, n_seq)
+    kw["numerics"] = params.numerics_for(model.backend.name)
     return pyllama.Context(model, **kw)
 
 

@@ -32,7 +32,7 @@ def _context(model, params, n_ctx: int, n_batch: int, n_seq: int):
     import pyllama
     kw = params.context_kwargs(model.hparams.n_ctx_train)
     kw.update(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=min(params.n_ubatch, n_batch),
-              n_seq_max=n_seq)
+              n_seq_max=n_seq, numerics=params.numerics_for(model.backend.name))
     return pyllama.Context(model, **kw)
 
 

@@ -31,6 +31,7 @@ def to_config(params):
         n_batch=params.n_batch, n_ubatch=params.n_ubatch, n_parallel=params.n_parallel,
         n_threads=params.n_threads if params.n_threads > 0 else None,
         swa_full=params.swa_full, swa_extra=params.swa_extra, type_k=params.cache_type_k,
+        numerics=params.numerics or "invariant",
         type_v=params.cache_type_v,
         kv_unified=params.kv_unified if "kv_unified" in params.set_fields else None,
         n_predict=params.n_predict, n_keep=params.n_keep, cache_prompt=params.cache_prompt,

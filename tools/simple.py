@@ -78,7 +78,10 @@ def generate_greedy(model, prompt: str, n_predict: int, t_load: float) -> int:
         log().error("main: error: failed to tokenize the prompt")
         return 1
     n_ctx = max(len(ids) + n_predict - 1, len(ids) + 1)
-    ctx = pyllama.Context(model, n_ctx=n_ctx, n_batch=len(ids), n_ubatch=len(ids))
+    # llama-simple is llama.cpp's reference loop: its arithmetic on the CPU (docs/numerics.md)
+    numerics = "llama.cpp" if model.backend.name in ("cpu", "ref") else "invariant"
+    ctx = pyllama.Context(model, n_ctx=n_ctx, n_batch=len(ids), n_ubatch=len(ids),
+                          numerics=numerics)
     sampler = SamplerChain(SamplerParams(temp=0.0, samplers=["temperature"]), model.n_vocab,
                            eog_ids=tuple(model.vocab.eog_ids))
     out = sys.stdout.buffer

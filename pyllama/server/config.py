@@ -25,6 +25,7 @@ class ServerConfig:
     n_threads: int | None = None
     swa_full: bool = False
     swa_extra: int = 0
+    numerics: str = "invariant"     # Context numerics: results independent of slots and batching
     type_k: str = "f16"
     type_v: str = "f16"
     kv_unified: bool | None = None  # None = on (like llama-server's auto)

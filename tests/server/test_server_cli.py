@@ -21,6 +21,8 @@ def test_defaults_are_llama_server_auto(tool, tiny_model_path):
     c = config(tool, tiny_model_path("llama"))
     assert c.n_slots == 4 and c.unified and c.port == 8080 and c.host == "127.0.0.1"
     assert c.sampling is None and c.cache_prompt and c.endpoint_slots and not c.endpoint_metrics
+    assert c.numerics == "invariant"         # results independent of slots and batching
+    assert config(tool, tiny_model_path("llama"), "--numerics", "llama.cpp").numerics == "llama.cpp"
 
 
 def test_flags_map_onto_the_config(tool, tiny_model_path, tmp_path):

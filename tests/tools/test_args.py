@@ -238,3 +238,22 @@ def test_config_file_below_env_below_cli(tmp_path):
     cfg.write_text("ctx-size = abc\n")
     with pytest.raises(ArgError, match="config file .* key \"ctx-size\": stoi"):
         P("completion", env={"XDG_CONFIG_HOME": str(tmp_path)})
+
+
+def test_numerics_defaults_per_tool_flag_and_env():
+    # one sequence, prompt then token by token: llama.cpp's arithmetic on the CPU
+    for tool in ("cli", "completion", "perplexity"):
+        p, _ = P(tool)
+        assert p.numerics_for("cpu") == "llama.cpp" and p.numerics_for("cuda") == "invariant"
+    for tool in ("server", "speculative"):       # slots / exact speculation: batch-invariant
+        assert P(tool)[0].numerics_for("cpu") == "invariant"
+    p, _ = P("completion", "--numerics", "invariant")
+    assert p.numerics_for("cpu") == "invariant"
+    p, _ = P("server", env={"LLAMA_ARG_NUMERICS": "llama.cpp"})
+    assert p.numerics_for("cpu") == "llama.cpp"
+    p, _ = P("completion", "--numerics", "llama.cpp")
+    assert p.numerics_for("cuda") == "llama.cpp"      # explicit: the Context rejects it on cuda
+    with pytest.raises(ArgError, match='error while handling argument "--numerics"'):
+        P("completion", "--numerics", "fast")
+    with pytest.raises(ArgError, match="invalid argument: --numerics"):
+        P("tokenize", "--numerics", "invariant")
