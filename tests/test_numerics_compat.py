@@ -1,7 +1,11 @@
 """numerics="llama.cpp": llama.cpp's one-token CPU kernels (cpu/_compat.pyx + pyl_compat.h) against
 their numpy oracle (backend/ref_compat.py) bit for bit, the oracle against float64 arithmetic
 (sanity), the row-count kernel choice (backend/compat.py) and the Context option. The end-to-end
-oracle is llama.cpp itself: tests/test_greedy.py (its greedy tokens, 14/14 prompts)."""
+oracle is llama.cpp itself: tests/test_greedy.py (its greedy tokens, 14/14 prompts), and per kernel
+tests/data/compat-llamacpp.npz (llama.cpp's kernels run on random blocks through ctypes,
+tests/make_numerics_compat_fixture.py)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -15,6 +19,7 @@ from pyllama.gguf import GGML_BLOCK, GGMLType
 from tiny import tiny_path
 
 T = GGMLType
+DATA = os.path.join(os.path.dirname(__file__), "data")
 
 
 def random_k_weight(rng, wtype, rows, k):
@@ -55,6 +60,23 @@ def test_matvec_kernel_equals_oracle(wtype, n):
         assert np.array_equal(cpu_compat.matvec_k(w, x, nth), want)
     exact = x.astype(np.float64) @ dequantize_ref(wtype, w.raw).astype(np.float64).T
     assert np.allclose(want, exact, rtol=0.02, atol=0.02 * np.abs(exact).max())
+
+
+def test_kernels_equal_llama_cpp():
+    """llama.cpp's own quantize_row_q8_K_ref, ggml_vec_dot_q6_K_q8_K, ggml_gemv_q4_K_8x8_q8_K and
+    ggml_vec_dot_f16 outputs (stored), reproduced bit for bit by kernels and oracle."""
+    z = np.load(os.path.join(DATA, "compat-llamacpp.npz"))
+    x = z["x"]
+    q, d, bs = cpu_compat.quantize_q8_K(x)
+    assert np.array_equal(q, z["q8_qs"]) and np.array_equal(d, z["q8_d"])
+    assert np.array_equal(bs, z["q8_bsums"])
+    for key, wtype in (("6", T.Q6_K), ("4", T.Q4_K)):
+        raw = z["w" + key]
+        w = Weight("w", wtype, (raw.shape[0], x.shape[1]), raw)
+        assert np.array_equal(cpu_compat.matvec_k(w, x, 2), z["y" + key])
+        assert np.array_equal(ref_compat.matvec_k(wtype, raw, x), z["y" + key])
+    for a, b, n, y in zip(z["f16_a"], z["f16_b"], z["f16_len"], z["f16_dot"]):
+        assert ref_compat.vec_dot_f16(a[:n].astype(np.float32), b[:n].astype(np.float32)) == y
 
 
 def test_matvec_rows_are_independent():
@@ -155,7 +177,8 @@ def _vdot_scalar(a, b):
 def test_vec_dot_f16_oracle_follows_ggml():
     rng = np.random.default_rng(11)
     for n in (32, 64, 72):
-        a = (rng.standard_normal(n) * 10 ** rng.uniform(-3, 3, n)).astype(np.float16).astype(np.float32)
+        a = rng.standard_normal(n) * 10 ** rng.uniform(-3, 3, n)
+        a = a.astype(np.float16).astype(np.float32)
         b = rng.standard_normal(n).astype(np.float16).astype(np.float32)
         assert ref_compat.vec_dot_f16(a, b) == _vdot_scalar(a, b)
     # the order is visible: lanes 0 and 4 hold +-2^24, lane 1 holds 1 (ggml's hsum8 order

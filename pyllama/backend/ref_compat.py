@@ -86,7 +86,8 @@ def vec_dot_f16_reduce(acc: np.ndarray) -> np.ndarray:
     x = ((acc[..., 0, :] + acc[..., 2, :]).astype(_F32)
          + (acc[..., 1, :] + acc[..., 3, :]).astype(_F32)).astype(_F32)
     t = (x[..., 0:4] + x[..., 4:8]).astype(_F32)
-    return ((t[..., 0] + t[..., 1]).astype(_F32) + (t[..., 2] + t[..., 3]).astype(_F32)).astype(_F32)
+    lo = (t[..., 0] + t[..., 1]).astype(_F32)
+    return (lo + (t[..., 2] + t[..., 3]).astype(_F32)).astype(_F32)
 
 
 def vec_dot_f16(a: np.ndarray, b: np.ndarray) -> np.ndarray:

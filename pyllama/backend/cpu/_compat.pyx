@@ -30,7 +30,8 @@ Q6_K = PYL_C_Q6_K
 
 
 def quant_q8_K(const float[:, ::1] x, int8_t[:, ::1] q, float[:, ::1] d, int16_t[:, ::1] bs):
-    """x [n, k] (k % 256 == 0) -> q [n, k], d [n, k/256], bsums [n, k/16] (quantize_row_q8_K_ref)."""
+    """x [n, k] (k % 256 == 0) -> q [n, k], d [n, k/256], bsums [n, k/16]
+    (quantize_row_q8_K_ref)."""
     cdef Py_ssize_t t
     with nogil:
         for t in range(x.shape[0]):
@@ -63,7 +64,8 @@ def attention_vec(const float[:, :, ::1] q, const uint16_t[:, ::1] k_cache,
                   const int64_t[::1] q_start, const int64_t[::1] q_end, float scale,
                   float softcap, float[:, :, ::1] out, int nth):
     """out[i, h] = attention of query i, head h over cells[q_start[i]:q_end[i]] (ascending cell
-    index) of f16 caches k_cache [n_cells, n_kv * dk], v_cache [n_cells, n_kv * dv] (uint16 bits)."""
+    index) of f16 caches k_cache [n_cells, n_kv * dk], v_cache [n_cells, n_kv * dv] (uint16
+    bits)."""
     cdef int n_q = q.shape[0], H = q.shape[1], dk = q.shape[2], dv = out.shape[2]
     cdef int g = H // n_kv, task, i, h, longest = 0
     cdef Py_ssize_t j
