@@ -10,6 +10,9 @@ llama.cpp's prefill (n >= 8 rows) arithmetic, so results never depend on how wor
 backend does (one-token decodes, Q4_K tail rows, Q6_K under 8 rows), reproducing llama.cpp's own
 greedy continuations bit for bit, at the price of batch-shape dependent results (speculative
 verification then no longer equals plain decoding bit for bit). CPU and ref backends only.
+
+`kv_k_center=True` (opt-in, not llama.cpp) stores quantized K rows minus the layer's K bias
+(docs/kv_cache_types.md): the same logits in exact arithmetic, much less q8_0 error on Qwen2.
 """
 from __future__ import annotations
 
@@ -29,7 +32,8 @@ class Context:
     def __init__(self, model, n_ctx: int = 4096, n_batch: int = 2048, n_ubatch: int = 512,
                  n_seq_max: int = 1, swa_full: bool = False, swa_extra: int = 0,
                  kv_unified: bool = False, type_k: str = "f16", type_v: str = "f16",
-                 n_threads: int | None = None, numerics: str = "invariant"):
+                 n_threads: int | None = None, numerics: str = "invariant",
+                 kv_k_center: bool = False):
         hp = model.hparams
         if n_ctx == 0:
             n_ctx = hp.n_ctx_train
@@ -53,7 +57,8 @@ class Context:
         layout = KVLayout(n_embd_k_gqa=[hp.n_embd_k_gqa] * hp.n_layer,
                           n_embd_v_gqa=[hp.n_embd_v_gqa] * hp.n_layer,
                           n_head_kv=[hp.n_head_kv] * hp.n_layer, is_swa=list(hp.is_swa),
-                          swa_type=hp.swa_type, n_swa=hp.n_swa)
+                          swa_type=hp.swa_type, n_swa=hp.n_swa,
+                          k_center=_k_centers(model, hp) if kv_k_center else {})
         self.n_ctx, self.n_ctx_seq, _ = ctx_geometry(n_ctx, n_seq_max, kv_unified)
         self.memory = make_memory(layout, n_ctx=n_ctx, n_seq_max=n_seq_max,
                                   n_ubatch=self.n_ubatch, kv_unified=kv_unified,
@@ -167,6 +172,15 @@ def _check_numerics(numerics: str, backend) -> None:
     if numerics == "llama.cpp" and backend.name not in ("cpu", "ref"):
         raise ContextError(f"numerics='llama.cpp' needs the cpu or ref backend "
                            f"(not {backend.name})")
+
+
+def _k_centers(model, hp) -> dict:
+    """kv_k_center (opt-in, not llama.cpp): {il: attn_k.bias}, taken off every K row a quantized
+    K cache stores (docs/kv_cache_types.md). Exact only without an attention softcap."""
+    if hp.f_attn_logit_softcapping > 0:
+        raise ContextError("kv_k_center needs attention without a logit softcap")
+    return {il: np.asarray(L.attn_k_b.raw, dtype=np.float32)
+            for il, L in enumerate(model.weights.layers) if L.attn_k_b is not None}
 
 
 def _check_block_heads(hp, type_k: str, type_v: str) -> None:

@@ -78,6 +78,9 @@ class Graph:
         if scale is None:
             scale = 1.0 / math.sqrt(hp.n_embd_head_k)
         mem = self.memory
+        c = mem.k_offset(il)                  # kv_k_center: store k - c (the softmax cancels q.c)
+        if c is not None:
+            k = np.subtract(k, c.reshape(k.shape[1:]), dtype=np.float32)
         rot_k, rot_v = mem.attn_rot(il)       # quantized caches: Hadamard-rotated q, K, V (llama.cpp)
         if rot_k:
             q, k = self.be.hadamard(q, rot_k), self.be.hadamard(k, rot_k)

@@ -171,3 +171,52 @@ def test_cpu_and_ref_backends_rotate_alike(tiny_model_path, qwen64):
     assert a.memory.k[0][:16].tobytes() == b.memory.k[0][:16].tobytes()
     row_err = np.abs(la - lb).max(axis=1) / np.abs(lb).max()
     assert np.sort(row_err)[-2] < 1e-5 and row_err.max() < 1e-2
+
+
+# ---- kv_k_center (opt-in, not llama.cpp): K rows stored minus the layer's K bias ----------------
+def test_k_center_stores_k_minus_bias_and_keeps_invariants(qwen64, tiny_model_path):
+    toks = tokens(30, seed=7)
+    ref = pyllama.Context(qwen64, n_ctx=256, type_k="f32", type_v="f32")
+    f32 = ref.eval(toks, logits_all=True)
+    kw = dict(n_ctx=256, type_k="q8_0", type_v="q8_0", kv_k_center=True)
+    ctx = pyllama.Context(qwen64, **kw)
+    a = ctx.eval(toks, logits_all=True)
+    bias = np.asarray(qwen64.weights.layers[0].attn_k_b.raw, np.float32)
+    assert np.array_equal(ctx.memory.k_offset(0), bias)
+    want = hadamard((ref.memory.k[0][:30] - bias).astype(np.float32), 64)
+    assert ctx.memory.k[0][:30].tobytes() == kv_encode(want, "q8_0").tobytes()
+    assert np.abs(a - f32).max() < 0.1 * np.abs(f32).max()
+    b = pyllama.Context(qwen64, n_ubatch=4, **kw).eval(toks, logits_all=True)
+    one = pyllama.Context(qwen64, **kw)
+    c = np.concatenate([one.eval([t]) for t in toks])
+    assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
+def test_k_center_only_for_quantized_k_and_no_softcap(qwen64, tiny_model_path):
+    toks = tokens(12, seed=8)
+    plain = pyllama.Context(qwen64, n_ctx=256).eval(toks, logits_all=True)
+    ctx = pyllama.Context(qwen64, n_ctx=256, kv_k_center=True)          # f16 K: nothing changes
+    assert ctx.memory.k_offset(0) is None
+    assert np.array_equal(ctx.eval(toks, logits_all=True), plain)
+    g2 = pyllama.load_model(tiny_model_path("gemma2", overrides={"attention.key_length": 32,
+                                                                 "attention.value_length": 32}))
+    with pytest.raises(pyllama.errors.ContextError):
+        pyllama.Context(g2, n_ctx=256, type_k="q8_0", kv_k_center=True)
+
+
+def test_k_shift_with_center(qwen64):
+    ctx = pyllama.Context(qwen64, n_ctx=256, type_k="q8_0", type_v="q8_0", kv_k_center=True)
+    ctx.eval(tokens(30, seed=9))
+    mem = ctx.memory
+    k0 = {il: mem.k[il].copy() for il in mem.layers}
+    mem.seq_add(0, 10, -1, 5)
+    mem.update()
+    hp = qwen64.hparams
+    cells = np.flatnonzero(mem.cells[0].pos >= 15)
+    for il in mem.layers:
+        c = mem.k_offset(il).reshape(hp.n_head_kv, -1)
+        rows = hadamard(kv_decode(k0[il][cells], "q8_0").reshape(len(cells), hp.n_head_kv, -1), 64)
+        want = qwen64.backend.rope(rows + c, np.full(len(cells), 5, np.int32), hp.n_rot,
+                                   hp.rope_base(il), hp.rope_scale(il), hp.rope_type) - c
+        want = hadamard(want.astype(np.float32), 64).reshape(len(cells), -1)
+        assert mem.k[il][cells].tobytes() == kv_encode(want, "q8_0").tobytes()

@@ -27,6 +27,22 @@ _STATE_IDS = itertools.count()
 QUANTIZED = ("q8_0", "q4_0")         # ggml_is_quantized among the KV types
 
 
+def _centers(layers, k_center, n_embd_k, type_k) -> dict:
+    """{il: f32[n_embd_k]} K offsets (quantized K only; kv_k_center): a constant vector taken
+    off every stored K row shifts each score of a query by the same amount, which the softmax
+    cancels, and can shrink the block scales of a quantized K cache (Qwen2's large K biases)."""
+    out = {}
+    if type_k not in QUANTIZED or not k_center:
+        return out
+    for il, c in zip(layers, k_center):
+        if c is not None:
+            c = np.ascontiguousarray(c, dtype=np.float32).reshape(-1)
+            if c.shape[0] != n_embd_k[il]:
+                raise ContextError(f"k_center of layer {il}: {c.shape[0]} values for {n_embd_k[il]}")
+            out[il] = c
+    return out
+
+
 def _uniform(heads: list[int]) -> int:
     """llama.cpp's n_embd_head_*_all: the head size shared by all layers, 0 none, -1 mixed."""
     return heads[0] if heads and all(h == heads[0] for h in heads) else (-1 if heads else 0)
@@ -60,7 +76,7 @@ def _range(p0, p1):
 class KVCache:
     def __init__(self, *, n_cells, layers, n_embd_k, n_embd_v, n_seq_max, n_stream, swa_type=SWA_NONE,
                  n_swa=0, swa_extra=0, type_k="f16", type_v="f16", alloc=None, rope=None,
-                 n_head_kv=None):
+                 n_head_kv=None, k_center=None):
         if type_k not in DTYPES or type_v not in DTYPES:
             raise ContextError(f"unsupported KV cache type {type_k}/{type_v} "
                                f"({', '.join(DTYPES)})")
@@ -71,6 +87,7 @@ class KVCache:
         self.n_head_kv = dict(zip(self.layers, n_head_kv or [1] * len(self.layers)))
         self.swa_type, self.n_swa, self.swa_extra = swa_type, n_swa, swa_extra
         self.type_k, self.type_v, self.rope = type_k, type_v, rope
+        self.k_center = _centers(self.layers, k_center, self.n_embd_k, type_k)
         self.rot_k, self.rot_v = attn_rot(
             type_k, type_v, [self.n_embd_k[il] // self.n_head_kv[il] for il in self.layers],
             [self.n_embd_v[il] // self.n_head_kv[il] for il in self.layers])
@@ -102,6 +119,10 @@ class KVCache:
     def attn_rot(self, layer) -> tuple[int, int]:
         """(n_rot_k, n_rot_v) for the layer's attention, 0 = no rotation (see attn_rot)."""
         return self.rot_k, self.rot_v
+
+    def k_offset(self, layer) -> np.ndarray | None:
+        """f32[n_embd_k] to subtract from the layer's K rows before they are stored, or None."""
+        return self.k_center.get(layer)
 
     def used_cells(self) -> int:
         return sum(c.used() for c in self.cells)
@@ -425,9 +446,15 @@ class KVCache:
             k[g] = np.asarray(self.rope(rows, delta, il)).reshape(len(g), -1)
             return
         rows = kv_decode(k[g], self.type_k).reshape(len(g), self.n_head_kv[il], -1)
+        c = self.k_center.get(il)
+        c = None if c is None else c.reshape(self.n_head_kv[il], -1)
         if self.rot_k:                        # stored rotated: back, rope, forward (H @ H = I)
             rows = hadamard(rows, self.rot_k)
+        if c is not None:                     # stored k - c: rope(k) - c
+            rows = rows + c
         rot = np.asarray(self.rope(rows, delta, il), dtype=np.float32)
+        if c is not None:
+            rot = rot - c
         if self.rot_k:
             rot = hadamard(rot, self.rot_k)
         k[g] = kv_encode(rot.reshape(len(g), -1), self.type_k)

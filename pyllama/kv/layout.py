@@ -9,13 +9,16 @@ from .swa import SWA_NONE
 @dataclass
 class KVLayout:
     """n_layer layers; is_swa[il]; n_embd_k_gqa[il] / n_embd_v_gqa[il] = n_head_kv * head_dim;
-    n_head_kv[il]; swa_type (0 none, 1 standard, 2 chunked, 3 symmetric) and n_swa."""
+    n_head_kv[il]; swa_type (0 none, 1 standard, 2 chunked, 3 symmetric) and n_swa.
+    k_center: optional {il: f32[n_embd_k_gqa]} subtracted from K rows before a quantized K cache
+    stores them (KVCache, `kv_k_center`: not llama.cpp's bytes)."""
     n_embd_k_gqa: list[int]
     n_embd_v_gqa: list[int]
     n_head_kv: list[int]
     is_swa: list[bool] = field(default_factory=list)
     swa_type: int = SWA_NONE
     n_swa: int = 0
+    k_center: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if not self.is_swa:
@@ -36,4 +39,5 @@ class KVLayout:
         return {"layers": layers,
                 "n_embd_k": [self.n_embd_k_gqa[il] for il in layers],
                 "n_embd_v": [self.n_embd_v_gqa[il] for il in layers],
-                "n_head_kv": [self.n_head_kv[il] for il in layers]}
+                "n_head_kv": [self.n_head_kv[il] for il in layers],
+                "k_center": [self.k_center.get(il) for il in layers]}
