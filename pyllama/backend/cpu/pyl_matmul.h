@@ -311,9 +311,9 @@ static inline int pyl_block_bytes(int t) {
 
 #if PYL_AVX2
 /* 16 packed bytes -> 32 values: low nibbles (elements 0-15), high nibbles (16-31) */
-static inline __m256i pyl_nib32(const uint8_t *x) {
-    const __m128i q = _mm_loadu_si128((const __m128i *)x);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0xF));
+static inline __m256i pyl_nib32(const uint8_t *x) { /* broadcast load, one shift (no insert) */
+    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)x));
+    return _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0xF));
 }
 static inline __m256i pyl_bits32(const uint8_t *qh) { /* 0xFF where bit j of qh is set */
     uint32_t x32; memcpy(&x32, qh, 4);
@@ -867,22 +867,36 @@ static inline void pyl_tileF(const int NR, const int NT, int k, const pyl_wrow *
 /* ---- direct mat-vec (few tokens): exactly the per-element operations of the tiles above,
  * with each weight block decoded in registers / a stack super-block instead of the row
  * scratch (no stores of whole decoded rows).  Tests check bit-identity with the tiles. */
+/* one 32-block of one token: acc = fma(d_w * d_x, (float)lanes, acc) (the tile's operations) */
+static inline __attribute__((always_inline)) __m256
+pyl_blockA(const int t, const uint8_t *x, const int8_t *yq, const float *dy, __m256 acc) {
+    const __m256i w = pyl_dec32_avx2(t, x);
+    const __m256i y = _mm256_loadu_si256((const __m256i *)yq);
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w)),
+                                        _mm256_set1_epi16(1));
+    const __m256 dd = _mm256_mul_ps(_mm256_broadcast_ss(pyl_f16_ref(x)), _mm256_broadcast_ss(dy));
+    return _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
+}
+
+/* mat-vec of one row: blocks in order, two per iteration (pointer steps, one prefetch per
+ * iteration); the min term of Q4_1/Q5_1 in its own scalar chain */
 static inline __attribute__((always_inline)) float
 pyl_dotA_direct(const int t, const uint8_t *row, int nb, const pyl_arow *a) {
     const int bb = pyl_block_bytes(t), HAS_M = pyl_has_m(t);
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc = _mm256_setzero_ps();
     float accm = 0.0f;
-    for (int b = 0; b < nb; b++) {
-        const uint8_t *x = row + (int64_t)bb * b;
+    const uint8_t *x = row;
+    const int8_t *yq = a->q;
+    const float *dy = a->d;
+    const uint8_t *end2 = row + (int64_t)bb * (nb & ~1);
+    for (; x < end2; x += 2 * bb, yq += 64, dy += 2) {
         _mm_prefetch((const char *)x + PYL_PREFETCH, _MM_HINT_T0);
-        const __m256i w = pyl_dec32_avx2(t, x);
-        const __m256i y = _mm256_loadu_si256((const __m256i *)(a->q + 32 * b));
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w)), ones);
-        const __m256 dd = _mm256_mul_ps(_mm256_broadcast_ss(pyl_f16_ref(x)), _mm256_broadcast_ss(a->d + b));
-        acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
-        if (HAS_M) accm = fmaf(*pyl_f16_ref(x + 2), a->s[b], accm);
+        acc = pyl_blockA(t, x, yq, dy, acc);
+        acc = pyl_blockA(t, x + bb, yq + 32, dy + 1, acc);
     }
+    if (nb & 1) acc = pyl_blockA(t, x, yq, dy, acc);
+    if (HAS_M)
+        for (int b = 0; b < nb; b++) accm = fmaf(*pyl_f16_ref(row + (int64_t)bb * b + 2), a->s[b], accm);
     return pyl_hsum8(acc) + accm;
 }
 
