@@ -1,7 +1,8 @@
 """Matmul kernel benchmarks on the bundled models' real tensors (pytest-benchmark).
 
 Mat-vec (1 token, token generation): GB/s of weight bytes read; target ~15 GB/s with 2 threads
-on the reference box (17.7 GB/s read bandwidth). Mat-mat (512 tokens, prompt processing):
+on the reference box (17.7 GB/s read bandwidth). Small batches (2-16 tokens, speculative
+verification): ms per call and the cost relative to one token. Mat-mat (512 tokens, prompt processing):
 GFLOP/s counted as 2*n*rows*k. Figures go to extra_info; nothing asserts a time.
 Run: PYTHONPATH=. pytest bench/test_bench_matmul.py --benchmark-only
 """
@@ -72,3 +73,17 @@ def test_matmat_512(benchmark, model, name, threads):
     best = benchmark.stats.stats.min
     benchmark.extra_info.update(type=w.type.name, shape=f"{rows}x{k}", threads=threads,
                                 gflop_per_s=round(2 * 512 * rows * k / best / 1e9, 1))
+
+
+@pytest.mark.parametrize("n", [2, 4, 9, 16])
+@pytest.mark.parametrize("model,name", [(m, n) for m, ns in CASES.items() for n in ns[1:]])
+def test_small_batch(benchmark, model, name, n, threads):
+    w, nbytes = _weight(model, name)
+    rows, k = w.shape
+    x = np.random.default_rng(0).standard_normal((n, k)).astype(np.float32)
+    out = np.empty((n, rows), np.float32)
+    mm.matmul(w, x, out)
+    benchmark.pedantic(mm.matmul, args=(w, x, out), rounds=20, iterations=1, warmup_rounds=1)
+    best = benchmark.stats.stats.min
+    benchmark.extra_info.update(type=w.type.name, shape=f"{rows}x{k}", threads=threads, tokens=n,
+                                ms=round(best * 1e3, 3), gb_per_s=round(nbytes / best / 1e9, 2))
