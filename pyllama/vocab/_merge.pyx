@@ -10,7 +10,7 @@
   one symbol per byte, merged by lowest rank then leftmost; optional whole-word lookup first).
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcmp, memcpy
 
 import numpy as np
@@ -22,6 +22,7 @@ cdef extern from *:
         for (int64_t i = 0; i < n; i++) { h ^= p[i]; h *= 1099511628211ULL; }
         return h ^ (h >> 29);
     }
+    typedef struct { uint64_t hash; int32_t id; uint8_t len; uint8_t text[19]; } pyl_memo_t;
     static const uint8_t pyl_utf8_len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
     static inline uint64_t pyl_mix(uint64_t k) {
         k ^= k >> 33; k *= 0xff51afd7ed558ccdULL; k ^= k >> 33;
@@ -30,7 +31,16 @@ cdef extern from *:
     """
     uint64_t pyl_fnv(const uint8_t *p, int64_t n) nogil
     uint64_t pyl_mix(uint64_t k) nogil
+    ctypedef struct pyl_memo_t:
+        uint64_t hash
+        int32_t id
+        uint8_t len
+        uint8_t text[19]
     const uint8_t pyl_utf8_len[16]
+
+
+cdef enum:
+    MEMO_SIZE = 8192
 
 
 cdef uint64_t _capacity(int64_t n):
@@ -66,7 +76,7 @@ cdef class TokenTable:
     cdef const int64_t *offs
     cdef const int64_t *lens
     cdef int32_t n
-    cdef int32_t *slots
+    cdef uint64_t *slots        # hash tag << 32 | (id + 1); 0: empty
     cdef uint64_t mask
 
     def __cinit__(self, packed, offsets, lengths):
@@ -82,12 +92,9 @@ cdef class TokenTable:
         self.lens = &l[0] if self.n else NULL
         cdef uint64_t cap = _capacity(self.n)
         self.mask = cap - 1
-        self.slots = <int32_t *>malloc(cap * sizeof(int32_t))
+        self.slots = <uint64_t *>calloc(cap, sizeof(uint64_t))
         if self.slots == NULL:
             raise MemoryError()
-        cdef uint64_t k
-        for k in range(cap):
-            self.slots[k] = -1
         cdef int32_t i
         for i in range(self.n):
             self._insert(i)
@@ -98,24 +105,33 @@ cdef class TokenTable:
     cdef void _insert(self, int32_t i) noexcept nogil:
         cdef const uint8_t *p = self.base + self.offs[i]
         cdef int64_t n = self.lens[i]
-        cdef uint64_t h = pyl_fnv(p, n) & self.mask
-        cdef int32_t j
+        cdef uint64_t hash = pyl_fnv(p, n), tag = hash >> 32
+        cdef uint64_t h = hash & self.mask, s
         while True:
-            j = self.slots[h]
-            if j < 0 or (self.lens[j] == n and memcmp(self.base + self.offs[j], p, n) == 0):
-                self.slots[h] = i          # a later duplicate replaces the earlier id
+            s = self.slots[h]
+            if s == 0 or (s >> 32) == tag and self._same(<int32_t><uint32_t>s - 1, p, n):
+                self.slots[h] = (tag << 32) | <uint64_t>(i + 1)   # a later duplicate replaces the earlier id
                 return
             h = (h + 1) & self.mask
 
+    cdef inline bint _same(self, int32_t j, const uint8_t *p, int64_t n) noexcept nogil:
+        return self.lens[j] == n and memcmp(self.base + self.offs[j], p, n) == 0
+
     cdef int32_t find_c(self, const uint8_t *p, int64_t n) noexcept nogil:
-        cdef uint64_t h = pyl_fnv(p, n) & self.mask
+        return self.find_h(p, n, pyl_fnv(p, n))
+
+    cdef int32_t find_h(self, const uint8_t *p, int64_t n, uint64_t hash) noexcept nogil:
+        cdef uint64_t tag = hash >> 32
+        cdef uint64_t h = hash & self.mask, s
         cdef int32_t j
         while True:
-            j = self.slots[h]
-            if j < 0:
+            s = self.slots[h]
+            if s == 0:
                 return -1
-            if self.lens[j] == n and memcmp(self.base + self.offs[j], p, n) == 0:
-                return j
+            if (s >> 32) == tag:
+                j = <int32_t><uint32_t>s - 1
+                if self._same(j, p, n):
+                    return j
             h = (h + 1) & self.mask
 
     def find(self, const uint8_t[::1] text) -> int:
@@ -343,6 +359,7 @@ cdef class Merger:
     cdef uint8_t bl_text[256][2]       # BPE: the byte-level character of each byte (UTF-8)
     cdef uint8_t bl_len[256]
     cdef bint spm, ignore_merges, space_prefix
+    cdef pyl_memo_t *memo               # SPM: recent text -> id lookups (direct-mapped)
 
     def __cinit__(self, TokenTable vocab, MergeTable merges, scores, byte_ids, bytelevel,
                   bint ignore_merges, bint space_prefix):
@@ -353,6 +370,9 @@ cdef class Merger:
         self.scores = np.ascontiguousarray(scores if scores is not None else
                                            np.zeros(len(vocab), np.float32), dtype=np.float32)
         self.ignore_merges, self.space_prefix = ignore_merges, space_prefix
+        self.memo = <pyl_memo_t *>calloc(MEMO_SIZE, sizeof(pyl_memo_t))
+        if self.memo == NULL:
+            raise MemoryError()
         cdef int i
         for i in range(256):
             self.byte_ids[i] = byte_ids[i]
@@ -360,6 +380,22 @@ cdef class Merger:
             self.bl_len[i] = len(t)
             for j in range(len(t)):
                 self.bl_text[i][j] = t[j]
+
+    def __dealloc__(self):
+        free(self.memo)
+
+    cdef int32_t _find(self, const uint8_t *p, int64_t n) noexcept nogil:
+        """vocab.find_c through the memo: the vocab table is large and each probe a cache
+        miss, while a text repeats the same few thousand bigrams."""
+        if n > 19:
+            return self.vocab.find_c(p, n)
+        cdef uint64_t h = pyl_fnv(p, n)
+        cdef pyl_memo_t *e = &self.memo[h & (MEMO_SIZE - 1)]
+        if e.hash == h and e.len == n and memcmp(e.text, p, n) == 0:
+            return e.id
+        e.hash, e.len, e.id = h, <uint8_t>n, self.vocab.find_h(p, n, h)
+        memcpy(e.text, p, n)
+        return e.id
 
     def encode(self, const uint8_t[::1] text, list pieces, const int64_t[::1] bpos,
                const int32_t[::1] remap) -> list:
@@ -434,13 +470,13 @@ cdef class Merger:
         if left < 0 or right < 0:
             return 0
         cdef int32_t size = w.n[left] + w.n[right]
-        cdef int32_t tok = self.vocab.find_c(w.text + w.start[left], size)
+        cdef int32_t tok = self._find(w.text + w.start[left], size)
         if tok >= 0:
             _push(w, -<double>self.scores[tok], left, right, size, tok)
         return 0
 
     cdef int _resegment(self, Work *w, int32_t i, list out) except -1:
-        cdef int32_t tok = self.vocab.find_c(w.text + w.start[i], w.n[i])
+        cdef int32_t tok = self._find(w.text + w.start[i], w.n[i])
         cdef int64_t j
         if tok >= 0:
             out.append(tok)
