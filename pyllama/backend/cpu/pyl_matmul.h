@@ -1002,7 +1002,9 @@ static inline pyl_direct_fn pyl_direct_for(int t) {
 #ifndef PYL_DIRECT_MAX_A
 #define PYL_DIRECT_MAX_A 16 /* family A: direct register groups up to this many tokens */
 #endif
+#ifndef PYL_DIRECT_MAX_K
 #define PYL_DIRECT_MAX_K 2 /* K-quants: one mat-vec per token (tiles win from 3 tokens) */
+#endif
 #else
 #define PYL_DIRECT_MAX_A 0
 #define PYL_DIRECT_MAX_K 0
