@@ -41,6 +41,8 @@ cdef extern from *:
 
 cdef enum:
     MEMO_SIZE = 8192
+    CACHE_MAX_BYTES = 256       # `tokenizers`' word cache: words under 256 characters,
+    CACHE_ENTRIES = 10000       # at most 10000 of them
 
 
 cdef uint64_t _capacity(int64_t n):
@@ -360,6 +362,7 @@ cdef class Merger:
     cdef uint8_t bl_len[256]
     cdef bint spm, ignore_merges, space_prefix
     cdef pyl_memo_t *memo               # SPM: recent text -> id lookups (direct-mapped)
+    cdef dict cache                     # short text piece (bytes) -> ids
 
     def __cinit__(self, TokenTable vocab, MergeTable merges, scores, byte_ids, bytelevel,
                   bint ignore_merges, bint space_prefix):
@@ -370,6 +373,7 @@ cdef class Merger:
         self.scores = np.ascontiguousarray(scores if scores is not None else
                                            np.zeros(len(vocab), np.float32), dtype=np.float32)
         self.ignore_merges, self.space_prefix = ignore_merges, space_prefix
+        self.cache = {}
         self.memo = <pyl_memo_t *>calloc(MEMO_SIZE, sizeof(pyl_memo_t))
         if self.memo == NULL:
             raise MemoryError()
@@ -397,14 +401,16 @@ cdef class Merger:
         memcpy(e.text, p, n)
         return e.id
 
-    def encode(self, const uint8_t[::1] text, list pieces, const int64_t[::1] bpos,
+    def encode(self, bytes text, list pieces, const int64_t[::1] bpos,
                const int32_t[::1] remap) -> list:
-        """`pieces`: (splitter id, (char start, char end)) pairs; id 0 is text, others map to
-        vocab ids through `remap`. bpos: byte offset of each character (None when ASCII)."""
+        """`text` UTF-8; `pieces`: (splitter id, (char start, char end)) pairs, id 0 is text,
+        others map to vocab ids through `remap`. bpos: byte offset of each character (None
+        when ASCII). Short text pieces are cached (as `tokenizers` caches words)."""
         cdef Work w
         memset_work(&w)
         out = []
-        cdef int64_t s, e
+        cdef const uint8_t *data = <const uint8_t *><const char *>text
+        cdef int64_t s, e, k
         cdef int sid
         try:
             for sid, (s, e) in pieces:
@@ -413,14 +419,28 @@ cdef class Merger:
                     continue
                 if bpos is not None:
                     s, e = bpos[s], bpos[e]
-                if e > s:
-                    if self.spm:
-                        self._spm(&w, &text[s], e - s, out)
-                    else:
-                        self._bpe(&w, &text[s], e - s, out)
+                if e <= s:
+                    continue
+                if e - s > CACHE_MAX_BYTES:
+                    self._piece(&w, data + s, e - s, out)
+                    continue
+                key = text[s:e]
+                hit = self.cache.get(key)
+                if hit is not None:
+                    out.extend(<list>hit)
+                    continue
+                k = len(out)
+                self._piece(&w, data + s, e - s, out)
+                if len(self.cache) < CACHE_ENTRIES:
+                    self.cache[key] = out[k:]
         finally:
             _release(&w)
         return out
+
+    cdef int _piece(self, Work *w, const uint8_t *src, int64_t n, list out) except -1:
+        if self.spm:
+            return self._spm(w, src, n, out)
+        return self._bpe(w, src, n, out)
 
     cdef int _spm(self, Work *w, const uint8_t *src, int64_t n, list out) except -1:
         # llama_escape_whitespace on ' ' + text (the prefix when add_space_prefix)
