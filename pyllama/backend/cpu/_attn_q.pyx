@@ -355,6 +355,22 @@ cdef extern from *:
     static inline void pyl_kvq_mad_rows(float *acc, const float *p, const float *v, int m, int d) {
         int i = 0, c;
     #if PYL_VM_SIMD
+        for (; i + 32 <= d; i += 32) {          /* 4 independent chains in flight */
+            __m256 a0 = _mm256_loadu_ps(acc + i), a1 = _mm256_loadu_ps(acc + i + 8);
+            __m256 a2 = _mm256_loadu_ps(acc + i + 16), a3 = _mm256_loadu_ps(acc + i + 24);
+            for (c = 0; c < m; c++) {
+                const float *vr = v + (int64_t)c * d + i;
+                __m256 pv = _mm256_set1_ps(p[c]);
+                a0 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr), a0);
+                a1 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8), a1);
+                a2 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 16), a2);
+                a3 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 24), a3);
+            }
+            _mm256_storeu_ps(acc + i, a0);
+            _mm256_storeu_ps(acc + i + 8, a1);
+            _mm256_storeu_ps(acc + i + 16, a2);
+            _mm256_storeu_ps(acc + i + 24, a3);
+        }
         for (; i + 8 <= d; i += 8) {
             __m256 a = _mm256_loadu_ps(acc + i);
             for (c = 0; c < m; c++)
@@ -366,6 +382,26 @@ cdef extern from *:
             for (c = 0; c < m; c++)
                 acc[i] = fmaf(p[c], v[(int64_t)c * d + i], acc[i]);
     }
+
+    #if PYL_VM_SIMD
+    /* r[c] = pyl_kvq_dot_float(k + c * d as f32, qf, d) for c = 0..3, d % 8 == 0: the same four
+       FMA chains and hsums, run side by side */
+    static inline void pyl_kvq_dot4_f32(const float *k, const float *qf, int d, float *r) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int i;
+        for (i = 0; i < d; i += 8) {
+            __m256 qv = _mm256_loadu_ps(qf + i);
+            a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + i), a0);
+            a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + d + i), a1);
+            a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 2 * d + i), a2);
+            a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 3 * d + i), a3);
+        }
+        r[0] = pyl_hsum8(a0);
+        r[1] = pyl_hsum8(a1);
+        r[2] = pyl_hsum8(a2);
+        r[3] = pyl_hsum8(a3);
+    }
+    #endif
 
     /* one query, nh heads (h = 0..nh-1, q and out rows dk / dv apart) sharing one KV head: the
        listed K/V rows are dequantized once, PYL_KVQ_CH cells at a time, for all of them. Per
@@ -379,7 +415,7 @@ cdef extern from *:
                              float *s, int64_t ns, float *acc, float *qf, float *qd, int8_t *qq,
                              float *kf, float *vf, float *out) {
         int j, j0, m, c, h, nb = dk / 32, blocks = qconv && (kt == PYL_T_Q8_0 || kt == PYL_T_Q4_0);
-        float mx[PYL_KVQ_HB], inv[PYL_KVQ_HB];
+        float mx[PYL_KVQ_HB], inv[PYL_KVQ_HB], r4[4];
         if (n <= 0) {
             memset(out, 0, sizeof(float) * (size_t)dv * nh);
             return;
@@ -396,7 +432,15 @@ cdef extern from *:
                     pyl_kvq_deq(k + (int64_t)cells[j0 + c] * kst, kt, dk, kf + (int64_t)c * dk);
             for (h = 0; h < nh; h++)
                 for (c = 0; c < m; c++) {
-                    float x = blocks
+                    float x;
+    #if PYL_VM_SIMD
+                    if (!blocks && dk % 8 == 0 && c % 4 == 0 && c + 4 <= m)
+                        pyl_kvq_dot4_f32(kf + (int64_t)c * dk, qf + (int64_t)h * dk, dk, r4);
+                    if (!blocks && dk % 8 == 0 && (m - m % 4) > c)
+                        x = r4[c % 4];
+                    else
+    #endif
+                    x = blocks
                         ? pyl_kvq_dot_blocks(k + (int64_t)cells[j0 + c] * kst, kt,
                                              qq + (int64_t)h * dk, qd + h * nb, nb)
                         : pyl_kvq_dot_float((const uint8_t *)(kf + (int64_t)c * dk), PYL_T_F32,
