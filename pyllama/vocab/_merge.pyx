@@ -73,25 +73,22 @@ def scan(const uint8_t[::1] raw, int64_t count):
 
 cdef class TokenTable:
     """Token texts (bytes, exact) and the hash text -> id over them."""
-    cdef readonly object packed, offsets, lengths
+    cdef readonly object packed, spans
     cdef const uint8_t *base
-    cdef const int64_t *offs
-    cdef const int64_t *lens
+    cdef const int64_t *span    # [n, 2]: offset, length (one cache line holds both)
     cdef int32_t n
     cdef uint64_t *slots        # hash tag << 32 | (id + 1); 0: empty
     cdef uint64_t mask
 
     def __cinit__(self, packed, offsets, lengths):
         self.packed = np.ascontiguousarray(packed, dtype=np.uint8)
-        self.offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-        self.lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+        self.spans = np.stack([np.asarray(offsets, dtype=np.int64),
+                               np.asarray(lengths, dtype=np.int64)], axis=1)
         cdef const uint8_t[::1] p = self.packed
-        cdef const int64_t[::1] o = self.offsets
-        cdef const int64_t[::1] l = self.lengths
-        self.n = <int32_t>o.shape[0]
+        cdef const int64_t[:, ::1] sp = self.spans
+        self.n = <int32_t>sp.shape[0]
         self.base = &p[0] if p.shape[0] else NULL
-        self.offs = &o[0] if self.n else NULL
-        self.lens = &l[0] if self.n else NULL
+        self.span = &sp[0, 0] if self.n else NULL
         cdef uint64_t cap = _capacity(self.n)
         self.mask = cap - 1
         self.slots = <uint64_t *>calloc(cap, sizeof(uint64_t))
@@ -105,8 +102,8 @@ cdef class TokenTable:
         free(self.slots)
 
     cdef void _insert(self, int32_t i) noexcept nogil:
-        cdef const uint8_t *p = self.base + self.offs[i]
-        cdef int64_t n = self.lens[i]
+        cdef const uint8_t *p = self.base + self.span[2 * i]
+        cdef int64_t n = self.span[2 * i + 1]
         cdef uint64_t hash = pyl_fnv(p, n), tag = hash >> 32
         cdef uint64_t h = hash & self.mask, s
         while True:
@@ -117,7 +114,7 @@ cdef class TokenTable:
             h = (h + 1) & self.mask
 
     cdef inline bint _same(self, int32_t j, const uint8_t *p, int64_t n) noexcept nogil:
-        return self.lens[j] == n and memcmp(self.base + self.offs[j], p, n) == 0
+        return self.span[2 * j + 1] == n and memcmp(self.base + self.span[2 * j], p, n) == 0
 
     cdef int32_t find_c(self, const uint8_t *p, int64_t n) noexcept nogil:
         return self.find_h(p, n, pyl_fnv(p, n))
@@ -145,9 +142,8 @@ cdef class TokenTable:
     def raw(self, int64_t i) -> bytes:
         if not 0 <= i < self.n:
             raise IndexError(i)
-        if self.lens[i] == 0:
-            return b""
-        return (<const char *>self.base)[self.offs[i]:self.offs[i] + self.lens[i]]
+        cdef int64_t o = self.span[2 * i], n = self.span[2 * i + 1]
+        return (<const char *>self.base)[o:o + n] if n else b""
 
     def text(self, int64_t i) -> str:
         return self.raw(i).decode("utf-8", "replace")
