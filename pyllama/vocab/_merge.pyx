@@ -8,6 +8,9 @@
   llama.cpp's llm_tokenizer_spm_session (SPM: spaces escaped to U+2581, UTF-8 characters merged
   by best score then leftmost, unmatched symbols as <0xXX> bytes) or its BPE session (byte-level:
   one symbol per byte, merged by lowest rank then leftmost; optional whole-word lookup first).
+  Pieces under 256 bytes keep their ids in a cache (as `tokenizers` caches words), and SPM's
+  bigram lookups go through a small memo: the vocab table is large, each probe a cache miss.
+Nothing here releases the GIL, so one Merger may serve several threads.
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
