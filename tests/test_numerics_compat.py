@@ -27,7 +27,7 @@ def random_k_weight(rng, wtype, rows, k):
     nb, bb = k // 256, GGML_BLOCK[wtype][1]
     raw = rng.integers(0, 256, (rows, nb, bb), dtype=np.uint8)
     d = rng.uniform(1e-3, 1e-2, (rows, nb, 2)).astype(np.float16).view(np.uint8)
-    if wtype == T.Q4_K:
+    if wtype in (T.Q4_K, T.Q5_K):
         raw[..., 0:4] = d.reshape(rows, nb, 4)
     else:
         raw[..., 208:210] = d[..., 0:2]
@@ -49,11 +49,12 @@ def test_q8_K_quantizer_equals_reference():
         assert np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("wtype", [T.Q4_K, T.Q6_K])
+@pytest.mark.parametrize("wtype,rows", [(T.Q4_K, 40), (T.Q4_K, 36), (T.Q5_K, 36), (T.Q6_K, 40)])
 @pytest.mark.parametrize("n", [1, 3, 5])
-def test_matvec_kernel_equals_oracle(wtype, n):
+def test_matvec_kernel_equals_oracle(wtype, rows, n):
+    """Q4_K: 40 rows -> the repacked gemv, 36 rows -> vec_dot."""
     rng = np.random.default_rng(int(wtype) * 10 + n)
-    w = random_k_weight(rng, wtype, 40, 1024)
+    w = random_k_weight(rng, wtype, rows, 1024)
     x = activations(rng, n, 1024)
     want = ref_compat.matvec_k(wtype, w.raw, x)
     for nth in (1, 2):
@@ -63,8 +64,8 @@ def test_matvec_kernel_equals_oracle(wtype, n):
 
 
 def test_kernels_equal_llama_cpp():
-    """llama.cpp's own quantize_row_q8_K_ref, ggml_vec_dot_q6_K_q8_K, ggml_gemv_q4_K_8x8_q8_K and
-    ggml_vec_dot_f16 outputs (stored), reproduced bit for bit by kernels and oracle."""
+    """llama.cpp's own quantize_row_q8_K_ref, ggml_vec_dot_q{4,5,6}_K_q8_K, ggml_gemv_q4_K_8x8_q8_K
+    and ggml_vec_dot_f16 outputs (stored), reproduced bit for bit by kernels and oracle."""
     z = np.load(os.path.join(DATA, "compat-llamacpp.npz"))
     x = z["x"]
     q, d, bs = cpu_compat.quantize_q8_K(x)
@@ -75,6 +76,12 @@ def test_kernels_equal_llama_cpp():
         w = Weight("w", wtype, (raw.shape[0], x.shape[1]), raw)
         assert np.array_equal(cpu_compat.matvec_k(w, x, 2), z["y" + key])
         assert np.array_equal(ref_compat.matvec_k(wtype, raw, x), z["y" + key])
+    x2 = z["x2"]
+    for key, wtype in (("4v", T.Q4_K), ("5v", T.Q5_K)):      # 12 rows: Q4_K not repacked
+        raw = z["w" + key]
+        w = Weight("w", wtype, (raw.shape[0], x2.shape[1]), raw)
+        assert np.array_equal(cpu_compat.matvec_k(w, x2, 2), z["y" + key])
+        assert np.array_equal(ref_compat.matvec_k(wtype, raw, x2), z["y" + key])
     for a, b, n, y in zip(z["f16_a"], z["f16_b"], z["f16_len"], z["f16_dot"]):
         assert ref_compat.vec_dot_f16(a[:n].astype(np.float32), b[:n].astype(np.float32)) == y
 
@@ -190,8 +197,10 @@ def test_vec_dot_f16_oracle_follows_ggml():
 
 def test_vec_row_start_follows_llama_cpp():
     assert [compat.vec_row_start(T.Q4_K, 64, n) for n in (1, 3, 4, 6, 8, 13)] == [0, 0, 4, 4, 8, 12]
-    assert compat.vec_row_start(T.Q4_K, 60, 6) == 6              # not repacked: not covered
-    assert [compat.vec_row_start(T.Q6_K, 64, n) for n in (1, 7, 8, 20)] == [0, 0, 8, 20]
+    assert compat.vec_row_start(T.Q4_K, 60, 6) == 0              # not repacked: vec_dot < 8
+    assert compat.vec_row_start(T.Q4_K, 60, 9) == 9
+    for wtype in (T.Q5_K, T.Q6_K):
+        assert [compat.vec_row_start(wtype, 64, n) for n in (1, 7, 8, 20)] == [0, 0, 8, 20]
     assert compat.vec_row_start(T.Q8_0, 64, 1) == 1
 
 

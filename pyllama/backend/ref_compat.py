@@ -5,7 +5,8 @@ each mul_mat (docs/numerics.md); pyllama's default arithmetic is its n >= 8 (pre
 are the others, operation for operation (the CPU kernels in cpu/_compat.pyx + pyl_compat.h are
 bit-identical to them):
 - `matvec_k(wtype, raw, x)`: Q4_K rows as ggml_gemv_q4_K_8x8_q8_K (the repacked Q4_K's kernel for
-  the rows past n - n % 4), Q6_K as ggml_vec_dot_q6_K_q8_K (batches under 8 rows); activations by
+  the rows past n - n % 4; Q4_K with rows % 8 != 0 is not repacked: vec_dot under 8 rows), Q5_K
+  and Q6_K as ggml_vec_dot_q*_K_q8_K (batches under 8 rows); activations by
   quantize_row_q8_K_ref;
 - `attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)`: f16 attention of
   one-token ubatches: mul_mat with one src1 row runs ggml_vec_dot_f16 (4 accumulators x 8 lanes
@@ -20,7 +21,7 @@ from .ref import _fma, ggml_hsum8, ggml_softmax_probs
 from .ref_matmul import _blocks, _unpack_k, quantize_q8_K_ref
 
 _F32 = np.float32
-VEC_TYPES = (GGMLType.Q4_K, GGMLType.Q6_K)
+VEC_TYPES = (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
 
 
 def _lane_order() -> np.ndarray:
@@ -66,15 +67,52 @@ def _q6k_vecdot(blk, x):
     return ggml_hsum8(acc)
 
 
+def _q45k_vecdot(wtype, blk, x):
+    """ggml_vec_dot_q4_K_q8_K / _q5_K_q8_K (AVX2): 8 int32 lanes of sc*q*q8 per super-block,
+    acc8 = fma(f32(d8*d), lanes, acc8); mins p_i = mn[2i]*S[2i] + mn[2i+1]*S[2i+1] (S: sub-block
+    sums of q8) with dm = f32(-d8*dmin): Q4_K acc4 = fma(dm, p, acc4), + (a0+a2)+(a1+a3);
+    Q5_K summs = fma(dm, sum p, summs), + summs."""
+    q, sc, mn, d, dmin = _unpack_k(wtype, blk)
+    rows, nb = q.shape[:2]
+    order = _lane_order()
+    wq = q.astype(np.int64) * np.repeat(sc.astype(np.int64), 16, axis=-1)
+    wl = wq[:, :, order].reshape(rows, nb, 8, 32).astype(np.float64)
+    mn8 = mn[:, :, ::2].astype(np.int64)                             # per 32-element sub-block
+    qa, da, bs = quantize_q8_K_ref(x)
+    n = x.shape[0]
+    qa = qa.reshape(n, nb, 256)[:, :, order].reshape(n, nb, 8, 32).astype(np.float64)
+    s8 = bs.reshape(n, nb, 8, 2).astype(np.int64).sum(-1)
+    acc = np.zeros((n, rows, 8), _F32)
+    acc4 = np.zeros((n, rows, 4), _F32)
+    summs = np.zeros((n, rows), _F32)
+    for b in range(nb):
+        lanes = np.einsum("rml,nml->nrm", wl[:, b], qa[:, b]).astype(_F32)
+        dd = (da[:, None, b] * d[None, :, b]).astype(_F32)[..., None]
+        acc = _fma(np.broadcast_to(dd, lanes.shape), lanes, acc)
+        p = (mn8[None, :, b] * s8[:, None, b]).reshape(n, rows, 4, 2).sum(-1)
+        dm = ((-da[:, None, b]) * dmin[None, :, b]).astype(_F32)
+        if wtype == GGMLType.Q4_K:
+            acc4 = _fma(np.broadcast_to(dm[..., None], p.shape), p.astype(_F32), acc4)
+        else:
+            summs = _fma(dm, p.sum(-1).astype(_F32), summs)
+    if wtype == GGMLType.Q5_K:
+        return (ggml_hsum8(acc) + summs).astype(_F32)
+    m = ((acc4[..., 0] + acc4[..., 2]).astype(_F32) + (acc4[..., 1] + acc4[..., 3]).astype(_F32))
+    return (ggml_hsum8(acc) + m.astype(_F32)).astype(_F32)
+
+
 def matvec_k(wtype, raw, x: np.ndarray) -> np.ndarray:
-    """y [n, rows] = x [n, k] @ W^T with llama.cpp's one-token kernel of wtype (Q4_K, Q6_K)."""
+    """y [n, rows] = x [n, k] @ W^T with llama.cpp's one-token kernel of wtype: Q4_K gemv
+    (rows % 8 == 0: llama.cpp repacks those) or vec_dot, Q5_K and Q6_K vec_dot."""
     wtype = GGMLType(wtype)
     blk, k = _blocks(wtype, raw)
     x = np.atleast_2d(np.asarray(x, _F32))
     if x.shape[1] != k:
         raise ValueError(f"x has {x.shape[1]} columns, weight rows have {k}")
-    if wtype == GGMLType.Q4_K:
+    if wtype == GGMLType.Q4_K and blk.shape[0] % 8 == 0:
         return _q4k_gemv(blk, x)
+    if wtype in (GGMLType.Q4_K, GGMLType.Q5_K):
+        return _q45k_vecdot(wtype, blk, x)
     if wtype == GGMLType.Q6_K:
         return _q6k_vecdot(blk, x)
     raise NotImplementedError(f"one-token kernel for {wtype.name}")

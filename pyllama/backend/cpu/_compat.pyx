@@ -4,8 +4,9 @@ the arithmetic; docs/numerics.md why). Threads split weight rows or (query, head
 reduction, so results do not depend on the thread count.
 
 - quant_q8_K(x, q, d, bs): quantize_row_q8_K_ref per row;
-- matvec_k(wtype, raw, k, x, out, q, d, bs, nth): Q4_K (ggml_gemv_q4_K_8x8_q8_K) or Q6_K
-  (ggml_vec_dot_q6_K_q8_K) for every row of x;
+- matvec_k(kernel, raw, k, x, out, q, d, bs, nth): every row of x by one of llama.cpp's kernels:
+  GEMV_Q4_K (ggml_gemv_q4_K_8x8_q8_K, repacked Q4_K), VEC_Q4_K / VEC_Q5_K / VEC_Q6_K
+  (ggml_vec_dot_q*_K_q8_K);
 - attention_vec(...): f16 attention by ggml_vec_dot_f16 (kq and kqv) over ascending cell lists.
 """
 import numpy as np
@@ -14,19 +15,27 @@ from cython.parallel cimport prange, threadid
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t
 
 cdef extern from "pyl_compat.h" nogil:
-    int PYL_C_Q4_K
-    int PYL_C_Q6_K
     void pyl_c_quant_q8_K(const float *x, int k, int8_t *q, float *d, int16_t *bs)
     float pyl_c_dot_q4_K(const uint8_t *w, int nsb, const int8_t *q8, const float *d8,
                          const int16_t *bs)
     float pyl_c_dot_q6_K(const uint8_t *w, int nsb, const int8_t *q8, const float *d8,
                          const int16_t *bs)
+    float pyl_c_dot_q45_K(int q5, const uint8_t *w, int nsb, const int8_t *q8, const float *d8,
+                          const int16_t *bs)
     void pyl_c_attn_head(const float *q, int dk, int dv, const uint16_t *K, int64_t k_stride,
                          const uint16_t *V, int64_t v_stride, const int32_t *cells, int L,
                          float scale, float softcap, float *work, float *out)
 
-Q4_K = PYL_C_Q4_K
-Q6_K = PYL_C_Q6_K
+GEMV_Q4_K, VEC_Q4_K, VEC_Q5_K, VEC_Q6_K = range(4)
+
+
+cdef inline float _dot(int kernel, const uint8_t *w, int nsb, const int8_t *q8, const float *d8,
+                       const int16_t *bs) noexcept nogil:
+    if kernel == 0:
+        return pyl_c_dot_q4_K(w, nsb, q8, d8, bs)
+    if kernel == 3:
+        return pyl_c_dot_q6_K(w, nsb, q8, d8, bs)
+    return pyl_c_dot_q45_K(kernel == 2, w, nsb, q8, d8, bs)
 
 
 def quant_q8_K(const float[:, ::1] x, int8_t[:, ::1] q, float[:, ::1] d, int16_t[:, ::1] bs):
@@ -38,14 +47,14 @@ def quant_q8_K(const float[:, ::1] x, int8_t[:, ::1] q, float[:, ::1] d, int16_t
             pyl_c_quant_q8_K(&x[t, 0], <int>x.shape[1], &q[t, 0], &d[t, 0], &bs[t, 0])
 
 
-def matvec_k(int wtype, const uint8_t[:, ::1] raw, int k, const float[:, ::1] x,
+def matvec_k(int kernel, const uint8_t[:, ::1] raw, int k, const float[:, ::1] x,
              float[:, ::1] out, int8_t[:, ::1] q, float[:, ::1] d, int16_t[:, ::1] bs, int nth):
-    """out[t, r] = W[r] . x[t] with llama.cpp's one-token arithmetic for wtype (Q4_K or Q6_K);
+    """out[t, r] = W[r] . x[t] with llama.cpp's kernel `kernel` (GEMV_Q4_K ... VEC_Q6_K);
     q/d/bs: [n, k], [n, k/256], [n, k/16] scratch for the quantized activations."""
     cdef Py_ssize_t n = x.shape[0], rows = raw.shape[0], r, t
     cdef int nsb = k // 256
-    if wtype != Q4_K and wtype != Q6_K:
-        raise ValueError(f"matvec_k: ggml type {wtype} is not Q4_K or Q6_K")
+    if kernel < 0 or kernel > 3:
+        raise ValueError(f"matvec_k: unknown kernel {kernel}")
     if k % 256 or x.shape[1] != k or out.shape[0] != n or out.shape[1] < rows:
         raise ValueError("matvec_k: shape mismatch")
     with nogil:
@@ -53,10 +62,7 @@ def matvec_k(int wtype, const uint8_t[:, ::1] raw, int k, const float[:, ::1] x,
             pyl_c_quant_q8_K(&x[t, 0], k, &q[t, 0], &d[t, 0], &bs[t, 0])
         for r in prange(rows, num_threads=nth, schedule="static"):
             for t in range(n):
-                if wtype == PYL_C_Q4_K:
-                    out[t, r] = pyl_c_dot_q4_K(&raw[r, 0], nsb, &q[t, 0], &d[t, 0], &bs[t, 0])
-                else:
-                    out[t, r] = pyl_c_dot_q6_K(&raw[r, 0], nsb, &q[t, 0], &d[t, 0], &bs[t, 0])
+                out[t, r] = _dot(kernel, &raw[r, 0], nsb, &q[t, 0], &d[t, 0], &bs[t, 0])
 
 
 def attention_vec(const float[:, :, ::1] q, const uint16_t[:, ::1] k_cache,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...gguf import GGML_BLOCK
+from ...errors import BackendError
+from ...gguf import GGML_BLOCK, GGMLType
 from . import _compat
 
 
@@ -16,9 +17,20 @@ def _raw2d(w) -> np.ndarray:
     return np.ascontiguousarray(raw)
 
 
+def _kernel(wtype, rows: int) -> int:
+    if wtype == GGMLType.Q4_K:
+        return _compat.GEMV_Q4_K if rows % 8 == 0 else _compat.VEC_Q4_K
+    if wtype == GGMLType.Q5_K:
+        return _compat.VEC_Q5_K
+    if wtype == GGMLType.Q6_K:
+        return _compat.VEC_Q6_K
+    raise BackendError(f"no one-token kernel for {GGMLType(wtype).name}")
+
+
 def matvec_k(w, x: np.ndarray, n_threads: int) -> np.ndarray:
-    """y [n, rows] = x [n, k] @ W^T for Q4_K (ggml_gemv_q4_K_8x8_q8_K) or Q6_K
-    (ggml_vec_dot_q6_K_q8_K) weights."""
+    """y [n, rows] = x [n, k] @ W^T by llama.cpp's one-token kernel for w: Q4_K
+    ggml_gemv_q4_K_8x8_q8_K (rows % 8 == 0, llama.cpp repacks those) or vec_dot, Q5_K / Q6_K
+    vec_dot."""
     raw = _raw2d(w)
     be, bb = GGML_BLOCK[w.type]
     k = raw.shape[1] // bb * be
@@ -28,7 +40,8 @@ def matvec_k(w, x: np.ndarray, n_threads: int) -> np.ndarray:
     q = np.empty((n, k), np.int8)
     d = np.empty((n, k // 256), np.float32)
     bs = np.empty((n, k // 16), np.int16)
-    _compat.matvec_k(int(w.type), raw, k, x, out, q, d, bs, max(1, n_threads or 1))
+    _compat.matvec_k(_kernel(w.type, raw.shape[0]), raw, k, x, out, q, d, bs,
+                     max(1, n_threads or 1))
     return out
 
 

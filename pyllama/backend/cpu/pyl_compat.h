@@ -33,6 +33,7 @@
 #endif
 
 #define PYL_C_Q4_K 12
+#define PYL_C_Q5_K 13
 #define PYL_C_Q6_K 14
 #define PYL_C_Q4K_BYTES 144
 #define PYL_C_Q6K_BYTES 210
@@ -259,6 +260,52 @@ static float pyl_c_dot_q6_K(const uint8_t *w, int nsb, const int8_t *q8all, cons
     return b2[0] + b2[1];
 }
 #endif
+
+/* ggml_vec_dot_q4_K_q8_K / ggml_vec_dot_q5_K_q8_K (AVX2 branches; Q4_K weights llama.cpp does not
+ * repack, Q5_K under 8 rows): per super-block 8 int32 lanes of sc*q*q8 (lane = element % 32 / 4),
+ * acc8 = fma(f32(d8*d), (float)lanes, acc8). Mins: Q4_K: 4 lanes p_i = mn[2i]*S[2i] +
+ * mn[2i+1]*S[2i+1] (S_j = sub-block sum of q8), acc4 = fma(f32(-d8*dmin), (float)p, acc4), result
+ * hsum_float_8(acc8) + ((acc4_0 + acc4_2) + (acc4_1 + acc4_3)); Q5_K: summs = fma(f32(-d8*dmin),
+ * (float)sum p, summs) (gcc contracts llama.cpp's summs += dmin * sum), result hsum + summs. */
+static float pyl_c_dot_q45_K(int q5, const uint8_t *w, int nsb, const int8_t *q8all,
+                             const float *d8, const int16_t *bsall) {
+    const int bytes = q5 ? 176 : PYL_C_Q4K_BYTES;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acc4[4] = {0, 0, 0, 0}, summs = 0.0f, a[4], b2[2];
+    int i, j, l, m, sc[8], mn[8];
+    for (i = 0; i < nsb; i++) {
+        const uint8_t *x = w + (int64_t)i * bytes, *qs = x + (q5 ? 48 : 16), *qh = x + 16;
+        const int8_t *q8 = q8all + 256 * i;
+        const int16_t *bs = bsall + 16 * i;
+        const float d = d8[i] * pyl_c_rd16(x), dmin = -d8[i] * pyl_c_rd16(x + 2);
+        int lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0}, p[4], psum = 0;
+        pyl_c_scale_min_k4(x + 4, sc, mn);
+        for (j = 0; j < 8; j++) {                     /* sub-block j: elements 32j .. 32j+31 */
+            for (l = 0; l < 32; l++) {
+                int q = (j & 1) ? (qs[32 * (j / 2) + l] >> 4) : (qs[32 * (j / 2) + l] & 0xF);
+                if (q5)
+                    q |= ((qh[l] >> j) & 1) << 4;
+                lanes[l / 4] += sc[j] * q * q8[32 * j + l];
+            }
+        }
+        for (m = 0; m < 4; m++) {
+            p[m] = mn[2 * m] * (bs[4 * m] + bs[4 * m + 1]) + mn[2 * m + 1] * (bs[4 * m + 2] + bs[4 * m + 3]);
+            psum += p[m];
+            if (!q5)
+                acc4[m] = fmaf(dmin, (float)p[m], acc4[m]);
+        }
+        if (q5)
+            summs = fmaf(dmin, (float)psum, summs);
+        for (m = 0; m < 8; m++)
+            acc[m] = fmaf(d, (float)lanes[m], acc[m]);
+    }
+    for (m = 0; m < 4; m++)
+        a[m] = acc[m + 4] + acc[m];
+    b2[0] = a[0] + a[2];
+    b2[1] = a[1] + a[3];
+    if (q5)
+        return (b2[0] + b2[1]) + summs;
+    return (b2[0] + b2[1]) + ((acc4[0] + acc4[2]) + (acc4[1] + acc4[3]));
+}
 
 /* ---- f16 attention of one query (ggml_vec_dot_f16 on both products) -------------------------- */
 
