@@ -171,15 +171,18 @@ def test_context_validation_and_memory(models, tiny_model_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which", [
-    "gemma",
-    pytest.param("qwen", marks=pytest.mark.xfail(strict=True, reason=(
-        "q8_0 K storage itself costs Qwen2.5 0.5B ~5% perplexity (outlier K channels from the "
-        "K bias; f32 KV is within 0.3% of f16): docs/kv_cache_types.md"))),
+@pytest.mark.parametrize("which,center", [
+    ("gemma", False),
+    pytest.param("qwen", False, marks=pytest.mark.xfail(strict=True, reason=(
+        "q8_0 K as llama.cpp stores it (Hadamard-rotated) costs Qwen2.5 0.5B ~3% perplexity "
+        "(llama.cpp 0c1e570 itself: +3.6%, 4 chunks): its K bias gives a few K channels huge "
+        "values; docs/kv_cache_types.md"))),
+    ("qwen", True),                      # kv_k_center: K stored minus the K bias
 ])
-def test_real_model_q8_0_perplexity_within_1_percent(which, request):
-    """One 512-token chunk of GPL-3 scored like llama-perplexity (second half): q8_0 K and V
-    within 1% of f16 (the full 4-chunk figures are in docs/kv_cache_types.md)."""
+def test_real_model_q8_0_perplexity_within_1_percent(which, center, request):
+    """One 512-token chunk of GPL-3 scored like llama-perplexity (second half): q8_0 K and V at
+    most 1% above f16 (kv_k_center on Qwen lands 1.3% *below* f16 on this chunk, noise of one
+    chunk; the full 4-chunk figures are in docs/kv_cache_types.md)."""
     import os
 
     from pyllama.perplexity import nll_rows
@@ -188,6 +191,7 @@ def test_real_model_q8_0_perplexity_within_1_percent(which, request):
         toks = np.asarray(m.tokenize(f.read()), dtype=np.int32)[:512]
     ppl = {}
     for t in ("f16", "q8_0"):
-        logits = ctx_q(m, t, n_ctx=512, n_batch=512).eval(toks, logits_all=True)
+        ctx = ctx_q(m, t, n_ctx=512, n_batch=512, kv_k_center=center and t == "q8_0")
+        logits = ctx.eval(toks, logits_all=True)
         ppl[t] = float(np.exp(nll_rows(logits[256:-1], toks[257:]).mean()))
-    assert abs(ppl["q8_0"] / ppl["f16"] - 1) < 0.01, ppl
+    assert -0.03 < ppl["q8_0"] / ppl["f16"] - 1 < 0.01, ppl
