@@ -1,11 +1,12 @@
 """Decode speed with quantized KV caches (-ctk/-ctv q8_0, q4_0) against f16, and the attention
-kernel alone at Gemma 3 270M's shape (4 heads, 1 KV head, head size 256).
+kernel alone at Gemma 3 270M's shape (4 heads, 1 KV head, head size 256) and Qwen2.5 0.5B's
+(14 heads, 2 KV heads, head size 64, 512 cells: a decode step at ~500 cached positions).
 
     PYTHONPATH=. python -m pytest bench/test_bench_kv_quant.py --benchmark-only \
         --benchmark-columns=min,median,rounds
 
 tg32@d{depth}: 32 single-token decodes after a `depth`-token prompt (the prompt is not timed).
-attn_decode: one query over 4096 cells. Nothing here asserts a time; read `min` (shared box).
+attn_decode_gemma: one query over 4096 cells; attn_decode_qwen: one query over 512 cells. Nothing here asserts a time; read `min` (shared box).
 """
 import numpy as np
 import pytest
@@ -46,3 +47,17 @@ def test_attn_decode_gemma_shape(benchmark, kv):
     q = rng.standard_normal((1, 4, 256)).astype(np.float32)
     cells = np.arange(n, dtype=np.int32)
     benchmark(be.attention, q, k, v, cells, np.array([0]), np.array([n]), 0.0625)
+
+
+@pytest.mark.parametrize("kv", TYPES)
+def test_attn_decode_qwen_shape(benchmark, kv):
+    from pyllama.backend.cpu import CpuBackend
+    be = CpuBackend(2)
+    rng = np.random.default_rng(0)
+    n = 512
+    k, v = be.alloc_kv(n, 128, kv), be.alloc_kv(n, 128, kv)
+    be.set_rows(k, np.arange(n), rng.standard_normal((n, 128)).astype(np.float32))
+    be.set_rows(v, np.arange(n), rng.standard_normal((n, 128)).astype(np.float32))
+    q = rng.standard_normal((1, 14, 64)).astype(np.float32)
+    cells = np.arange(n, dtype=np.int32)
+    benchmark(be.attention, q, k, v, cells, np.array([0]), np.array([n]), 0.125)

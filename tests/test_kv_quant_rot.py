@@ -220,3 +220,26 @@ def test_k_shift_with_center(qwen64):
                                    hp.rope_base(il), hp.rope_scale(il), hp.rope_type) - c
         want = hadamard(want.astype(np.float32), 64).reshape(len(cells), -1)
         assert mem.k[il][cells].tobytes() == kv_encode(want, "q8_0").tobytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qconv,layers", [(False, 1), (True, 6)])
+def test_qwen_cache_rows_are_llamacpps(qwen_path, qconv, layers):
+    """llama.cpp 0c1e570 (-ctk q8_0 -ctv q8_0, flash attention auto) decoding a 22-token prompt
+    on Qwen2.5-Coder 0.5B: its seq state's K and V rows (tests/data/kvq-qwen-q8_0-llamacpp.npz,
+    layers 0-5, from tests/kvsupport dumps). Ours are byte-identical for layer 0 (projections,
+    RoPE, Hadamard, q8_0 are llama.cpp's bit for bit); with kv_q_conv (llama.cpp's flash-attention
+    arithmetic) for layers 0-5 too."""
+    import os
+    ref = np.load(os.path.join(os.path.dirname(__file__), "data", "kvq-qwen-q8_0-llamacpp.npz"))
+    m = pyllama.load_model(qwen_path)
+    m.backend.kv_q_conv = qconv
+    try:
+        ctx = pyllama.Context(m, n_ctx=512, type_k="q8_0", type_v="q8_0")
+        ctx.eval(ref["tokens"])
+    finally:
+        m.backend.kv_q_conv = False
+    n = len(ref["tokens"])
+    for il in range(layers):
+        assert np.ascontiguousarray(ctx.memory.k[il][:n]).view(np.uint8).tobytes() == ref["k"][il].tobytes()
+        assert np.ascontiguousarray(ctx.memory.v[il][:n]).view(np.uint8).tobytes() == ref["v"][il].tobytes()
