@@ -83,14 +83,16 @@ np.savez_compressed(os.path.join(HERE, 'data', 'compat-llamacpp.npz'), x=x, w6=r
     f16_dot=np.array([v for _, v in fy], np.float32))
 print('ok', y6[0, :3], y4[0, :3])
 
-# Q4_K that llama.cpp does not repack (rows % 8 != 0) and Q5_K: ggml_vec_dot_q{4,5}_K_q8_K; 16
+# Q4_K that llama.cpp does not repack (rows % 8 != 0), Q5_K, Q2_K, Q3_K: ggml_vec_dot_q*_K_q8_K; 16
 # super-blocks per row, enough for the order of Q5_K's min sum (an fma in llama.cpp's build) to show
 K2 = 4096
 x2 = activations(rng, N, K2)
 q82 = [q8K(np.ascontiguousarray(x2[t])) for t in range(N)]
 extra = {"x2": x2}
 for key, wtype, fn in (("4v", T.Q4_K, cpu.ggml_vec_dot_q4_K_q8_K),
-                       ("5v", T.Q5_K, cpu.ggml_vec_dot_q5_K_q8_K)):
+                       ("5v", T.Q5_K, cpu.ggml_vec_dot_q5_K_q8_K),
+                       ("2v", T.Q2_K, cpu.ggml_vec_dot_q2_K_q8_K),
+                       ("3v", T.Q3_K, cpu.ggml_vec_dot_q3_K_q8_K)):
     w = random_k_weight(rng, wtype, 12, K2)
     raw = np.ascontiguousarray(w.raw)
     fn.argtypes = [C.c_int, vp, C.c_size_t, vp, C.c_size_t, vp, C.c_size_t, C.c_int]
@@ -103,4 +105,4 @@ for key, wtype, fn in (("4v", T.Q4_K, cpu.ggml_vec_dot_q4_K_q8_K),
 z = dict(np.load(os.path.join(HERE, 'data', 'compat-llamacpp.npz')))
 z.update(extra)
 np.savez_compressed(os.path.join(HERE, 'data', 'compat-llamacpp.npz'), **z)
-print('vec_dot q4_K/q5_K', extra['y4v'][0, :3], extra['y5v'][0, :3])
+print('vec_dot q4_K/q5_K/q2_K/q3_K', [extra['y' + k][0, :2] for k in ('4v', '5v', '2v', '3v')])

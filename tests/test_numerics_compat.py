@@ -27,10 +27,9 @@ def random_k_weight(rng, wtype, rows, k):
     nb, bb = k // 256, GGML_BLOCK[wtype][1]
     raw = rng.integers(0, 256, (rows, nb, bb), dtype=np.uint8)
     d = rng.uniform(1e-3, 1e-2, (rows, nb, 2)).astype(np.float16).view(np.uint8)
-    if wtype in (T.Q4_K, T.Q5_K):
-        raw[..., 0:4] = d.reshape(rows, nb, 4)
-    else:
-        raw[..., 208:210] = d[..., 0:2]
+    at = {T.Q2_K: 80, T.Q3_K: 108, T.Q4_K: 0, T.Q5_K: 0, T.Q6_K: 208}[wtype]
+    n_d = 4 if wtype in (T.Q2_K, T.Q4_K, T.Q5_K) else 2     # d (and dmin)
+    raw[..., at:at + n_d] = d[..., 0:n_d]
     return Weight(f"w.{wtype.name}", wtype, (rows, k), raw.reshape(rows, nb * bb))
 
 
@@ -49,7 +48,8 @@ def test_q8_K_quantizer_equals_reference():
         assert np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("wtype,rows", [(T.Q4_K, 40), (T.Q4_K, 36), (T.Q5_K, 36), (T.Q6_K, 40)])
+@pytest.mark.parametrize("wtype,rows", [(T.Q4_K, 40), (T.Q4_K, 36), (T.Q2_K, 36), (T.Q3_K, 36),
+                                        (T.Q5_K, 36), (T.Q6_K, 40)])
 @pytest.mark.parametrize("n", [1, 3, 5])
 def test_matvec_kernel_equals_oracle(wtype, rows, n):
     """Q4_K: 40 rows -> the repacked gemv, 36 rows -> vec_dot."""
@@ -64,7 +64,7 @@ def test_matvec_kernel_equals_oracle(wtype, rows, n):
 
 
 def test_kernels_equal_llama_cpp():
-    """llama.cpp's own quantize_row_q8_K_ref, ggml_vec_dot_q{4,5,6}_K_q8_K, ggml_gemv_q4_K_8x8_q8_K
+    """llama.cpp's own quantize_row_q8_K_ref, ggml_vec_dot_q{2,3,4,5,6}_K_q8_K, ggml_gemv_q4_K_8x8_q8_K
     and ggml_vec_dot_f16 outputs (stored), reproduced bit for bit by kernels and oracle."""
     z = np.load(os.path.join(DATA, "compat-llamacpp.npz"))
     x = z["x"]
@@ -77,7 +77,8 @@ def test_kernels_equal_llama_cpp():
         assert np.array_equal(cpu_compat.matvec_k(w, x, 2), z["y" + key])
         assert np.array_equal(ref_compat.matvec_k(wtype, raw, x), z["y" + key])
     x2 = z["x2"]
-    for key, wtype in (("4v", T.Q4_K), ("5v", T.Q5_K)):      # 12 rows: Q4_K not repacked
+    for key, wtype in (("4v", T.Q4_K), ("5v", T.Q5_K), ("2v", T.Q2_K), ("3v", T.Q3_K)):
+        # 12 rows: this Q4_K is not repacked
         raw = z["w" + key]
         w = Weight("w", wtype, (raw.shape[0], x2.shape[1]), raw)
         assert np.array_equal(cpu_compat.matvec_k(w, x2, 2), z["y" + key])
@@ -199,7 +200,7 @@ def test_vec_row_start_follows_llama_cpp():
     assert [compat.vec_row_start(T.Q4_K, 64, n) for n in (1, 3, 4, 6, 8, 13)] == [0, 0, 4, 4, 8, 12]
     assert compat.vec_row_start(T.Q4_K, 60, 6) == 0              # not repacked: vec_dot < 8
     assert compat.vec_row_start(T.Q4_K, 60, 9) == 9
-    for wtype in (T.Q5_K, T.Q6_K):
+    for wtype in (T.Q2_K, T.Q3_K, T.Q5_K, T.Q6_K):
         assert [compat.vec_row_start(wtype, 64, n) for n in (1, 7, 8, 20)] == [0, 0, 8, 20]
     assert compat.vec_row_start(T.Q8_0, 64, 1) == 1
 

@@ -4,13 +4,13 @@ llama.cpp 0c1e570's CPU backend (x86 AVX2, flash attention off) computes a mul_m
 different arithmetic depending on its number of rows n (docs/numerics.md):
 - Q4_K weights (repacked q4_K_8x8 when rows % 8 == 0): rows below n - n % 4 by the gemm (pyllama's
   default arithmetic), the last n % 4 rows by the gemv;
-- Q6_K and Q5_K weights (and Q4_K that is not repacked): the tiled kernel from 8 rows (pyllama's
-  default), ggml_vec_dot_q*_K_q8_K below;
+- Q2_K, Q3_K, Q5_K and Q6_K weights (and Q4_K that is not repacked): the tiled kernel from 8 rows
+  (pyllama's default), ggml_vec_dot_q*_K_q8_K below;
 - f16 attention (kq and kqv mul_mats): tinyBLAS from 2 query rows (pyllama's default),
   ggml_vec_dot_f16 for one.
 Q8_0 / Q5_0 / Q4_0 weights give the same bits either way (vec_dot and tinyBLAS share the lanes).
-Not covered (pyllama's default arithmetic is used): Q2_K/Q3_K under 8 rows, F16/F32/BF16 weights
-and f32 caches for one row.
+Not covered (pyllama's default arithmetic is used): F16/F32/BF16 weights and f32 caches for one
+row, IQ types.
 
 `matmul(be, w, x)` and `attention(be, ...)` apply that choice on top of a backend; the one-token
 kernels are native on the CPU backend (cpu/compat.py) and the numpy oracle (ref_compat.py) on the
@@ -42,7 +42,7 @@ def _native(be):
 
 
 def matmul_vec(be, w, x: np.ndarray) -> np.ndarray:
-    """Every row of x by llama.cpp's one-token kernel of w.type (Q4_K, Q5_K, Q6_K)."""
+    """Every row of x by llama.cpp's one-token kernel of w.type (Q2_K ... Q6_K)."""
     nat = _native(be)
     if nat is not None:
         return nat.matvec_k(w, x, be.n_threads)

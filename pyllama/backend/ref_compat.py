@@ -5,8 +5,8 @@ each mul_mat (docs/numerics.md); pyllama's default arithmetic is its n >= 8 (pre
 are the others, operation for operation (the CPU kernels in cpu/_compat.pyx + pyl_compat.h are
 bit-identical to them):
 - `matvec_k(wtype, raw, x)`: Q4_K rows as ggml_gemv_q4_K_8x8_q8_K (the repacked Q4_K's kernel for
-  the rows past n - n % 4; Q4_K with rows % 8 != 0 is not repacked: vec_dot under 8 rows), Q5_K
-  and Q6_K as ggml_vec_dot_q*_K_q8_K (batches under 8 rows); activations by
+  the rows past n - n % 4; Q4_K with rows % 8 != 0 is not repacked: vec_dot under 8 rows), Q2_K,
+  Q3_K, Q5_K and Q6_K as ggml_vec_dot_q*_K_q8_K (batches under 8 rows); activations by
   quantize_row_q8_K_ref;
 - `attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)`: f16 attention of
   one-token ubatches: mul_mat with one src1 row runs ggml_vec_dot_f16 (4 accumulators x 8 lanes
@@ -21,7 +21,7 @@ from .ref import _fma, ggml_hsum8, ggml_softmax_probs
 from .ref_matmul import _blocks, _unpack_k, quantize_q8_K_ref
 
 _F32 = np.float32
-VEC_TYPES = (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
+VEC_TYPES = (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
 
 
 def _lane_order() -> np.ndarray:
@@ -101,9 +101,34 @@ def _q45k_vecdot(wtype, blk, x):
     return (ggml_hsum8(acc) + m.astype(_F32)).astype(_F32)
 
 
+def _q23k_vecdot(wtype, blk, x):
+    """ggml_vec_dot_q2_K_q8_K / _q3_K_q8_K (AVX2): per super-block (Q2_K first the mins:
+    acc8 = fma(f32(-d8*dmin), mn[2m]*bs[2m] + mn[2m+1]*bs[2m+1], acc8)), then
+    acc8 = fma(f32(d8*d), lanes of sc*q*q8, acc8); hsum."""
+    q, sc, mn, d, dmin = _unpack_k(wtype, blk)
+    rows, nb = q.shape[:2]
+    order = _lane_order()
+    wq = q.astype(np.int64) * np.repeat(sc.astype(np.int64), 16, axis=-1)
+    wl = wq[:, :, order].reshape(rows, nb, 8, 32).astype(np.float64)
+    qa, da, bs = quantize_q8_K_ref(x)
+    n = x.shape[0]
+    qa = qa.reshape(n, nb, 256)[:, :, order].reshape(n, nb, 8, 32).astype(np.float64)
+    bs = bs.reshape(n, nb, 8, 2).astype(np.int64)
+    acc = np.zeros((n, rows, 8), _F32)
+    for b in range(nb):
+        if mn is not None:
+            p = (mn[None, :, b].astype(np.int64).reshape(1, rows, 8, 2) * bs[:, None, b]).sum(-1)
+            dm = ((-da[:, None, b]) * dmin[None, :, b]).astype(_F32)[..., None]
+            acc = _fma(np.broadcast_to(dm, p.shape), p.astype(_F32), acc)
+        lanes = np.einsum("rml,nml->nrm", wl[:, b], qa[:, b]).astype(_F32)
+        dd = (da[:, None, b] * d[None, :, b]).astype(_F32)[..., None]
+        acc = _fma(np.broadcast_to(dd, lanes.shape), lanes, acc)
+    return ggml_hsum8(acc)
+
+
 def matvec_k(wtype, raw, x: np.ndarray) -> np.ndarray:
     """y [n, rows] = x [n, k] @ W^T with llama.cpp's one-token kernel of wtype: Q4_K gemv
-    (rows % 8 == 0: llama.cpp repacks those) or vec_dot, Q5_K and Q6_K vec_dot."""
+    (rows % 8 == 0: llama.cpp repacks those) or vec_dot, Q2_K/Q3_K/Q5_K/Q6_K vec_dot."""
     wtype = GGMLType(wtype)
     blk, k = _blocks(wtype, raw)
     x = np.atleast_2d(np.asarray(x, _F32))
@@ -113,6 +138,8 @@ def matvec_k(wtype, raw, x: np.ndarray) -> np.ndarray:
         return _q4k_gemv(blk, x)
     if wtype in (GGMLType.Q4_K, GGMLType.Q5_K):
         return _q45k_vecdot(wtype, blk, x)
+    if wtype in (GGMLType.Q2_K, GGMLType.Q3_K):
+        return _q23k_vecdot(wtype, blk, x)
     if wtype == GGMLType.Q6_K:
         return _q6k_vecdot(blk, x)
     raise NotImplementedError(f"one-token kernel for {wtype.name}")

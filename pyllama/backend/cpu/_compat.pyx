@@ -5,7 +5,7 @@ reduction, so results do not depend on the thread count.
 
 - quant_q8_K(x, q, d, bs): quantize_row_q8_K_ref per row;
 - matvec_k(kernel, raw, k, x, out, q, d, bs, nth): every row of x by one of llama.cpp's kernels:
-  GEMV_Q4_K (ggml_gemv_q4_K_8x8_q8_K, repacked Q4_K), VEC_Q4_K / VEC_Q5_K / VEC_Q6_K
+  GEMV_Q4_K (ggml_gemv_q4_K_8x8_q8_K, repacked Q4_K), VEC_Q2_K ... VEC_Q6_K
   (ggml_vec_dot_q*_K_q8_K);
 - attention_vec(...): f16 attention by ggml_vec_dot_f16 (kq and kqv) over ascending cell lists.
 """
@@ -20,13 +20,15 @@ cdef extern from "pyl_compat.h" nogil:
                          const int16_t *bs)
     float pyl_c_dot_q6_K(const uint8_t *w, int nsb, const int8_t *q8, const float *d8,
                          const int16_t *bs)
+    float pyl_c_dot_q23_K(int q3, const uint8_t *w, int nsb, const int8_t *q8, const float *d8,
+                          const int16_t *bs)
     float pyl_c_dot_q45_K(int q5, const uint8_t *w, int nsb, const int8_t *q8, const float *d8,
                           const int16_t *bs)
     void pyl_c_attn_head(const float *q, int dk, int dv, const uint16_t *K, int64_t k_stride,
                          const uint16_t *V, int64_t v_stride, const int32_t *cells, int L,
                          float scale, float softcap, float *work, float *out)
 
-GEMV_Q4_K, VEC_Q4_K, VEC_Q5_K, VEC_Q6_K = range(4)
+GEMV_Q4_K, VEC_Q4_K, VEC_Q5_K, VEC_Q6_K, VEC_Q2_K, VEC_Q3_K = range(6)
 
 
 cdef inline float _dot(int kernel, const uint8_t *w, int nsb, const int8_t *q8, const float *d8,
@@ -35,6 +37,8 @@ cdef inline float _dot(int kernel, const uint8_t *w, int nsb, const int8_t *q8, 
         return pyl_c_dot_q4_K(w, nsb, q8, d8, bs)
     if kernel == 3:
         return pyl_c_dot_q6_K(w, nsb, q8, d8, bs)
+    if kernel >= 4:
+        return pyl_c_dot_q23_K(kernel == 5, w, nsb, q8, d8, bs)
     return pyl_c_dot_q45_K(kernel == 2, w, nsb, q8, d8, bs)
 
 
@@ -49,11 +53,11 @@ def quant_q8_K(const float[:, ::1] x, int8_t[:, ::1] q, float[:, ::1] d, int16_t
 
 def matvec_k(int kernel, const uint8_t[:, ::1] raw, int k, const float[:, ::1] x,
              float[:, ::1] out, int8_t[:, ::1] q, float[:, ::1] d, int16_t[:, ::1] bs, int nth):
-    """out[t, r] = W[r] . x[t] with llama.cpp's kernel `kernel` (GEMV_Q4_K ... VEC_Q6_K);
+    """out[t, r] = W[r] . x[t] with llama.cpp's kernel `kernel` (GEMV_Q4_K, VEC_Q*_K);
     q/d/bs: [n, k], [n, k/256], [n, k/16] scratch for the quantized activations."""
     cdef Py_ssize_t n = x.shape[0], rows = raw.shape[0], r, t
     cdef int nsb = k // 256
-    if kernel < 0 or kernel > 3:
+    if kernel < 0 or kernel > 5:
         raise ValueError(f"matvec_k: unknown kernel {kernel}")
     if k % 256 or x.shape[1] != k or out.shape[0] != n or out.shape[1] < rows:
         raise ValueError("matvec_k: shape mismatch")

@@ -24,13 +24,17 @@ def _kernel(wtype, rows: int) -> int:
         return _compat.VEC_Q5_K
     if wtype == GGMLType.Q6_K:
         return _compat.VEC_Q6_K
+    if wtype == GGMLType.Q2_K:
+        return _compat.VEC_Q2_K
+    if wtype == GGMLType.Q3_K:
+        return _compat.VEC_Q3_K
     raise BackendError(f"no one-token kernel for {GGMLType(wtype).name}")
 
 
 def matvec_k(w, x: np.ndarray, n_threads: int) -> np.ndarray:
     """y [n, rows] = x [n, k] @ W^T by llama.cpp's one-token kernel for w: Q4_K
-    ggml_gemv_q4_K_8x8_q8_K (rows % 8 == 0, llama.cpp repacks those) or vec_dot, Q5_K / Q6_K
-    vec_dot."""
+    ggml_gemv_q4_K_8x8_q8_K (rows % 8 == 0, llama.cpp repacks those) or vec_dot, Q2_K / Q3_K /
+    Q5_K / Q6_K vec_dot."""
     raw = _raw2d(w)
     be, bb = GGML_BLOCK[w.type]
     k = raw.shape[1] // bb * be

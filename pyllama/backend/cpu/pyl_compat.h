@@ -307,6 +307,57 @@ static float pyl_c_dot_q45_K(int q5, const uint8_t *w, int nsb, const int8_t *q8
     return (b2[0] + b2[1]) + ((acc4[0] + acc4[2]) + (acc4[1] + acc4[3]));
 }
 
+/* ggml_vec_dot_q2_K_q8_K / ggml_vec_dot_q3_K_q8_K (AVX2 branches, batches under 8 rows): the same 8
+ * lanes of sc*q*q8 (q signed for Q3_K: low 2 bits + 4*hbit - 4, 6-bit scales - 32); Q2_K first
+ * acc8 = fma(f32(-d8*dmin), (float)(mn[2m]*bs[2m] + mn[2m+1]*bs[2m+1]), acc8) per lane m, then
+ * acc8 = fma(f32(d8*d), (float)lanes, acc8); result hsum_float_8(acc8). */
+static float pyl_c_dot_q23_K(int q3, const uint8_t *w, int nsb, const int8_t *q8all,
+                             const float *d8, const int16_t *bsall) {
+    const int bytes = q3 ? 110 : 84;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, a[4], b2[2];
+    int i, h, j, l, m, sc[16], mn[16];
+    for (i = 0; i < nsb; i++) {
+        const uint8_t *x = w + (int64_t)i * bytes;
+        const int8_t *q8 = q8all + 256 * i;
+        const int16_t *bs = bsall + 16 * i;
+        int lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        float d;
+        if (q3) {
+            const uint8_t *s = x + 96;
+            for (j = 0; j < 16; j++) {
+                int lo = j < 8 ? (s[j % 8] & 0xF) : (s[j % 8] >> 4);
+                sc[j] = (lo | (((s[8 + (j & 3)] >> (2 * (j >> 2))) & 3) << 4)) - 32;
+            }
+            d = d8[i] * pyl_c_rd16(x + 108);
+        } else {
+            const float dmin = -d8[i] * pyl_c_rd16(x + 82);
+            for (j = 0; j < 16; j++) {
+                sc[j] = x[j] & 0xF;
+                mn[j] = x[j] >> 4;
+            }
+            for (m = 0; m < 8; m++)
+                acc[m] = fmaf(dmin, (float)(mn[2 * m] * bs[2 * m] + mn[2 * m + 1] * bs[2 * m + 1]), acc[m]);
+            d = d8[i] * pyl_c_rd16(x + 80);
+        }
+        for (h = 0; h < 2; h++)
+            for (j = 0; j < 4; j++)
+                for (l = 0; l < 32; l++) {
+                    int e = 128 * h + 32 * j + l;
+                    int q = (x[(q3 ? 32 : 16) + 32 * h + l] >> (2 * j)) & 3;
+                    if (q3)
+                        q += 4 * ((x[l] >> (4 * h + j)) & 1) - 4;
+                    lanes[l / 4] += sc[e / 16] * q * q8[e];
+                }
+        for (m = 0; m < 8; m++)
+            acc[m] = fmaf(d, (float)lanes[m], acc[m]);
+    }
+    for (m = 0; m < 4; m++)
+        a[m] = acc[m + 4] + acc[m];
+    b2[0] = a[0] + a[2];
+    b2[1] = a[1] + a[3];
+    return b2[0] + b2[1];
+}
+
 /* ---- f16 attention of one query (ggml_vec_dot_f16 on both products) -------------------------- */
 
 /* GGML_F32x8_REDUCE of 4 accumulators given as 32 floats a[8 * j + lane] */
