@@ -261,6 +261,59 @@ static float pyl_c_dot_q6_K(const uint8_t *w, int nsb, const int8_t *q8all, cons
 }
 #endif
 
+/* The 8 int32 lanes of a K-quant super-block dot, as llama.cpp's AVX2 vec_dots form them
+ * (maddubs + madd by scale: lane m of 32-element chunk c holds elements 32c + 4m .. 32c + 4m + 3):
+ * lanes[m] = sum over chunks c, elements e in lane m of sc16[e / 16] * q[e] * q8[e].
+ * kind 2: Q2_K (q 0..3), 3: Q3_K (low + 4*hbit - 4), 4: Q4_K (nibbles), 5: Q5_K (+ 16*hbit). */
+static inline int pyl_c_kq(int kind, const uint8_t *x, int e) {
+    int h = e / 128, j = (e % 128) / 32, l = e % 32, c = e / 32;
+    if (kind == 2)
+        return (x[16 + 32 * h + l] >> (2 * j)) & 3;
+    if (kind == 3)
+        return ((x[32 + 32 * h + l] >> (2 * j)) & 3) + 4 * ((x[l] >> (4 * h + j)) & 1) - 4;
+    if (kind == 4)
+        return (c & 1) ? (x[16 + 32 * (c / 2) + l] >> 4) : (x[16 + 32 * (c / 2) + l] & 0xF);
+    return ((c & 1) ? (x[48 + 32 * (c / 2) + l] >> 4) : (x[48 + 32 * (c / 2) + l] & 0xF))
+           | (((x[16 + l] >> c) & 1) << 4);
+}
+
+static inline void pyl_c_klanes(int kind, const uint8_t *x, const int *sc16, const int8_t *q8,
+                                int *lanes) {
+#if PYL_C_SIMD
+    const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+    __m256i acc = _mm256_setzero_si256();
+    int c;
+    for (c = 0; c < 8; c++) {
+        int h = c / 4, j = c % 4;
+        __m256i v, p, neg = _mm256_setzero_si256();
+        __m256i y = _mm256_loadu_si256((const __m256i *)(q8 + 32 * c));
+        if (kind == 2) {
+            v = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(x + 16 + 32 * h)), 2 * j), m3);
+        } else if (kind == 3) {
+            __m256i hb = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)x), 4 * h + j), one);
+            v = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(x + 32 + 32 * h)), 2 * j), m3);
+            neg = _mm256_maddubs_epi16(_mm256_slli_epi16(_mm256_andnot_si256(hb, one), 2), y);
+        } else {
+            const uint8_t *qs = x + (kind == 4 ? 16 : 48) + 32 * (c / 2);
+            v = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)qs), 4 * (c & 1)), m4);
+            if (kind == 5)
+                v = _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(
+                        _mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(x + 16)), c), one), 4));
+        }
+        p = _mm256_sub_epi16(_mm256_maddubs_epi16(v, y), neg);
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_setr_m128i(
+                  _mm_set1_epi16((short)sc16[2 * c]), _mm_set1_epi16((short)sc16[2 * c + 1]))));
+    }
+    _mm256_storeu_si256((__m256i *)lanes, acc);
+#else
+    int e, m;
+    for (m = 0; m < 8; m++)
+        lanes[m] = 0;
+    for (e = 0; e < 256; e++)
+        lanes[(e % 32) / 4] += sc16[e / 16] * pyl_c_kq(kind, x, e) * q8[e];
+#endif
+}
+
 /* ggml_vec_dot_q4_K_q8_K / ggml_vec_dot_q5_K_q8_K (AVX2 branches; Q4_K weights llama.cpp does not
  * repack, Q5_K under 8 rows): per super-block 8 int32 lanes of sc*q*q8 (lane = element % 32 / 4),
  * acc8 = fma(f32(d8*d), (float)lanes, acc8). Mins: Q4_K: 4 lanes p_i = mn[2i]*S[2i] +
@@ -271,22 +324,17 @@ static float pyl_c_dot_q45_K(int q5, const uint8_t *w, int nsb, const int8_t *q8
                              const float *d8, const int16_t *bsall) {
     const int bytes = q5 ? 176 : PYL_C_Q4K_BYTES;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acc4[4] = {0, 0, 0, 0}, summs = 0.0f, a[4], b2[2];
-    int i, j, l, m, sc[8], mn[8];
+    int i, j, m, sc[8], mn[8];
     for (i = 0; i < nsb; i++) {
-        const uint8_t *x = w + (int64_t)i * bytes, *qs = x + (q5 ? 48 : 16), *qh = x + 16;
+        const uint8_t *x = w + (int64_t)i * bytes;
         const int8_t *q8 = q8all + 256 * i;
         const int16_t *bs = bsall + 16 * i;
         const float d = d8[i] * pyl_c_rd16(x), dmin = -d8[i] * pyl_c_rd16(x + 2);
-        int lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0}, p[4], psum = 0;
+        int lanes[8], p[4], psum = 0, sc16[16];
         pyl_c_scale_min_k4(x + 4, sc, mn);
-        for (j = 0; j < 8; j++) {                     /* sub-block j: elements 32j .. 32j+31 */
-            for (l = 0; l < 32; l++) {
-                int q = (j & 1) ? (qs[32 * (j / 2) + l] >> 4) : (qs[32 * (j / 2) + l] & 0xF);
-                if (q5)
-                    q |= ((qh[l] >> j) & 1) << 4;
-                lanes[l / 4] += sc[j] * q * q8[32 * j + l];
-            }
-        }
+        for (j = 0; j < 16; j++)
+            sc16[j] = sc[j / 2];
+        pyl_c_klanes(q5 ? 5 : 4, x, sc16, q8, lanes);
         for (m = 0; m < 4; m++) {
             p[m] = mn[2 * m] * (bs[4 * m] + bs[4 * m + 1]) + mn[2 * m + 1] * (bs[4 * m + 2] + bs[4 * m + 3]);
             psum += p[m];
@@ -315,12 +363,12 @@ static float pyl_c_dot_q23_K(int q3, const uint8_t *w, int nsb, const int8_t *q8
                              const float *d8, const int16_t *bsall) {
     const int bytes = q3 ? 110 : 84;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, a[4], b2[2];
-    int i, h, j, l, m, sc[16], mn[16];
+    int i, j, m, sc[16], mn[16];
     for (i = 0; i < nsb; i++) {
         const uint8_t *x = w + (int64_t)i * bytes;
         const int8_t *q8 = q8all + 256 * i;
         const int16_t *bs = bsall + 16 * i;
-        int lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int lanes[8];
         float d;
         if (q3) {
             const uint8_t *s = x + 96;
@@ -339,15 +387,7 @@ static float pyl_c_dot_q23_K(int q3, const uint8_t *w, int nsb, const int8_t *q8
                 acc[m] = fmaf(dmin, (float)(mn[2 * m] * bs[2 * m] + mn[2 * m + 1] * bs[2 * m + 1]), acc[m]);
             d = d8[i] * pyl_c_rd16(x + 80);
         }
-        for (h = 0; h < 2; h++)
-            for (j = 0; j < 4; j++)
-                for (l = 0; l < 32; l++) {
-                    int e = 128 * h + 32 * j + l;
-                    int q = (x[(q3 ? 32 : 16) + 32 * h + l] >> (2 * j)) & 3;
-                    if (q3)
-                        q += 4 * ((x[l] >> (4 * h + j)) & 1) - 4;
-                    lanes[l / 4] += sc[e / 16] * q * q8[e];
-                }
+        pyl_c_klanes(q3 ? 3 : 2, x, sc, q8, lanes);
         for (m = 0; m < 8; m++)
             acc[m] = fmaf(d, (float)lanes[m], acc[m]);
     }
