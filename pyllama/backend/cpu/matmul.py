@@ -3,7 +3,7 @@
 `matmul(w, x, out=None)`: y [n, rows] = x [n, k] @ W^T. The n activation rows are quantized once
 into the weight type's vec_dot type (q8_0/q8_1, q8_K, f16, bf16, f32 as llama.cpp on x86), then
 tiles of weight rows x tokens are computed in Cython (_matmul.pyx + pyl_matmul.h); small batches
-(up to 16 tokens for 32-block types, 2 for K-quants) take a direct path that decodes each weight
+(up to 16 tokens for 32-block types, 3 for K-quants) take a direct path that decodes each weight
 block in registers once for a group of tokens, with the same per-element operations. Row i of the result is
 bit-identical whatever n and the number of threads. With `out` given no array is allocated
 (activation and scratch buffers are cached per thread by size). `get_rows(w, ids)` dequantizes

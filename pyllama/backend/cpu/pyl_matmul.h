@@ -17,9 +17,10 @@
  *   in registers instead of through the scratch (pyl_dot*_direct, pyl_dotA_group): the same
  *   integer lanes and the same float operations in the same order, so the same bits (tests
  *   compare the paths for every row count).  32-block types: up to PYL_DIRECT_MAX_A tokens, each
- *   block decoded once per group of up to PYL_DG tokens; K-quants: one mat-vec per token up to
- *   PYL_DIRECT_MAX_K tokens (a 1-row register version of the K tile was slower: its float chain
- *   is latency-bound without the tile's 4 independent rows).
+ *   block decoded once per group of up to PYL_DG tokens; K-quants: up to PYL_DIRECT_MAX_K tokens,
+ *   each super-block decoded once per row into a stack block, then the 1-token operations per
+ *   token (a 1-row version of the 4-token K tile was slower: its float chain is latency-bound
+ *   without the tile's 4 independent rows).
  * A portable scalar path (no __AVX2__) keeps the same structure with one scalar accumulator
  * (tiles only); its results are self-consistent but not bit-equal to the AVX2 build's.
  */
@@ -901,7 +902,7 @@ pyl_dotA_direct(const int t, const uint8_t *row, int nb, const pyl_arow *a) {
 }
 
 static inline __attribute__((always_inline)) float
-pyl_dotK_direct(const int t, const uint8_t *row, int nsb, const pyl_arow *a) {
+pyl_dotK_direct1(const int t, const uint8_t *row, int nsb, const pyl_arow *a) {
     const int bb = pyl_block_bytes(t), HAS_MIN = pyl_has_min(t);
     __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
     uint8_t u[256] __attribute__((aligned(32)));
@@ -917,6 +918,31 @@ pyl_dotK_direct(const int t, const uint8_t *row, int nsb, const pyl_arow *a) {
         pyl_k_sb(1, HAS_MIN, 1, u, s16, mn, &yq, &bs, _mm_set_ss(a->d[b]), dw, dmw, &acc, &accm);
     }
     return _mm_cvtss_f32(HAS_MIN ? _mm_sub_ps(acc, accm) : acc);
+}
+
+/* K-quant mat-vec of one row for NT (2..4) tokens: each super-block decoded once, then
+ * pyl_dotK_direct1's operations per token */
+static inline __attribute__((always_inline)) void
+pyl_dotK_direct(const int t, const int NT, const uint8_t *row, int nsb, const pyl_arow *X, float *o,
+                int64_t os) {
+    const int bb = pyl_block_bytes(t), HAS_MIN = pyl_has_min(t);
+    __m128 acc[4], accm[4];
+    uint8_t u[256] __attribute__((aligned(32)));
+    int16_t s16[16] __attribute__((aligned(32))), mn[16] __attribute__((aligned(32)));
+    for (int i = 0; i < NT; i++) acc[i] = accm[i] = _mm_setzero_ps();
+    for (int b = 0; b < nsb; b++) {
+        float dw, dmw;
+        _mm_prefetch((const char *)row + (int64_t)bb * b + PYL_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)row + (int64_t)bb * b + PYL_PREFETCH + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)row + (int64_t)bb * b + PYL_PREFETCH + 128, _MM_HINT_T0);
+        pyl_decK_sb(t, row + (int64_t)bb * b, u, s16, mn, &dw, &dmw);
+        for (int i = 0; i < NT; i++) {
+            const int8_t *yq = X[i].q + 256 * b;
+            const int16_t *bs = X[i].bs + 16 * b;
+            pyl_k_sb(1, HAS_MIN, 1, u, s16, mn, &yq, &bs, _mm_set_ss(X[i].d[b]), dw, dmw, &acc[i], &accm[i]);
+        }
+    }
+    for (int i = 0; i < NT; i++) o[i * os] = _mm_cvtss_f32(HAS_MIN ? _mm_sub_ps(acc[i], accm[i]) : acc[i]);
 }
 
 /* family A, one weight row times NT tokens (a register group): each weight block is decoded
@@ -975,7 +1001,13 @@ pyl_dotA_group(const int t, const int NT, const uint8_t *row, int nb, const pyl_
     static void pyl_direct_##T(const uint8_t *w, int64_t ws, int nr, int nb, const pyl_arow *X, \
                                int nt, float *o, int64_t os) {                                   \
         for (int r = 0; r < nr; r++)                                                             \
-            for (int i = 0; i < nt; i++) o[i * os + r] = pyl_dotK_direct(PYL_##T, w + r * ws, nb, &X[i]); \
+            for (int i = 0; i < nt; i += 4)                                                      \
+                switch (nt - i < 4 ? nt - i : 4) {                                               \
+                case 1: o[i * os + r] = pyl_dotK_direct1(PYL_##T, w + r * ws, nb, X + i); break;  \
+                case 2: pyl_dotK_direct(PYL_##T, 2, w + r * ws, nb, X + i, o + i * os + r, os); break; \
+                case 3: pyl_dotK_direct(PYL_##T, 3, w + r * ws, nb, X + i, o + i * os + r, os); break; \
+                default: pyl_dotK_direct(PYL_##T, 4, w + r * ws, nb, X + i, o + i * os + r, os); break; \
+                }                                                                                \
     }
 PYL_DIRECT_A(Q4_0)
 PYL_DIRECT_A(Q4_1)
@@ -1003,7 +1035,7 @@ static inline pyl_direct_fn pyl_direct_for(int t) {
 #define PYL_DIRECT_MAX_A 16 /* family A: direct register groups up to this many tokens */
 #endif
 #ifndef PYL_DIRECT_MAX_K
-#define PYL_DIRECT_MAX_K 2 /* K-quants: one mat-vec per token (tiles win from 3 tokens) */
+#define PYL_DIRECT_MAX_K 3 /* K-quants: super-blocks decoded once per row (tiles win from 4) */
 #endif
 #else
 #define PYL_DIRECT_MAX_A 0
