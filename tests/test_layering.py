@@ -20,7 +20,7 @@ LAYERS = [
     ("pyllama.backend", 2),
     ("pyllama.quant", 1), ("pyllama.vocab", 1), ("pyllama.hparams", 1),
     ("pyllama.gguf", 0), ("pyllama.errors", 0), ("pyllama.log", 0), ("pyllama.models", 0),
-    ("pyllama._cuda", 0),
+    ("pyllama._cuda", 0), ("pyllama.omp", 0),
 ]
 
 
