@@ -329,6 +329,19 @@ cdef extern from *:
     static inline void pyl_kvq_deq(const uint8_t *p, int t, int d, float *dst) {
         int i = 0;
     #if PYL_VM_SIMD
+        if (t == PYL_T_Q8_0)                    /* the scale converted once per block */
+            for (; i + 32 <= d; i += 32) {
+                const uint8_t *b = p + i / 32 * 34;
+                __m256 dv = _mm256_set1_ps(pyl_kvq_h(b));
+                __m128i lo = _mm_loadu_si128((const __m128i *)(b + 2));
+                __m128i hi = _mm_loadu_si128((const __m128i *)(b + 18));
+                _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), dv));
+                _mm256_storeu_ps(dst + i + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(
+                    _mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), dv));
+                _mm256_storeu_ps(dst + i + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), dv));
+                _mm256_storeu_ps(dst + i + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(
+                    _mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), dv));
+            }
         for (; i + 8 <= d; i += 8)
             _mm256_storeu_ps(dst + i, pyl_kvq_ld8(p, t, i));
     #endif
