@@ -1000,6 +1000,10 @@ pyl_dotA_group(const int t, const int NT, const uint8_t *row, int nb, const pyl_
 #define PYL_DIRECT_K(T)                                                                          \
     static void pyl_direct_##T(const uint8_t *w, int64_t ws, int nr, int nb, const pyl_arow *X, \
                                int nt, float *o, int64_t os) {                                   \
+        if (nt == 1) { /* token generation: the plain mat-vec loop */                           \
+            for (int r = 0; r < nr; r++) o[r] = pyl_dotK_direct1(PYL_##T, w + r * ws, nb, X);   \
+            return;                                                                              \
+        }                                                                                        \
         for (int r = 0; r < nr; r++)                                                             \
             for (int i = 0; i < nt; i += 4)                                                      \
                 switch (nt - i < 4 ? nt - i : 4) {                                               \
