@@ -105,7 +105,7 @@ def test_cache_holds_rotated_rows(qwen64, kt, vt):
     toks = tokens(20)
     ref = pyllama.Context(qwen64, n_ctx=256, type_k="f32", type_v="f32")
     ref.eval(toks)
-    ctx = pyllama.Context(qwen64, n_ctx=256, type_k=kt, type_v=vt)
+    ctx = pyllama.Context(qwen64, n_ctx=256, type_k=kt, type_v=vt, kv_k_center=False)
     ctx.eval(toks)
     assert ctx.memory.attn_rot(0) == (64 if kt != "f16" else 0, 64 if vt != "f16" else 0)
     for buf, t, r in ((ctx.memory.k[0], kt, ref.memory.k[0]), (ctx.memory.v[0], vt, ref.memory.v[0])):
@@ -146,7 +146,7 @@ def test_rotated_caches_are_batch_invariant(gemma128, kt, vt):
 def test_k_shift_unrotates_ropes_and_rerotates(qwen64):
     """seq_add on a rotated q8_0 K cache: dequantize, H, rope, H, requantize (llama.cpp's
     build_rope_shift for quantized K)."""
-    ctx = pyllama.Context(qwen64, n_ctx=256, type_k="q8_0", type_v="q8_0")
+    ctx = pyllama.Context(qwen64, n_ctx=256, type_k="q8_0", type_v="q8_0", kv_k_center=False)
     ctx.eval(tokens(30, seed=5))
     mem = ctx.memory
     k0 = {il: mem.k[il].copy() for il in mem.layers}
@@ -204,6 +204,34 @@ def test_k_center_only_for_quantized_k_and_no_softcap(qwen64, tiny_model_path):
         pyllama.Context(g2, n_ctx=256, type_k="q8_0", kv_k_center=True)
 
 
+def test_k_center_auto_default(qwen64, tiny_model_path):
+    """None (default): on for a quantized K cache of a model with K biases, off otherwise."""
+    on = pyllama.Context(qwen64, n_ctx=256, type_k="q8_0", type_v="q8_0")
+    assert np.array_equal(on.memory.k_offset(0), qwen64.weights.layers[0].attn_k_b.raw)
+    for kw in (dict(type_k="f16"), dict(type_k="q8_0", kv_k_center=False)):
+        assert pyllama.Context(qwen64, n_ctx=256, **kw).memory.k_offset(0) is None
+    llama = pyllama.load_model(tiny_model_path("llama", overrides={      # no K bias
+        "attention.key_length": 32, "attention.value_length": 32}))
+    assert pyllama.Context(llama, n_ctx=256, type_k="q8_0").memory.k_offset(0) is None
+    g2 = pyllama.load_model(tiny_model_path("gemma2", overrides={"attention.key_length": 32,
+                                                                 "attention.value_length": 32}))
+    assert pyllama.Context(g2, n_ctx=256, type_k="q8_0").memory.k_offset(0) is None   # softcap
+
+
+def test_k_center_state_round_trip_and_mismatch(qwen64):
+    toks = tokens(20, seed=11)
+    kw = dict(n_ctx=256, type_k="q8_0", type_v="q8_0")
+    a = pyllama.Context(qwen64, **kw)
+    a.eval(toks)
+    blob = a.state_seq_get(0)
+    b = pyllama.Context(qwen64, **kw)
+    b.state_seq_set(blob, 0)
+    assert b.memory.k[0].tobytes() == a.memory.k[0].tobytes()
+    c = pyllama.Context(qwen64, kv_k_center=False, **kw)
+    with pytest.raises(pyllama.errors.ContextError, match="centered"):
+        c.state_seq_set(blob, 0)
+
+
 def test_k_shift_with_center(qwen64):
     ctx = pyllama.Context(qwen64, n_ctx=256, type_k="q8_0", type_v="q8_0", kv_k_center=True)
     ctx.eval(tokens(30, seed=9))
@@ -235,7 +263,7 @@ def test_qwen_cache_rows_are_llamacpps(qwen_path, qconv, layers):
     m = pyllama.load_model(qwen_path)
     m.backend.kv_q_conv = qconv
     try:
-        ctx = pyllama.Context(m, n_ctx=512, type_k="q8_0", type_v="q8_0")
+        ctx = pyllama.Context(m, n_ctx=512, type_k="q8_0", type_v="q8_0", kv_k_center=False)
         ctx.eval(ref["tokens"])
     finally:
         m.backend.kv_q_conv = False

@@ -262,6 +262,11 @@ OPTIONS: list[Opt] = [
     _O("--swa-extra", "int", "swa_extra", "keep N positions beyond the sliding window per "
        "sequence so a rollback of up to N tokens stays exact (default: 0)",
        env="LLAMA_ARG_SWA_EXTRA"),
+    _O("--kv-k-center", "enum", "kv_k_center", "store a quantized K cache minus the model's K bias "
+       "(same logits in exact arithmetic, far less q8_0/q4_0 error on Qwen2; not llama.cpp's "
+       "bytes)\n(default: auto = on for a quantized K cache of a model with K biases)",
+       choices=("auto", "on", "off"), hint="MODE", env="LLAMA_ARG_KV_K_CENTER",
+       tools={S, C, CO, SP, P}),
     _O("--numerics", "enum", "numerics", "arithmetic: 'llama.cpp' (llama.cpp's CPU kernels, chosen by "
        "batch size as llama.cpp does: same tokens as llama.cpp) or 'invariant' (results independent "
        "of batch shape; exact speculative decoding)\n(default: llama.cpp on the CPU for "

@@ -8,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 SEED_RANDOM = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED
+K_CENTER = {"auto": None, "on": True, "off": False}      # --kv-k-center -> Context kwarg
 # tools whose default --numerics is llama.cpp's (Params.numerics_for)
 LLAMA_CPP_NUMERICS_TOOLS = frozenset({"cli", "completion", "perplexity"})
 
@@ -98,6 +99,7 @@ class Params:
     swa_full: bool = False
     swa_extra: int = 0
     numerics: str = ""              # "" = the tool's default (see numerics_for)
+    kv_k_center: str = "auto"
     kv_unified: bool = False
     kv_unified_per_slot: int = 0
     ctx_shift: bool = False
@@ -193,7 +195,8 @@ class Params:
                     n_seq_max=max(1, self.n_parallel), swa_full=self.swa_full,
                     swa_extra=self.swa_extra, kv_unified=self.kv_unified,
                     type_k=self.cache_type_k, type_v=self.cache_type_v,
-                    n_threads=self.n_threads if self.n_threads > 0 else None)
+                    n_threads=self.n_threads if self.n_threads > 0 else None,
+                    kv_k_center=K_CENTER[self.kv_k_center])
 
     def numerics_for(self, backend_name: str) -> str:
         """--numerics, else llama.cpp's arithmetic where llama.cpp's CPU outputs are the

@@ -5,6 +5,7 @@ import json
 import sys
 
 from ._common import guard, parse_or_exit
+from ._params import K_CENTER
 
 
 def _api_keys(params) -> list[str]:
@@ -32,6 +33,7 @@ def to_config(params):
         n_threads=params.n_threads if params.n_threads > 0 else None,
         swa_full=params.swa_full, swa_extra=params.swa_extra, type_k=params.cache_type_k,
         numerics=params.numerics or "invariant",
+        kv_k_center=K_CENTER[params.kv_k_center],
         type_v=params.cache_type_v,
         kv_unified=params.kv_unified if "kv_unified" in params.set_fields else None,
         n_predict=params.n_predict, n_keep=params.n_keep, cache_prompt=params.cache_prompt,

@@ -50,8 +50,12 @@ def _meta_bytes(cells, idx, seq_id) -> bytes:
     return b"".join(parts)
 
 
+# bit 1 of llama.cpp's v_trans word: K rows stored centered (kv_k_center; llama.cpp refuses it)
+K_CENTERED = 2
+
+
 def _data_bytes(cache, g) -> bytes:
-    parts = [struct.pack("<II", 0, len(cache.k))]
+    parts = [struct.pack("<II", K_CENTERED if cache.k_center else 0, len(cache.k))]
     for bufs, typ in ((cache.k, cache.type_k), (cache.v, cache.type_v)):
         for il in cache.layers:
             if il in bufs:
@@ -88,8 +92,12 @@ def _read_stream(cache, r: _Reader):
 
 def _read_data(cache, r: _Reader, count: int) -> dict:
     v_trans, n_layer = r.take("II")
-    if v_trans != 0 or n_layer != len(cache.k):
+    if v_trans & ~K_CENTERED or n_layer != len(cache.k):
         raise ContextError(f"state layer count {n_layer} != cache layer count {len(cache.k)}")
+    if bool(v_trans & K_CENTERED) != bool(cache.k_center):
+        raise ContextError("state K rows are " + ("" if v_trans else "not ") + "centered "
+                           "(kv_k_center) but this context's are " + ("" if cache.k_center
+                                                                      else "not"))
     rows = {}
     for kind, bufs, typ in (("k", cache.k, cache.type_k), ("v", cache.v, cache.type_v)):
         for il in cache.layers:

@@ -26,6 +26,7 @@ class ServerConfig:
     swa_full: bool = False
     swa_extra: int = 0
     numerics: str = "invariant"     # Context numerics: results independent of slots and batching
+    kv_k_center: bool | None = None  # None: auto (pyllama.Context)
     type_k: str = "f16"
     type_v: str = "f16"
     kv_unified: bool | None = None  # None = on (like llama-server's auto)

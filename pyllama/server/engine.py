@@ -399,7 +399,8 @@ class Engine:
                                    n_ubatch=cfg.n_ubatch, n_seq_max=n, swa_full=cfg.swa_full,
                                    swa_extra=extra, kv_unified=cfg.unified,
                                    type_k=cfg.type_k, type_v=cfg.type_v,
-                                   n_threads=cfg.n_threads, numerics=cfg.numerics)
+                                   n_threads=cfg.n_threads, numerics=cfg.numerics,
+                                   kv_k_center=cfg.kv_k_center)
         self.memory = self.ctx.memory
         self.spec = None
         if speculating:

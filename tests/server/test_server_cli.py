@@ -23,6 +23,8 @@ def test_defaults_are_llama_server_auto(tool, tiny_model_path):
     assert c.sampling is None and c.cache_prompt and c.endpoint_slots and not c.endpoint_metrics
     assert c.numerics == "invariant"         # results independent of slots and batching
     assert config(tool, tiny_model_path("llama"), "--numerics", "llama.cpp").numerics == "llama.cpp"
+    assert c.kv_k_center is None
+    assert config(tool, tiny_model_path("llama"), "--kv-k-center", "off").kv_k_center is False
 
 
 def test_flags_map_onto_the_config(tool, tiny_model_path, tmp_path):

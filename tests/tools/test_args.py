@@ -240,6 +240,15 @@ def test_config_file_below_env_below_cli(tmp_path):
         P("completion", env={"XDG_CONFIG_HOME": str(tmp_path)})
 
 
+def test_kv_k_center_flag():
+    assert P("completion")[0].context_kwargs()["kv_k_center"] is None            # auto
+    assert P("completion", "--kv-k-center", "off")[0].context_kwargs()["kv_k_center"] is False
+    p, _ = P("perplexity", env={"LLAMA_ARG_KV_K_CENTER": "on"})
+    assert p.context_kwargs()["kv_k_center"] is True
+    with pytest.raises(ArgError):
+        P("completion", "--kv-k-center", "yes")
+
+
 def test_numerics_defaults_per_tool_flag_and_env():
     # one sequence, prompt then token by token: llama.cpp's arithmetic on the CPU
     for tool in ("cli", "completion", "perplexity"):
