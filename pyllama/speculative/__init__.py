@@ -7,7 +7,9 @@ consumes one RNG draw from the same logits).
 """
 from .compat import check_vocab_compatible
 from .drafters import DraftModelDrafter, Drafter, NgramDrafter, truncated_model
+from .policy import DraftPolicy, VerifyCost, measure_verify_cost
 from .loop import SpecParams, SpecStats, speculative_generate
 
 __all__ = ["check_vocab_compatible", "Drafter", "DraftModelDrafter", "NgramDrafter",
-           "truncated_model", "SpecParams", "SpecStats", "speculative_generate"]
+           "truncated_model", "DraftPolicy", "VerifyCost", "measure_verify_cost",
+           "SpecParams", "SpecStats", "speculative_generate"]

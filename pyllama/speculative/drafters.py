@@ -15,8 +15,9 @@ class Drafter:
     def draft(self, history: list[int], n_max: int) -> list[int]:
         raise NotImplementedError
 
-    def accept(self, n_accepted: int) -> None:
-        """Told after verification how many drafted tokens the target accepted."""
+    def accept(self, n_accepted: int, n_drafted: int | None = None) -> None:
+        """Told after verification how many of the n_drafted tokens verified (None: all this
+        drafter proposed) the target accepted."""
 
     def rollback(self, n_keep: int) -> None:
         """Drop whatever this drafter cached past the first n_keep tokens of the sequence."""
@@ -69,13 +70,24 @@ class DraftModelDrafter(Drafter):
 
 class NgramDrafter(Drafter):
     """ngram-simple / prompt lookup: find the most recent earlier occurrence of the last `size_n`
-    tokens of the history and propose the (up to `size_m`) tokens that followed it."""
+    tokens of the history (backing off to `min_n`) and propose the (up to `size_m`) tokens that
+    followed it (when the match runs into the end of the history, the copy continues through its
+    own tokens: a repeating pattern is drafted for size_m tokens).
+
+    With a `policy` (DraftPolicy) the draft is cut to the length that pays for its verification,
+    given the acceptance seen so far for the same situation: key (matched length, capped at
+    `KEY_N_CAP`; whether the previous draft was accepted whole)."""
     name = "ngram-simple"
+    KEY_N_CAP = 8
 
-    def __init__(self, size_n: int = 12, size_m: int = 48, min_n: int = 2):
+    def __init__(self, size_n: int = 12, size_m: int = 48, min_n: int = 2, policy=None):
         self.size_n, self.size_m, self.min_n = size_n, size_m, min_n
+        self.policy = policy
+        self._last = None           # (key, k) of the last draft, for accept()
+        self._whole = False         # the previous draft was accepted whole
 
-    def draft(self, history: list[int], n_max: int) -> list[int]:
+    def lookup(self, history: list[int], n_max: int) -> tuple[int, list[int]]:
+        """(matched n-gram length, the up to n_max tokens that followed the match); (0, [])."""
         h = np.asarray(history, dtype=np.int64)
         n_lim = min(self.size_m, n_max)
         for n in range(min(self.size_n, len(h) - 1), self.min_n - 1, -1):
@@ -84,9 +96,38 @@ class NgramDrafter(Drafter):
             win = np.lib.stride_tricks.sliding_window_view(h[:-1], n)
             hits = np.flatnonzero((win == key).all(axis=1))
             if len(hits):
-                s = int(hits[-1]) + n
-                return [int(t) for t in h[s:s + n_lim]]
-        return []
+                return n, _copy_from(h, int(hits[-1]) + n, n_lim)
+        return 0, []
+
+    def draft(self, history: list[int], n_max: int) -> list[int]:
+        n, out = self.lookup(history, n_max)
+        if self.policy is None or not out:
+            self._last = None
+            return out
+        key = (min(n, self.KEY_N_CAP), self._whole)
+        k = self.policy.length(key, len(out))
+        self._last = (key, k)
+        return out[:k]
+
+    def accept(self, n_accepted: int, n_drafted: int | None = None) -> None:
+        if self.policy is None:
+            return
+        key, k = self._last if self._last else (None, 0)
+        k = k if n_drafted is None else min(k, n_drafted)
+        self.policy.update(key, k, n_accepted)
+        if k > 0:
+            self._whole = n_accepted == k
+        self._last = None
+
+
+def _copy_from(h: np.ndarray, s: int, n: int) -> list[int]:
+    """n tokens copied from h[s:], continuing into the copy itself when the match overlaps the
+    end (a periodic history drafts whole periods, not just the tokens left before the end)."""
+    out = [int(t) for t in h[s:s + n]]       # min(n, period) tokens
+    period = len(h) - s
+    while len(out) < n:
+        out.append(out[len(out) - period])
+    return out
 
 
 def truncated_model(model, n_layers: int):

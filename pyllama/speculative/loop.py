@@ -142,7 +142,7 @@ def _round(ctx, sampler, history, drafter, p: SpecParams, st: SpecStats, seq_id,
     ctx.memory.seq_rm(seq_id, n_past + 1 + n_acc, -1)
     cached_tokens(ctx, seq_id)
     drafter.rollback(n_past + 1 + n_acc)
-    drafter.accept(n_acc)
+    drafter.accept(n_acc, len(drafts))
     return out
 
 

@@ -1,0 +1,105 @@
+"""Cost-aware draft length: draft only as many tokens as pay for their verification.
+
+Verifying k drafts decodes a batch of k + 1 tokens, which costs c(k) one-token decodes (c(0) = 1;
+on the CPU c(k) grows by ~0.3 per extra row, dominated by the output matrix). If each drafted token
+is accepted with probability p once its predecessors were, a round emits on average
+E(k) = 1 + p + ... + p^k = (1 - p^(k+1)) / (1 - p) tokens, so drafting k tokens runs at E(k) / c(k)
+times the plain speed. DraftPolicy estimates p online per drafting situation (a key chosen by the
+drafter: for the n-gram drafter the matched n-gram length and whether the previous draft was taken
+whole) and picks the k <= the available draft that maximises E(k) / c(k), or 0 when no k beats
+plain decoding. Verified tokens never depend on the draft, so the output is unchanged.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class VerifyCost:
+    """c(k): the cost of a (k + 1)-token verification batch relative to a 1-token decode.
+    `table[k]` for the measured k, then `slope` per further token."""
+    table: tuple = (1.0,)
+    slope: float = 0.3
+
+    @classmethod
+    def linear(cls, slope: float = 0.3) -> "VerifyCost":
+        return cls((1.0,), slope)
+
+    def __call__(self, k: int) -> float:
+        if k < len(self.table):
+            return self.table[k]
+        return self.table[-1] + self.slope * (k - len(self.table) + 1)
+
+
+def measure_verify_cost(model, k_max: int = 8, n_rep: int = 3, n_threads: int | None = None,
+                        clock=time.process_time) -> VerifyCost:
+    """Time decodes of 1..k_max + 1 tokens (best of n_rep, after a 32-token prefix, in a small
+    throwaway context) and return c(k) normalised to the 1-token decode; non-decreasing."""
+    from ..context import Context
+    from ..generate import decode_tokens
+    kw = {"n_threads": n_threads} if n_threads else {}
+    ctx = Context(model, n_ctx=128, n_batch=64, n_ubatch=64, **kw)
+    toks = [int(t) for t in np.random.default_rng(0).integers(0, min(model.n_vocab, 1000),
+                                                             32 + k_max + 1)]
+    decode_tokens(ctx, toks[:32])
+    best = []
+    for n in range(1, k_max + 2):
+        ts = []
+        for _ in range(n_rep):
+            t0 = clock()
+            decode_tokens(ctx, toks[32:32 + n], logits_all=True)
+            ts.append(clock() - t0)
+            ctx.memory.seq_rm(0, 32, -1)
+        best.append(min(ts))
+    c = np.maximum.accumulate(np.asarray(best) / best[0])
+    slope = float(c[-1] - c[-2]) if k_max >= 1 else 0.3
+    return VerifyCost(tuple(float(x) for x in c), max(slope, 0.05))
+
+
+def expected_tokens(p: float, k: int) -> float:
+    """E(k): tokens emitted by a round drafting k tokens, each accepted with probability p."""
+    return float(k + 1) if p >= 1.0 else (1.0 - p ** (k + 1)) / (1.0 - p)
+
+
+class DraftPolicy:
+    """Per-key acceptance estimates (decayed counts with a prior) -> the paying draft length.
+
+    p(key) = (acc + prior_p * prior_n) / (trials + prior_n), where a draft of k tokens of which
+    n_acc were accepted adds n_acc to acc and min(n_acc + 1, k) to trials (the positions the target
+    actually tested). Every round all counts decay by `decay`, so a key whose drafts stopped paying
+    drifts back to the prior and is probed again (a 1-token draft costs little)."""
+
+    def __init__(self, cost: VerifyCost | None = None, prior_p: float = 0.5,
+                 prior_n: float = 2.0, decay: float = 0.97, margin: float = 0.02,
+                 k_min: int = 0):
+        self.cost = cost or VerifyCost.linear()
+        self.k_min = k_min          # --draft-min: shorter drafts are dropped, never pick them
+        self.prior_p, self.prior_n, self.decay, self.margin = prior_p, prior_n, decay, margin
+        self.acc: dict = {}
+        self.trials: dict = {}
+
+    def p(self, key) -> float:
+        a, t = self.acc.get(key, 0.0), self.trials.get(key, 0.0)
+        return (a + self.prior_p * self.prior_n) / (t + self.prior_n)
+
+    def length(self, key, k_max: int) -> int:
+        """The k in k_min..k_max maximising E(k) / c(k); 0 unless it beats plain by `margin`."""
+        p = self.p(key)
+        best_k, best = 0, 1.0 + self.margin
+        for k in range(max(1, self.k_min), k_max + 1):
+            r = expected_tokens(p, k) / self.cost(k)
+            if r > best:
+                best_k, best = k, r
+        return best_k
+
+    def update(self, key, k: int, n_acc: int) -> None:
+        """One round: decay every key, then count the draft of k tokens (n_acc accepted)."""
+        for d in (self.acc, self.trials):
+            for kk in d:
+                d[kk] *= self.decay
+        if k > 0:
+            self.acc[key] = self.acc.get(key, 0.0) + n_acc
+            self.trials[key] = self.trials.get(key, 0.0) + min(n_acc + 1, k)
