@@ -10,7 +10,8 @@ kernel import), from OMP_WAIT_POLICY and GOMP_SPINCOUNT. This module sets both b
   token, launched tens of microseconds later, finds it awake.
 
 Default (no --poll, no OMP_WAIT_POLICY/GOMP_SPINCOUNT in the environment): poll 50 when the
-machine has idle cores at start-up, else 0 (ARCHITECTURE decision 7). Measured on the 2-core
+machine has idle cores at start-up (runnable tasks sampled for ~3 ms), else 0 (ARCHITECTURE
+decision 7). Measured on the 2-core
 box, Gemma 3 270M tg: quiet, passive 31 t/s vs poll 50 38 t/s; overloaded (other busy
 processes), passive 11 t/s vs poll 50 6-8 t/s: spinning only pays when the cores are ours.
 Variables the user set are never changed.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from .log import get_logger
 
@@ -49,19 +51,26 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def busy_cpus() -> float:
-    """Other work on the machine now: the larger of the 1-minute load average and the number of
-    runnable tasks at this instant (not counting this process)."""
+def busy_cpus(samples: int = 4, interval: float = 0.001) -> float:
+    """Other work on the machine now: the most runnable tasks seen in a few samples of
+    /proc/loadavg ~1 ms apart, not counting this process. (The 1-minute load average lags: it
+    still counts a benchmark run that just ended; a runnable count alone can miss others' short
+    sleeps, hence several samples.) Without /proc: the load average."""
+    seen = []
+    for i in range(samples):
+        try:
+            with open("/proc/loadavg", encoding="ascii") as f:
+                seen.append(int(f.read().split()[3].split("/")[0]) - 1)
+        except (OSError, ValueError, IndexError):
+            break
+        if i + 1 < samples:
+            time.sleep(interval)
+    if seen:
+        return float(max(seen))
     try:
-        load1 = os.getloadavg()[0]
+        return min(os.getloadavg()[0], float(cpu_count()))
     except OSError:
         return 0.0
-    try:
-        with open("/proc/loadavg", encoding="ascii") as f:
-            running = int(f.read().split()[3].split("/")[0]) - 1
-    except (OSError, ValueError, IndexError):
-        running = 0
-    return max(float(running), min(load1, float(cpu_count())))
 
 
 def auto_poll(n_cpu: int | None = None, busy: float | None = None) -> int:
