@@ -47,7 +47,7 @@ def set_parallel_min_bytes(n: int) -> None:
 def _cache() -> dict:
     c = getattr(_local, "cache", None)
     if c is None:
-        c = _local.cache = {"bufs": {}, "plans": {}}
+        c = _local.cache = {"bufs": {}, "plans": {}, "objs": {}}
     return c
 
 
@@ -58,6 +58,7 @@ def _buf(name: str, nbytes: int) -> np.ndarray:
     if b is None or b.nbytes < nbytes:
         b = c["bufs"][name] = np.empty(max(nbytes, 64), np.uint8)
         c["plans"].clear()          # plans hold views of the old buffers
+        c["objs"].clear()
     return b
 
 
@@ -134,9 +135,21 @@ def matmul(w, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     if out is None:
         out = np.empty(x.shape[:-1] + (rows,), np.float32)
     o2 = out if out.ndim == 2 else out.reshape(n, rows)
-    nth = _state["threads"]
-    _matmul.matmul(wtype, raw, k, x2, o2, *_plan(kind, n, k, nth), nth)
+    _matmul.matmul_plan(wtype, raw, x2, o2, _plan_obj(kind, n, k, _state["threads"]))
     return out
+
+
+def _plan_obj(kind: int, n: int, k: int, nth: int):
+    """The cached _matmul.Plan over _plan's arrays."""
+    objs = _cache()["objs"]
+    p = objs.get((kind, n, k, nth))
+    if p is None:
+        p = _matmul.Plan(*_plan(kind, n, k, nth), n, k, nth)
+        objs = _cache()["objs"]         # _plan may have cleared it
+        if len(objs) > 64:
+            objs.clear()
+        objs[kind, n, k, nth] = p
+    return p
 
 
 def get_rows(w, ids) -> np.ndarray:
