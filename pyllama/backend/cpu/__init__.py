@@ -35,6 +35,7 @@ _GELU, _SILU, _SOFTCAP, _GEGLU, _SWIGLU = range(5)
 # thread is used: waking passive OpenMP workers costs tens of microseconds on a quiet machine and
 # milliseconds on a loaded one. The thread count never changes a result.
 _MIN_PARALLEL_WORK = 1 << 18
+_MIN_PARALLEL_ATTN = 1 << 18       # multiply-adds
 
 
 def default_threads() -> int:
@@ -73,6 +74,12 @@ class CpuBackend(Backend):
 
     def _nt(self, work: int) -> int:
         return self.n_threads if work >= _MIN_PARALLEL_WORK else 1
+
+    def _nt_attn(self, macs: int) -> int:
+        """Attention splits over (query, head block) tasks from ~50 us of one-core work (a decode
+        token's attention over a few hundred cells: Qwen2.5 0.5B spent ~190 us per layer on one
+        thread)."""
+        return self.n_threads if macs >= _MIN_PARALLEL_ATTN else 1
 
     # -- weights (quantized matmul lives in .matmul) -----------------------------------------
     def _matmul_mod(self):
@@ -199,7 +206,7 @@ class CpuBackend(Backend):
         qe = np.ascontiguousarray(q_end, dtype=np.int64)
         max_len, total = _check_lists(cells, qs, qe, n_q, k_cache.shape[0])
         out = np.empty((n_q, n_head, d_v), dtype=np.float32)
-        nt = self._nt(total * n_head * (d_k + d_v) // 4)
+        nt = self._nt_attn(total * n_head * (d_k + d_v))
         hb = self.attn_heads_per_task or _heads_per_task(n_q, n_kv, n_head // n_kv, nt)
         _attn.attention(q, _bytes(k_cache), _bytes(v_cache), f16, n_kv, cells, qs, qe,
                         float(scale), float(softcap), out, max_len, hb, nt)
@@ -218,7 +225,7 @@ class CpuBackend(Backend):
         qe = np.ascontiguousarray(q_end, dtype=np.int64)
         max_len, total = _check_lists(cells, qs, qe, n_q, k_cache.shape[0])
         out = np.empty((n_q, n_head, d_v), dtype=np.float32)
-        nt = self._nt(total * n_head * (d_k + d_v) // 4)
+        nt = self._nt_attn(total * n_head * (d_k + d_v))
         _attn_q.attention(q, _bytes(k_cache), _bytes(v_cache), _KV_GGML[kt], _KV_GGML[vt],
                           bool(self.kv_q_conv), n_kv,
                           cells, qs, qe, float(scale), float(softcap), out, max_len, nt)
