@@ -42,17 +42,18 @@ def test_length_maximises_expected_tokens_per_cost():
 
 
 def test_prior_probes_with_a_short_draft():
-    pol = DraftPolicy(LINEAR)                    # p = 0.5: 1.5 / 1.3 beats 1.75 / 1.6
+    pol = DraftPolicy(LINEAR, prior_p=0.5)       # p = 0.5: 1.5 / 1.3 beats 1.75 / 1.6
     assert pol.p("new") == 0.5 and pol.length("new", 8) == 1
+    assert DraftPolicy(LINEAR).length("new", 8) == 2     # the default prior p = 0.7
 
 
 def test_k_min_probes_with_the_shortest_allowed_draft():
-    assert DraftPolicy(LINEAR, k_min=2).length("new", 8) == 2
-    assert DraftPolicy(LINEAR, k_min=4).length("new", 3) == 0
+    assert DraftPolicy(LINEAR, prior_p=0.5, k_min=2).length("new", 8) == 2
+    assert DraftPolicy(LINEAR, prior_p=0.5, k_min=4).length("new", 3) == 0
 
 
 def test_updates_count_the_tested_positions_and_decay():
-    pol = DraftPolicy(LINEAR, prior_n=2.0, decay=0.5)
+    pol = DraftPolicy(LINEAR, prior_p=0.5, prior_n=2.0, decay=0.5)
     pol.update("a", 4, 1)                        # positions 1 (ok) and 2 (rejected) tested
     assert (pol.acc["a"], pol.trials["a"]) == (1.0, 2.0)
     pol.update("a", 3, 3)                        # all 3 tested and accepted; old counts halved
@@ -63,7 +64,7 @@ def test_updates_count_the_tested_positions_and_decay():
 
 
 def test_rejected_key_stops_drafting_then_is_probed_again():
-    pol = DraftPolicy(LINEAR, decay=0.9)
+    pol = DraftPolicy(LINEAR, prior_p=0.5, prior_n=2.0, decay=0.9)
     for _ in range(10):
         pol.update("bad", 1, 0)
     assert pol.length("bad", 8) == 0
@@ -75,7 +76,7 @@ def test_rejected_key_stops_drafting_then_is_probed_again():
 
 
 def test_ngram_drafter_under_the_policy_learns_per_key():
-    pol = DraftPolicy(LINEAR)
+    pol = DraftPolicy(LINEAR, prior_p=0.5, prior_n=2.0, decay=0.97)
     d = NgramDrafter(size_n=3, size_m=8, min_n=1, policy=pol)
     h = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 1, 2, 3]
     assert d.lookup(h, 8) == (3, [4, 5, 6, 7, 8, 9, 10, 11])
@@ -99,7 +100,7 @@ def test_overlapping_match_continues_through_its_own_copy():
 
 
 def test_drafts_dropped_by_the_loop_are_not_counted():
-    pol = DraftPolicy(LINEAR)
+    pol = DraftPolicy(LINEAR, prior_p=0.5)
     d = NgramDrafter(size_n=2, size_m=4, min_n=1, policy=pol)
     assert d.draft([5, 6, 7, 5, 6], 4) == [7]
     d.accept(0, 0)                               # the loop verified none of it (n_min)
