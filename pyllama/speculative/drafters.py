@@ -34,8 +34,10 @@ class DraftModelDrafter(Drafter):
     name = "draft"
     TOP_K = 10
 
-    def __init__(self, ctx, seq_id: int = 0, p_min: float = 0.0):
+    def __init__(self, ctx, seq_id: int = 0, p_min: float = 0.0, policy=None):
         self.ctx, self.seq_id, self.p_min = ctx, seq_id, p_min
+        self.policy = policy        # DraftPolicy (with its draft_cost): how many to draft
+        self._k = 0
 
     def sync(self, history: list[int]) -> None:
         """Make the draft cache hold history and leave logits for its last token."""
@@ -43,6 +45,11 @@ class DraftModelDrafter(Drafter):
         decode_tokens(self.ctx, history[n:], self.seq_id)
 
     def draft(self, history: list[int], n_max: int) -> list[int]:
+        if self.policy is not None:
+            # a skipped round decodes nothing here: the next sync catches up in one batch
+            n_max = self._k = self.policy.length(self.name, n_max)
+            if n_max == 0:
+                return []
         self.sync(history)
         out: list[int] = []
         while len(out) < n_max:
@@ -66,6 +73,12 @@ class DraftModelDrafter(Drafter):
     def rollback(self, n_keep: int) -> None:
         self.ctx.memory.seq_rm(self.seq_id, n_keep, -1)
         cached_tokens(self.ctx, self.seq_id)
+
+    def accept(self, n_accepted: int, n_drafted: int | None = None) -> None:
+        if self.policy is not None:
+            k = self._k if n_drafted is None else min(self._k, n_drafted)
+            self.policy.update(self.name, k, n_accepted)
+            self._k = 0
 
 
 class NgramDrafter(Drafter):

@@ -4,7 +4,7 @@ Verifying k drafts decodes a batch of k + 1 tokens, which costs c(k) one-token d
 on the CPU c(k) grows by ~0.3 per extra row, dominated by the output matrix). If each drafted token
 is accepted with probability p once its predecessors were, a round emits on average
 E(k) = 1 + p + ... + p^k = (1 - p^(k+1)) / (1 - p) tokens, so drafting k tokens runs at E(k) / c(k)
-times the plain speed. DraftPolicy estimates p online per drafting situation (a key chosen by the
+times the plain speed (E(k) / (c(k) + k d) when each drafted token costs d decodes: a draft model). DraftPolicy estimates p online per drafting situation (a key chosen by the
 drafter: for the n-gram drafter the matched n-gram length and whether the previous draft was taken
 whole) and picks the k <= the available draft that maximises E(k) / c(k), or 0 when no k beats
 plain decoding. Verified tokens never depend on the draft, so the output is unchanged.
@@ -23,6 +23,8 @@ class VerifyCost:
     `table[k]` for the measured k, then `slope` per further token."""
     table: tuple = (1.0,)
     slope: float = 0.3
+    t_decode: float = 0.0       # seconds of the 1-token decode it was measured against (0: model)
+    measured: tuple = ()        # the raw measured c(k), k = 0..k_max (for reports)
 
     @classmethod
     def linear(cls, slope: float = 0.3) -> "VerifyCost":
@@ -37,7 +39,9 @@ class VerifyCost:
 def measure_verify_cost(model, k_max: int = 8, n_rep: int = 3, n_threads: int | None = None,
                         clock=time.process_time) -> VerifyCost:
     """Time decodes of 1..k_max + 1 tokens (best of n_rep, after a 32-token prefix, in a small
-    throwaway context) and return c(k) normalised to the 1-token decode; non-decreasing."""
+    throwaway context); return the least-squares line c(k) = 1 + slope k through them (single
+    timings jump with the kernels' token groups and the machine's load; a line does not chase
+    those steps), the raw ratios kept in .measured."""
     from ..context import Context
     from ..generate import decode_tokens
     kw = {"n_threads": n_threads} if n_threads else {}
@@ -54,9 +58,10 @@ def measure_verify_cost(model, k_max: int = 8, n_rep: int = 3, n_threads: int | 
             ts.append(clock() - t0)
             ctx.memory.seq_rm(0, 32, -1)
         best.append(min(ts))
-    c = np.maximum.accumulate(np.asarray(best) / best[0])
-    slope = float(c[-1] - c[-2]) if k_max >= 1 else 0.3
-    return VerifyCost(tuple(float(x) for x in c), max(slope, 0.05))
+    c = np.asarray(best) / best[0]
+    k = np.arange(len(c))
+    slope = float((k * (c - 1)).sum() / max(1, (k * k).sum()))   # c(k) = 1 + slope k, lsq
+    return VerifyCost((1.0,), max(slope, 0.05), float(best[0]), tuple(float(x) for x in c))
 
 
 def expected_tokens(p: float, k: int) -> float:
@@ -76,8 +81,9 @@ class DraftPolicy:
 
     def __init__(self, cost: VerifyCost | None = None, prior_p: float = 0.7,
                  prior_n: float = 1.0, decay: float = 0.9, margin: float = 0.02,
-                 k_min: int = 0):
+                 k_min: int = 0, draft_cost: float = 0.0):
         self.cost = cost or VerifyCost.linear()
+        self.draft_cost = draft_cost    # per drafted token, in target decodes (a draft model)
         self.k_min = k_min          # --draft-min: shorter drafts are dropped, never pick them
         self.prior_p, self.prior_n, self.decay, self.margin = prior_p, prior_n, decay, margin
         self.acc: dict = {}
@@ -92,7 +98,7 @@ class DraftPolicy:
         p = self.p(key)
         best_k, best = 0, 1.0 + self.margin
         for k in range(max(1, self.k_min), k_max + 1):
-            r = expected_tokens(p, k) / self.cost(k)
+            r = expected_tokens(p, k) / (self.cost(k) + k * self.draft_cost)
             if r > best:
                 best_k, best = k, r
         return best_k
