@@ -9,7 +9,8 @@ CPU second, acceptance, drafted tokens per round, speed-up.
 Speeds are of generation after the first token (prompt processing excluded: the same for all).
 Both clocks are read on every run; speed-ups are given for both (CPU time, process_time() of all
 threads, is the figure to compare on a shared, loaded machine). With --reps R the plain and
-speculative runs of a prompt alternate R times and the medians are reported. The verification cost
+speculative runs of a prompt alternate R times; speeds are medians, speed-ups the medians of the
+ratios to the plain run of the same repetition. The verification cost
 curve c(k) (a (k+1)-token decode relative to a 1-token decode, CPU time) is measured once per run
 and drives the cost-aware drafter; the "model" column is the speed-up that curve predicts from the
 rounds actually run (sum of c(drafted) vs one decode per token).
@@ -144,11 +145,14 @@ def run_spec(model, prompt, n, drafter, n_max):
     return out, tw, tc, st, rounds
 
 
-def drafters(model, args, cost):
-    # per drafted token, in target decodes (measured: the output matrix is the same)
+def self_draft_cost(model, args, cost) -> float:
+    """A self-draft token, in target decodes (measured: it keeps the whole output matrix)."""
     draft = truncated_model(model, args.self_layers)
-    draft_cost = measure_verify_cost(draft, 0, 5, args.threads).t_decode / cost.t_decode
-    print(f"self-draft decode / target decode: {draft_cost:.2f}", file=sys.stderr)
+    return measure_verify_cost(draft, 0, 5, args.threads).t_decode / cost.t_decode
+
+
+def drafters(model, args, cost):
+    draft_cost = args.draft_cost
     return [
         ("ngram", "ngram-simple", 8, lambda: NgramDrafter()),
         ("adaptive", "ngram cost-aware", 16, lambda: NgramDrafter(policy=DraftPolicy(cost))),
@@ -176,9 +180,12 @@ def bench_prompt(model, kind, prompt, args, cost, chosen) -> list[dict]:
                 continue
             out, tw, tc, st, rounds = run_spec(model, prompt, n, make(), n_max)
             assert out == ref, f"{name}: speculative output differs from plain greedy"
-            r = res.setdefault(key, {"name": name, "n_max": n_max, "w": [], "c": []})
+            r = res.setdefault(key, {"name": name, "n_max": n_max, "w": [], "c": [],
+                                     "sw": [], "sc": []})
             r["w"].append((n - 1) / tw)
             r["c"].append((n - 1) / tc)
+            r["sw"].append(r["w"][-1] / plain["w"][-1])     # against the plain run just before
+            r["sc"].append(r["c"][-1] / plain["c"][-1])
             r["st"], r["rounds"] = st, rounds
     w0, c0 = statistics.median(plain["w"]), statistics.median(plain["c"])
     rows = [dict(prompt=kind, drafter="none", n_max=0, tps_wall=w0, tps_cpu=c0, accept=None,
@@ -192,7 +199,8 @@ def bench_prompt(model, kind, prompt, args, cost, chosen) -> list[dict]:
                          tps_cpu=c, accept=st.accept_rate,
                          drafted_per_round=st.n_drafted / max(1, st.n_rounds),
                          tokens_per_round=(st.n_predict - 1) / max(1, st.n_rounds),
-                         speedup_wall=w / w0, speedup_cpu=c / c0,
+                         speedup_wall=statistics.median(r["sw"]),
+                         speedup_cpu=statistics.median(r["sc"]),
                          speedup_model=(st.n_predict - 1) / model_cost))
         print(rows[-1], file=sys.stderr)
     return rows
@@ -223,16 +231,19 @@ def main() -> int:
     cost = measure_verify_cost(model, k_max=16, n_rep=5, n_threads=args.threads)
     print("c(k) =", " ".join(f"{c:.2f}" for c in cost.measured), f"fit slope {cost.slope:.3f}",
           file=sys.stderr)
+    args.draft_cost = self_draft_cost(model, args, cost)
+    print(f"self-draft decode / target decode: {args.draft_cost:.2f}", file=sys.stderr)
     rows = []
     for kind in args.prompts.split(","):
         rows += bench_prompt(model, kind, tokenize(model, PROMPTS[kind]), args, cost, chosen)
     lines = [f"# speculative decoding, {args.model}, greedy, {args.n} tokens, "
              f"{time.strftime('%Y-%m-%d %H:%M')}", "",
              f"threads: {args.threads or 'default'}, reps: {args.reps} (medians), "
-             f"speed-ups against plain decoding in the same run", "",
+             f"speed-ups: median of the ratios to the plain run of the same repetition", "",
              "verification cost c(k), CPU time of a (k+1)-token decode / 1-token decode, k=0..16: "
              + " ".join(f"{c:.2f}" for c in cost.measured) +
-             f"; the cost-aware drafters use the fitted line c(k) = 1 + {cost.slope:.3f} k", "",
+             f"; the cost-aware drafters use the fitted line c(k) = 1 + {cost.slope:.3f} k; "
+             f"a self-draft token costs {args.draft_cost:.2f} target decodes", "",
              "| prompt | drafter | n_max | tok/s wall | tok/CPU-s | accept | drafted/round "
              "| tokens/round | speed-up wall | speed-up CPU | model |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
