@@ -254,6 +254,22 @@ cdef struct Work:
     int64_t text_cap
 
 
+cdef int32_t _merge_top(Work *w) noexcept nogil:
+    """Pop the best bigram; if both symbols are still as it saw them, merge right into left
+    (length, id, links) and return left, else -1 (a stale entry). llama.cpp's SPM and BPE loop."""
+    cdef Bigram b = _pop(w)
+    cdef int32_t left = b.left, right = b.right
+    if w.n[left] == 0 or w.n[right] == 0 or w.n[left] + w.n[right] != b.size:
+        return -1
+    w.n[left] += w.n[right]
+    w.n[right] = 0
+    w.id[left] = b.new_id
+    w.next[left] = w.next[right]
+    if w.next[right] >= 0:
+        w.prev[w.next[right]] = left
+    return left
+
+
 cdef inline bint _less(Bigram *a, Bigram *b) noexcept nogil:
     return a.key < b.key or (a.key == b.key and a.left < b.left)
 
@@ -465,20 +481,12 @@ cdef class Merger:
         w.heap_len = 0
         for i in range(1, ns):
             self._spm_pair(w, <int32_t>(i - 1), <int32_t>i)
-        cdef Bigram b
-        cdef int32_t left, right
+        cdef int32_t left
         while w.heap_len:
-            b = _pop(w)
-            left, right = b.left, b.right
-            if w.n[left] == 0 or w.n[right] == 0 or w.n[left] + w.n[right] != b.size:
-                continue
-            w.n[left] += w.n[right]
-            w.n[right] = 0
-            w.next[left] = w.next[right]
-            if w.next[right] >= 0:
-                w.prev[w.next[right]] = left
-            self._spm_pair(w, w.prev[left], left)
-            self._spm_pair(w, left, w.next[left])
+            left = _merge_top(w)
+            if left >= 0:
+                self._spm_pair(w, w.prev[left], left)
+                self._spm_pair(w, left, w.next[left])
         i = 0
         while i != -1:
             self._resegment(w, <int32_t>i, out)
@@ -530,21 +538,12 @@ cdef class Merger:
         w.heap_len = 0
         for i in range(1, ns):
             self._bpe_pair(w, <int32_t>(i - 1), <int32_t>i)
-        cdef Bigram b
-        cdef int32_t left, right
+        cdef int32_t left
         while w.heap_len:
-            b = _pop(w)
-            left, right = b.left, b.right
-            if w.n[left] == 0 or w.n[right] == 0 or w.n[left] + w.n[right] != b.size:
-                continue
-            w.n[left] += w.n[right]
-            w.n[right] = 0
-            w.id[left] = b.new_id
-            w.next[left] = w.next[right]
-            if w.next[right] >= 0:
-                w.prev[w.next[right]] = left
-            self._bpe_pair(w, w.prev[left], left)
-            self._bpe_pair(w, left, w.next[left])
+            left = _merge_top(w)
+            if left >= 0:
+                self._bpe_pair(w, w.prev[left], left)
+                self._bpe_pair(w, left, w.next[left])
         i = 0
         while i != -1:
             out.append(w.id[i])
