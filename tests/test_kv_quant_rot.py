@@ -143,10 +143,11 @@ def test_rotated_caches_are_batch_invariant(gemma128, kt, vt):
     assert np.array_equal(small.eval(toks, logits_all=True), full)
 
 
-def test_k_shift_unrotates_ropes_and_rerotates(qwen64):
+@pytest.mark.parametrize("center", [False, True])
+def test_k_shift_unrotates_ropes_and_rerotates(qwen64, center):
     """seq_add on a rotated q8_0 K cache: dequantize, H, rope, H, requantize (llama.cpp's
-    build_rope_shift for quantized K)."""
-    ctx = pyllama.Context(qwen64, n_ctx=256, type_k="q8_0", type_v="q8_0", kv_k_center=False)
+    build_rope_shift for quantized K); a centered K gets its offset back around the rope."""
+    ctx = pyllama.Context(qwen64, n_ctx=256, type_k="q8_0", type_v="q8_0", kv_k_center=center)
     ctx.eval(tokens(30, seed=5))
     mem = ctx.memory
     k0 = {il: mem.k[il].copy() for il in mem.layers}
@@ -155,10 +156,11 @@ def test_k_shift_unrotates_ropes_and_rerotates(qwen64):
     hp = qwen64.hparams
     cells = np.flatnonzero(mem.cells[0].pos >= 15)
     for il in mem.layers:
+        c = mem.k_offset(il).reshape(hp.n_head_kv, -1) if center else np.float32(0)
         rows = hadamard(kv_decode(k0[il][cells], "q8_0").reshape(len(cells), hp.n_head_kv, -1), 64)
-        want = qwen64.backend.rope(rows, np.full(len(cells), 5, np.int32), hp.n_rot,
-                                   hp.rope_base(il), hp.rope_scale(il), hp.rope_type)
-        want = hadamard(want, 64).reshape(len(cells), -1)
+        want = qwen64.backend.rope(rows + c, np.full(len(cells), 5, np.int32), hp.n_rot,
+                                   hp.rope_base(il), hp.rope_scale(il), hp.rope_type) - c
+        want = hadamard(want.astype(np.float32), 64).reshape(len(cells), -1)
         assert mem.k[il][cells].tobytes() == kv_encode(want, "q8_0").tobytes()
 
 
@@ -230,24 +232,6 @@ def test_k_center_state_round_trip_and_mismatch(qwen64):
     c = pyllama.Context(qwen64, kv_k_center=False, **kw)
     with pytest.raises(pyllama.errors.ContextError, match="centered"):
         c.state_seq_set(blob, 0)
-
-
-def test_k_shift_with_center(qwen64):
-    ctx = pyllama.Context(qwen64, n_ctx=256, type_k="q8_0", type_v="q8_0", kv_k_center=True)
-    ctx.eval(tokens(30, seed=9))
-    mem = ctx.memory
-    k0 = {il: mem.k[il].copy() for il in mem.layers}
-    mem.seq_add(0, 10, -1, 5)
-    mem.update()
-    hp = qwen64.hparams
-    cells = np.flatnonzero(mem.cells[0].pos >= 15)
-    for il in mem.layers:
-        c = mem.k_offset(il).reshape(hp.n_head_kv, -1)
-        rows = hadamard(kv_decode(k0[il][cells], "q8_0").reshape(len(cells), hp.n_head_kv, -1), 64)
-        want = qwen64.backend.rope(rows + c, np.full(len(cells), 5, np.int32), hp.n_rot,
-                                   hp.rope_base(il), hp.rope_scale(il), hp.rope_type) - c
-        want = hadamard(want.astype(np.float32), 64).reshape(len(cells), -1)
-        assert mem.k[il][cells].tobytes() == kv_encode(want, "q8_0").tobytes()
 
 
 @pytest.mark.slow
