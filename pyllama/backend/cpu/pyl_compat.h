@@ -38,21 +38,8 @@
 #define PYL_C_Q4K_BYTES 144
 #define PYL_C_Q6K_BYTES 210
 
-static inline float pyl_c_h2f(uint16_t h) {
-#if PYL_C_SIMD
-    return _cvtsh_ss(h);
-#else
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
-    float f;
-    if (e == 0) {
-        f = (float)m * (1.0f / 16777216.0f);
-        return sign ? -f : f;
-    }
-    bits = e == 31 ? (sign | 0x7f800000u | (m << 13)) : (sign | ((e + 112u) << 23) | (m << 13));
-    memcpy(&f, &bits, 4);
-    return f;
-#endif
-}
+/* f16 -> f32, exact (pyl_parity.h's decode) */
+static inline float pyl_c_h2f(uint16_t h) { return pyl_p_h2f(h); }
 
 static inline float pyl_c_rd16(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return pyl_c_h2f(h); }
 
