@@ -8,14 +8,12 @@ import pytest
 
 import pyllama
 from pyllama import arch as arch_registry
+from tiny import random_tokens as tokens
 
 ARCHS = arch_registry.names()
 SWA_ARCHS = [a for a in ARCHS if a in ("gemma2", "gemma3")]
 N_LONG = 300
 
-
-def tokens(n, seed=0, n_vocab=276):
-    return np.random.default_rng(seed).integers(0, n_vocab, n).astype(np.int32)
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import pytest
 import pyllama
 from pyllama.backend.base import kv_decode, kv_encode
 from pyllama.errors import ContextError
+from tiny import random_tokens as tokens
 
 # tiny configs with head size 32 (the q8_0/q4_0 block): gemma3 and qwen3 as they are,
 # llama and gemma2 (softcap, SWA) widened
@@ -19,9 +20,6 @@ CONFIGS = {
 SWA = ("gemma3", "gemma2")
 N_LONG = 300
 
-
-def tokens(n, seed=0, n_vocab=276):
-    return np.random.default_rng(seed).integers(0, n_vocab, n).astype(np.int32)
 
 
 @pytest.fixture(scope="module")

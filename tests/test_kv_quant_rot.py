@@ -10,6 +10,7 @@ import pyllama
 from pyllama.backend.base import hadamard, kv_decode, kv_encode
 from pyllama.backend.cpu import _attn_q
 from pyllama.kv.cache import attn_rot
+from tiny import random_tokens as tokens
 
 # head size 64 (Qwen2.5's) and 128 (K rotated by H_128, V in 64-chunks), GQA on both
 QWEN64 = {"attention.key_length": 64, "attention.value_length": 64}
@@ -83,9 +84,6 @@ def test_cpu_kernel_bit_exact_with_numpy(n, threads):
     with pytest.raises(ValueError):
         _attn_q.hadamard(np.zeros((1, 96), np.float32), 64, 1)
 
-
-def tokens(n, seed=0, n_vocab=276):
-    return np.random.default_rng(seed).integers(0, n_vocab, n).astype(np.int32)
 
 
 @pytest.fixture(scope="module")

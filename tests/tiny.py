@@ -117,3 +117,8 @@ def tiny_path(tmp_dir: str, arch: str, **kw) -> str:
         write_tiny_gguf(path + ".tmp", arch, **kw)
         os.replace(path + ".tmp", path)
     return path
+
+
+def random_tokens(n: int, seed: int = 0, n_vocab: int = 276) -> np.ndarray:
+    """n random token ids of the tiny vocabulary (int32)."""
+    return np.random.default_rng(seed).integers(0, n_vocab, n).astype(np.int32)
