@@ -15,7 +15,6 @@ SWA_ARCHS = [a for a in ARCHS if a in ("gemma2", "gemma3")]
 N_LONG = 300
 
 
-
 @pytest.fixture(scope="module")
 def models(tiny_model_path):
     cache = {}

@@ -21,7 +21,6 @@ SWA = ("gemma3", "gemma2")
 N_LONG = 300
 
 
-
 @pytest.fixture(scope="module")
 def models(tiny_model_path):
     cache = {}

@@ -85,7 +85,6 @@ def test_cpu_kernel_bit_exact_with_numpy(n, threads):
         _attn_q.hadamard(np.zeros((1, 96), np.float32), 64, 1)
 
 
-
 @pytest.fixture(scope="module")
 def qwen64(tiny_model_path):
     return pyllama.load_model(tiny_model_path("qwen2", overrides=QWEN64))
