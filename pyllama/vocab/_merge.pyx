@@ -477,21 +477,32 @@ cdef class Merger:
             w.start[ns], w.n[ns], w.prev[ns], w.next[ns] = i, <int32_t>k, ns - 1, ns + 1
             ns += 1
             i += k
-        w.next[ns - 1] = -1
-        w.heap_len = 0
-        for i in range(1, ns):
-            self._spm_pair(w, <int32_t>(i - 1), <int32_t>i)
-        cdef int32_t left
-        while w.heap_len:
-            left = _merge_top(w)
-            if left >= 0:
-                self._spm_pair(w, w.prev[left], left)
-                self._spm_pair(w, left, w.next[left])
+        if ns == 0:
+            return 0
+        self._merge_all(w, ns, True)
         i = 0
         while i != -1:
             self._resegment(w, <int32_t>i, out)
             i = w.next[i]
         return 0
+
+    cdef int _merge_all(self, Work *w, int32_t ns, bint spm) except -1:
+        """Link symbols 0..ns-1, queue every adjacent pair, merge until no pair is left
+        (llama.cpp's SPM loop when spm, else its BPE loop)."""
+        cdef int32_t i, left
+        w.next[ns - 1] = -1
+        w.heap_len = 0
+        for i in range(1, ns):
+            self._pair(w, spm, i - 1, i)
+        while w.heap_len:
+            left = _merge_top(w)
+            if left >= 0:
+                self._pair(w, spm, w.prev[left], left)
+                self._pair(w, spm, left, w.next[left])
+        return 0
+
+    cdef inline int _pair(self, Work *w, bint spm, int32_t left, int32_t right) except -1:
+        return self._spm_pair(w, left, right) if spm else self._bpe_pair(w, left, right)
 
     cdef int _spm_pair(self, Work *w, int32_t left, int32_t right) except -1:
         if left < 0 or right < 0:
@@ -534,16 +545,7 @@ cdef class Merger:
             ns += 1
         if ns == 0:
             return 0
-        w.next[ns - 1] = -1
-        w.heap_len = 0
-        for i in range(1, ns):
-            self._bpe_pair(w, <int32_t>(i - 1), <int32_t>i)
-        cdef int32_t left
-        while w.heap_len:
-            left = _merge_top(w)
-            if left >= 0:
-                self._bpe_pair(w, w.prev[left], left)
-                self._bpe_pair(w, left, w.next[left])
+        self._merge_all(w, ns, False)
         i = 0
         while i != -1:
             out.append(w.id[i])
