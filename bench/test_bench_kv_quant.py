@@ -35,29 +35,25 @@ def test_tg32(benchmark, model, kv, depth, tokens):
     benchmark.extra_info["tokens_per_s"] = 32 / benchmark.stats["min"]
 
 
+def _decode_attention(benchmark, kv, n_threads, n_cells, n_head, n_head_kv, head_dim, scale):
+    """One query's attention over n_cells cached rows of type kv."""
+    from pyllama.backend.cpu import CpuBackend
+    be = CpuBackend(n_threads)
+    rng = np.random.default_rng(0)
+    row = n_head_kv * head_dim
+    k, v = be.alloc_kv(n_cells, row, kv), be.alloc_kv(n_cells, row, kv)
+    be.set_rows(k, np.arange(n_cells), rng.standard_normal((n_cells, row)).astype(np.float32))
+    be.set_rows(v, np.arange(n_cells), rng.standard_normal((n_cells, row)).astype(np.float32))
+    q = rng.standard_normal((1, n_head, head_dim)).astype(np.float32)
+    cells = np.arange(n_cells, dtype=np.int32)
+    benchmark(be.attention, q, k, v, cells, np.array([0]), np.array([n_cells]), scale)
+
+
 @pytest.mark.parametrize("kv", TYPES)
 def test_attn_decode_gemma_shape(benchmark, kv):
-    from pyllama.backend.cpu import CpuBackend
-    be = CpuBackend()
-    rng = np.random.default_rng(0)
-    n = 4096
-    k, v = be.alloc_kv(n, 256, kv), be.alloc_kv(n, 256, kv)
-    be.set_rows(k, np.arange(n), rng.standard_normal((n, 256)).astype(np.float32))
-    be.set_rows(v, np.arange(n), rng.standard_normal((n, 256)).astype(np.float32))
-    q = rng.standard_normal((1, 4, 256)).astype(np.float32)
-    cells = np.arange(n, dtype=np.int32)
-    benchmark(be.attention, q, k, v, cells, np.array([0]), np.array([n]), 0.0625)
+    _decode_attention(benchmark, kv, None, 4096, 4, 1, 256, 0.0625)
 
 
 @pytest.mark.parametrize("kv", TYPES)
 def test_attn_decode_qwen_shape(benchmark, kv):
-    from pyllama.backend.cpu import CpuBackend
-    be = CpuBackend(2)
-    rng = np.random.default_rng(0)
-    n = 512
-    k, v = be.alloc_kv(n, 128, kv), be.alloc_kv(n, 128, kv)
-    be.set_rows(k, np.arange(n), rng.standard_normal((n, 128)).astype(np.float32))
-    be.set_rows(v, np.arange(n), rng.standard_normal((n, 128)).astype(np.float32))
-    q = rng.standard_normal((1, 14, 64)).astype(np.float32)
-    cells = np.arange(n, dtype=np.int32)
-    benchmark(be.attention, q, k, v, cells, np.array([0]), np.array([n]), 0.125)
+    _decode_attention(benchmark, kv, 2, 512, 14, 2, 64, 0.125)
