@@ -136,6 +136,21 @@ class Backend(ABC):
             raise ValueError(f"KV row of {row} is not a multiple of the {dtype} block")
         return np.zeros((n_cells, row // KV_BLOCK[dtype]), dtype=KV_TYPES[dtype])
 
+    # -- llama.cpp's one-token kernels (Context(numerics="llama.cpp"), backend/compat.py) ----
+    def matmul_vec(self, w: Weight, x: np.ndarray) -> np.ndarray:
+        """Every row of x [n, cols] by llama.cpp's one-token kernel of w.type (Q2_K ... Q6_K
+        vec_dot, Q4_K gemv). Here the numpy oracle; backends override it with native code."""
+        from . import ref_compat
+        return ref_compat.matvec_k(w.type, w.raw, x)
+
+    def attention_vec(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
+                      softcap=0.0) -> np.ndarray:
+        """attention() for one query over f16 caches with ggml_vec_dot_f16 (q.k and p.v), as
+        llama.cpp computes a one-token batch. Here the numpy oracle."""
+        from . import ref_compat
+        return ref_compat.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
+                                        softcap)
+
     # -- ops --------------------------------------------------------------------------------
     def hadamard(self, x: np.ndarray, n: int) -> np.ndarray:
         """`hadamard(x, n)`: the K/V rotation of quantized caches (pyllama/kv attn_rot)."""

@@ -13,8 +13,9 @@ Not covered (pyllama's default arithmetic is used): F16/F32/BF16 weights and f32
 row, IQ types.
 
 `matmul(be, w, x)` and `attention(be, ...)` apply that choice on top of a backend; the one-token
-kernels are native on the CPU backend (cpu/compat.py) and the numpy oracle (ref_compat.py) on the
-others (ref; CUDA tensors are not supported: Context refuses the mode there).
+kernels are the backend's `matmul_vec` / `attention_vec`: native on the CPU backend
+(cpu/compat.py), the numpy oracle (ref_compat.py) by default (ref; Context refuses the mode on
+CUDA).
 """
 from __future__ import annotations
 
@@ -34,29 +35,6 @@ def vec_row_start(wtype, n_rows_w: int, n: int) -> int:
     return n
 
 
-def _native(be):
-    if be.name == "cpu":
-        from .cpu import compat
-        return compat
-    return None
-
-
-def matmul_vec(be, w, x: np.ndarray) -> np.ndarray:
-    """Every row of x by llama.cpp's one-token kernel of w.type (Q2_K ... Q6_K)."""
-    nat = _native(be)
-    if nat is not None:
-        return nat.matvec_k(w, x, be.n_threads)
-    return ref_compat.matvec_k(w.type, w.raw, x)
-
-
-def attention_vec(be, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
-    nat = _native(be)
-    if nat is not None:
-        return nat.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
-                                 be.n_threads)
-    return ref_compat.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
-
-
 def matmul(be, w, x: np.ndarray) -> np.ndarray:
     """be.matmul(w, x) with llama.cpp's kernel choice for these n = len(x) rows."""
     n = x.shape[0]
@@ -64,12 +42,12 @@ def matmul(be, w, x: np.ndarray) -> np.ndarray:
     if s >= n:
         return be.matmul(w, x)
     if s == 0:
-        return matmul_vec(be, w, x)
-    return np.concatenate([be.matmul(w, x[:s]), matmul_vec(be, w, x[s:])])
+        return be.matmul_vec(w, x)
+    return np.concatenate([be.matmul(w, x[:s]), be.matmul_vec(w, x[s:])])
 
 
 def attention(be, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
     """be.attention with llama.cpp's kernel choice: one query row over f16 caches -> vec_dot_f16."""
     if q.shape[0] == 1 and k_cache.dtype == np.float16 and v_cache.dtype == np.float16:
-        return attention_vec(be, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
+        return be.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
     return be.attention(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)

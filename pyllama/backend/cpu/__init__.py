@@ -92,6 +92,15 @@ class CpuBackend(Backend):
     def matmul(self, w: Weight, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         return self._matmul_mod().matmul(w, _c32(x), out=out)
 
+    def matmul_vec(self, w: Weight, x: np.ndarray) -> np.ndarray:
+        from . import compat
+        return compat.matvec_k(w, x, self.n_threads)
+
+    def attention_vec(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
+        from . import compat
+        return compat.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
+                                    softcap, self.n_threads)
+
     def get_rows(self, w: Weight, ids: np.ndarray) -> np.ndarray:
         return self._matmul_mod().get_rows(w, np.asarray(ids))
 
