@@ -10,6 +10,8 @@ llama.cpp's prefill (n >= 8 rows) arithmetic, so results never depend on how wor
 backend does (one-token decodes, Q4_K tail rows, Q6_K under 8 rows), reproducing llama.cpp's own
 greedy continuations bit for bit, at the price of batch-shape dependent results (speculative
 verification then no longer equals plain decoding bit for bit). CPU and ref backends only.
+`flash_attn=True` adds llama.cpp's flash-attention arithmetic to "llama.cpp" numerics (what `-fa on`
+and llama.cpp's default `-fa auto` give on its CPU backend); "invariant" numerics ignore it.
 
 `kv_k_center` (None: auto, on for a quantized K cache of a model with K biases; not llama.cpp's
 bytes) stores quantized K rows minus the layer's K bias (docs/kv_cache_types.md): the same logits
@@ -34,7 +36,7 @@ class Context:
                  n_seq_max: int = 1, swa_full: bool = False, swa_extra: int = 0,
                  kv_unified: bool = False, type_k: str = "f16", type_v: str = "f16",
                  n_threads: int | None = None, numerics: str = "invariant",
-                 kv_k_center: bool | None = None):
+                 kv_k_center: bool | None = None, flash_attn: bool = False):
         hp = model.hparams
         if n_ctx == 0:
             n_ctx = hp.n_ctx_train
@@ -47,6 +49,7 @@ class Context:
         _check_block_heads(hp, type_k, type_v)
         _check_numerics(numerics, model.backend)
         self.numerics = numerics
+        self.flash_attn = bool(flash_attn)
         self.model, self.hp = model, hp
         self.backend = model.backend
         if n_threads is not None:
@@ -109,7 +112,8 @@ class Context:
 
     def _decode_ubatch(self, ub) -> None:
         out_local = np.flatnonzero(ub.output).astype(np.int32)
-        g = Graph(self.backend, self.hp, self.memory, ub, out_local, self.numerics)
+        g = Graph(self.backend, self.hp, self.memory, ub, out_local, self.numerics,
+                  self.flash_attn)
         logits = self.model.arch.forward(g, self.model.weights, self.hp)
         if len(out_local):
             rows = self._out_row[np.asarray(ub.idx)[out_local]]

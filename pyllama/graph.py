@@ -18,9 +18,10 @@ from .hparams import HParams
 
 class Graph:
     def __init__(self, backend: Backend, hp: HParams, memory, ubatch, out_idx: np.ndarray,
-                 numerics: str = "invariant"):
+                 numerics: str = "invariant", flash_attn: bool = False):
         self.be = backend
         self.llama_cpp = numerics == "llama.cpp"    # llama.cpp's row-count dependent kernels
+        self.flash_attn = flash_attn                # with llama_cpp: its flash-attention kernels
         self.hp = hp
         self.memory = memory
         self.n_tokens = ubatch.n_tokens
@@ -97,7 +98,7 @@ class Graph:
         return self.be.hadamard(out, rot_v) if rot_v else out
 
     def _llama_cpp_attention(self, *args):
-        return llama_cpp_numerics.attention(self.be, *args)
+        return llama_cpp_numerics.attention(self.be, *args, flash_attn=self.flash_attn)
 
     # -- outputs ------------------------------------------------------------------------
     def select_outputs(self, x: np.ndarray) -> np.ndarray:

@@ -164,6 +164,83 @@ def test_attention_vec_ignores_list_order():
     assert np.array_equal(a, b)
 
 
+def fa_lists(rng, n_q, n_cells, kind):
+    """n_q cell lists: 'causal' (query i sees cells 0..i+1, the tiles of a prompt), 'random'
+    (random subsets in random order), 'ring' (a window wrapping around the cache end)."""
+    if kind == "causal":
+        return [np.arange(0, i + 2) for i in range(n_q)]
+    if kind == "ring":
+        return [np.concatenate([np.arange(n_cells - 40 + i % 7, n_cells), np.arange(0, 90)])
+                for i in range(n_q)]
+    return [rng.permutation(n_cells)[:rng.integers(0, 200)] for _ in range(n_q)]
+
+
+@pytest.mark.parametrize("n_q,dtype", [(1, np.float16), (5, np.float16), (64, np.float16),
+                                       (70, np.float16), (64, np.float32), (70, np.float32)])
+@pytest.mark.parametrize("kind", ["causal", "random", "ring"])
+def test_attention_fa_kernel_equals_oracle(n_q, dtype, kind):
+    """llama.cpp's flash attention (tiled from 64 queries, one_chunk below: f16 caches only) in C
+    against the numpy oracle, bit for bit, whatever the thread count; and near float64."""
+    rng = np.random.default_rng(n_q)
+    H, n_kv, d = 4, 2, 64
+    k = (rng.standard_normal((260, n_kv * d)) * 2).astype(dtype)
+    v = rng.standard_normal((260, n_kv * d)).astype(dtype)
+    cells, qs, qe = pack(fa_lists(rng, n_q, 260, kind))
+    q = (rng.standard_normal((n_q, H, d)) * 2).astype(np.float32)
+    want = ref_compat.attention_fa(q, k, v, cells, qs, qe, 0.125)
+    for nth in (1, 2):
+        assert np.array_equal(cpu_compat.attention_fa(q, k, v, cells, qs, qe, 0.125, 0.0, nth),
+                              want)
+    assert np.allclose(want, float64_attention(q, k, v, cells, qs, qe, 0.125), atol=4e-3)
+
+
+def test_attention_fa_softcap_equals_oracle():
+    """With a logit softcap (Gemma 2): tanhf and expf from the C library on both sides."""
+    rng = np.random.default_rng(9)
+    k = (rng.standard_normal((200, 64)) * 3).astype(np.float16)
+    v = rng.standard_normal((200, 64)).astype(np.float16)
+    for n_q in (3, 64):
+        cells, qs, qe = pack(fa_lists(rng, n_q, 200, "random"))
+        q = (rng.standard_normal((n_q, 2, 64)) * 3).astype(np.float32)
+        a = ref_compat.attention_fa(q, k, v, cells, qs, qe, 0.125, 5.0)
+        b = cpu_compat.attention_fa(q, k, v, cells, qs, qe, 0.125, 5.0, 2)
+        assert np.array_equal(a, b)
+
+
+def test_attention_fa_tiles_follow_cell_index():
+    """The tiled kernel's online softmax steps over 64-cell tiles of cell index: the same visible
+    cells give different bits when their tile boundaries move, and listing order is irrelevant."""
+    rng = np.random.default_rng(4)
+    k = (rng.standard_normal((256, 64)) * 4).astype(np.float16)
+    v = rng.standard_normal((256, 64)).astype(np.float16)
+    q = (rng.standard_normal((64, 1, 64)) * 4).astype(np.float32)
+    c = np.arange(0, 100)
+    a = cpu_compat.attention_fa(q, k, v, *pack([c] * 64), 0.125, 0.0, 1)
+    b = cpu_compat.attention_fa(q, k, v, *pack([rng.permutation(c)] * 64), 0.125, 0.0, 1)
+    assert np.array_equal(a, b)
+    k2, v2 = np.roll(k, 30, axis=0), np.roll(v, 30, axis=0)       # same rows at cells 30..129
+    d = cpu_compat.attention_fa(q, k2, v2, *pack([c + 30] * 64), 0.125, 0.0, 1)
+    assert np.allclose(a, d, atol=1e-5) and not np.array_equal(a, d)
+
+
+def test_compat_attention_routes_flash_attention():
+    """numerics='llama.cpp' with flash attention: f16 caches always, f32 from 64 queries (else
+    the attention without it)."""
+    be = get_backend("cpu", 1)
+    rng = np.random.default_rng(2)
+    for dtype, n_q, fa in [(np.float16, 3, True), (np.float32, 64, True), (np.float32, 3, False)]:
+        k = rng.standard_normal((80, 64)).astype(dtype)
+        v = rng.standard_normal((80, 64)).astype(dtype)
+        q = rng.standard_normal((n_q, 2, 64)).astype(np.float32)
+        cells, qs, qe = pack([np.arange(0, 70)] * n_q)
+        got = compat.attention(be, q, k, v, cells, qs, qe, 0.125, flash_attn=True)
+        if fa:
+            want = ref_compat.attention_fa(q, k, v, cells, qs, qe, 0.125)
+        else:
+            want = compat.attention(be, q, k, v, cells, qs, qe, 0.125)
+        assert np.array_equal(got, want)
+
+
 def _vdot_scalar(a, b):
     """ggml_vec_dot_f16 written out with scalar float32 operations (independent of the oracle)."""
     f = np.float32

@@ -249,8 +249,10 @@ OPTIONS: list[Opt] = [
        status=NOOP, note="NUMA placement is left to the OS"),
     _O("-fa --flash-attn", "optenum", "flash_attn", "set Flash Attention use ('on', 'off', or "
        "'auto', default: 'auto')", hint="[on|off|auto]", choices=("on", "off", "auto"), const="on",
-       env="LLAMA_ARG_FLASH_ATTN", conv=_on_off_auto("--flash-attn"), status=NOOP,
-       note="pyllama has one attention path (its results do not depend on this flag)"),
+       env="LLAMA_ARG_FLASH_ATTN", conv=_on_off_auto("--flash-attn"),
+       note="with llama.cpp numerics (--numerics; the CPU default of llama-cli, -completion, "
+       "-perplexity, -simple) on/auto pick llama.cpp's CPU flash-attention arithmetic, as "
+       "llama.cpp's auto does on the CPU; invariant numerics have one attention path"),
     _O("-ctk --cache-type-k", "str", "cache_type_k", "KV cache data type for K\nallowed values: "
        + ", ".join(KV_TYPES) + "\n(default: f16)", hint="TYPE", env="LLAMA_ARG_CACHE_TYPE_K",
        conv=_kv_type),

@@ -196,7 +196,8 @@ class Params:
                     swa_extra=self.swa_extra, kv_unified=self.kv_unified,
                     type_k=self.cache_type_k, type_v=self.cache_type_v,
                     n_threads=self.n_threads if self.n_threads > 0 else None,
-                    kv_k_center=K_CENTER[self.kv_k_center])
+                    kv_k_center=K_CENTER[self.kv_k_center],
+                    flash_attn=self.flash_attn != "off")
 
     def numerics_for(self, backend_name: str) -> str:
         """--numerics, else llama.cpp's arithmetic where llama.cpp's CPU outputs are the

@@ -81,7 +81,7 @@ def generate_greedy(model, prompt: str, n_predict: int, t_load: float) -> int:
     # llama-simple is llama.cpp's reference loop: its arithmetic on the CPU (docs/numerics.md)
     numerics = "llama.cpp" if model.backend.name in ("cpu", "ref") else "invariant"
     ctx = pyllama.Context(model, n_ctx=n_ctx, n_batch=len(ids), n_ubatch=len(ids),
-                          numerics=numerics)
+                          numerics=numerics, flash_attn=True)     # llama.cpp's -fa auto
     sampler = SamplerChain(SamplerParams(temp=0.0, samplers=["temperature"]), model.n_vocab,
                            eog_ids=tuple(model.vocab.eog_ids))
     out = sys.stdout.buffer

@@ -151,6 +151,15 @@ class Backend(ABC):
         return ref_compat.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
                                         softcap)
 
+    def attention_fa(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
+                     softcap=0.0) -> np.ndarray:
+        """attention() over f16 (or, from 64 queries, f32) caches with llama.cpp's CPU
+        flash-attention arithmetic (tiled from 64 queries, one_chunk below). Here the numpy
+        oracle."""
+        from . import ref_compat
+        return ref_compat.attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
+                                       softcap)
+
     # -- ops --------------------------------------------------------------------------------
     def hadamard(self, x: np.ndarray, n: int) -> np.ndarray:
         """`hadamard(x, n)`: the K/V rotation of quantized caches (pyllama/kv attn_rot)."""

@@ -7,13 +7,16 @@ different arithmetic depending on its number of rows n (docs/numerics.md):
 - Q2_K, Q3_K, Q5_K and Q6_K weights (and Q4_K that is not repacked): the tiled kernel from 8 rows
   (pyllama's default), ggml_vec_dot_q*_K_q8_K below;
 - f16 attention (kq and kqv mul_mats): tinyBLAS from 2 query rows (pyllama's default),
-  ggml_vec_dot_f16 for one.
+  ggml_vec_dot_f16 for one;
+- with flash attention (`-fa on`, and `auto` on the CPU: llama-perplexity's default), f16/f32
+  caches: ggml_compute_forward_flash_attn_ext_tiled from 64 query rows, the one_chunk kernel below
+  (f16 caches; other KV types keep the backend's attention, q converted as llama.cpp's FA does).
 Q8_0 / Q5_0 / Q4_0 weights give the same bits either way (vec_dot and tinyBLAS share the lanes).
 Not covered (pyllama's default arithmetic is used): F16/F32/BF16 weights and f32 caches for one
 row, IQ types.
 
 `matmul(be, w, x)` and `attention(be, ...)` apply that choice on top of a backend; the one-token
-kernels are the backend's `matmul_vec` / `attention_vec`: native on the CPU backend
+kernels are the backend's `matmul_vec` / `attention_vec` / `attention_fa`: native on the CPU backend
 (cpu/compat.py), the numpy oracle (ref_compat.py) by default (ref; Context refuses the mode on
 CUDA).
 """
@@ -46,8 +49,14 @@ def matmul(be, w, x: np.ndarray) -> np.ndarray:
     return np.concatenate([be.matmul(w, x[:s]), be.matmul_vec(w, x[s:])])
 
 
-def attention(be, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
-    """be.attention with llama.cpp's kernel choice: one query row over f16 caches -> vec_dot_f16."""
+def attention(be, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0,
+              flash_attn: bool = False):
+    """be.attention with llama.cpp's kernel choice: flash attention -> attention_fa where llama.cpp
+    has the f16/f32 kernels; else one query row over f16 caches -> vec_dot_f16."""
+    if flash_attn and k_cache.dtype == v_cache.dtype and (
+            k_cache.dtype == np.float16
+            or (k_cache.dtype == np.float32 and q.shape[0] >= ref_compat.FA_TILE_Q)):
+        return be.attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
     if q.shape[0] == 1 and k_cache.dtype == np.float16 and v_cache.dtype == np.float16:
         return be.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
     return be.attention(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)

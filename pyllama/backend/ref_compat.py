@@ -10,14 +10,16 @@ bit-identical to them):
   quantize_row_q8_K_ref;
 - `attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)`: f16 attention of
   one-token ubatches: mul_mat with one src1 row runs ggml_vec_dot_f16 (4 accumulators x 8 lanes
-  over 32-element steps) for q.k over the head dimension and for p.v over the cell index.
+  over 32-element steps) for q.k over the head dimension and for p.v over the cell index;
+- `attention_fa(...)`: llama.cpp's flash attention (`-fa on`, and `auto` on the CPU): the tiled
+  kernel for ubatches of >= 64 queries, one_chunk below (ops.cpp ggml_compute_forward_flash_attn_*).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..gguf import GGMLType
-from .ref import _fma, ggml_hsum8, ggml_softmax_probs
+from .ref import _fma, ggml_expf, ggml_hsum8, ggml_softmax_probs
 from .ref_matmul import _blocks, _unpack_k, quantize_q8_K_ref
 
 _F32 = np.float32
@@ -208,4 +210,113 @@ def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=
         K = np.repeat(k_cache[cells].astype(_F32).reshape(-1, n_kv, d_k), g, axis=1)
         V = np.repeat(v_cache[cells].astype(_F32).reshape(-1, n_kv, d_v), g, axis=1)
         out[i] = _attend_vec(q16[i], K, V, cells, scale, softcap)
+    return out
+
+
+FA_TILE_Q = 64      # ggml_fa_tile_config: query rows from which llama.cpp's CPU FA is tiled
+FA_TILE_KV = 64     # cells per KV tile
+
+
+def _libm(name: str):
+    """The C library's float function `name` (expf, tanhf: what ggml's scalar code calls; glibc's
+    are not always correctly rounded), elementwise over f32 arrays; numpy's float64 version
+    rounded to f32 where there is no C library to load."""
+    import ctypes
+    import ctypes.util
+    try:
+        f = getattr(ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6"), name)
+        f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
+        vf = np.frompyfunc(f, 1, 1)
+        return lambda x: np.asarray(vf(np.asarray(x, _F32)), dtype=_F32)
+    except (OSError, AttributeError):
+        g = {"expf": np.exp, "tanhf": np.tanh}[name]
+        return lambda x: g(np.asarray(x, np.float64)).astype(_F32)
+
+
+_expf, _tanhf = _libm("expf"), _libm("tanhf")
+
+
+def _fa_tiled(q, K, V, cells, scale, softcap):
+    """ggml_compute_forward_flash_attn_ext_tiled for one query: q [H, dk] f32, K [L, H, dk],
+    V [L, H, dv] (listed cells, ascending, as f32 values) -> [H, dv]."""
+    H, dv = q.shape[0], V.shape[2]
+    sc = _F32(scale / _F32(softcap)) if softcap else _F32(scale)
+    M = np.full(H, -np.inf, _F32)
+    S = np.zeros(H, _F32)
+    acc = np.zeros((H, dv), _F32)
+    tiles = cells // FA_TILE_KV
+    for t in np.unique(tiles):
+        sel = np.flatnonzero(tiles == t)
+        s = np.zeros((H, len(sel)), _F32)
+        for d in range(q.shape[1]):                            # FMA chain over d
+            s = _fma(K[sel, :, d].T, q[:, d, None], s)
+        s = (s * sc).astype(_F32)
+        if softcap:
+            s = (_tanhf(s) * _F32(softcap)).astype(_F32)
+        row = np.full((H, FA_TILE_KV), -np.inf, _F32)
+        row[:, cells[sel] % FA_TILE_KV] = s
+        Mnew = np.maximum(M, row.max(axis=1))
+        grow = Mnew > M
+        ms = _expf((M - Mnew).astype(_F32))
+        acc[grow] = (acc[grow] * ms[grow, None]).astype(_F32)
+        S[grow] = (S[grow] * ms[grow]).astype(_F32)
+        M = Mnew
+        e = ggml_expf((row - M[:, None]).astype(_F32))
+        blocks = ggml_hsum8(e.reshape(H, -1, 8)).astype(np.float64)
+        tot = S.astype(np.float64)
+        for b in range(blocks.shape[1]):
+            tot = tot + blocks[:, b]
+        S = tot.astype(_F32)
+        for j in sel:                                          # FMA chains over the lanes
+            acc = _fma(V[j], e[:, cells[j] % FA_TILE_KV, None], acc)
+    inv = np.where(S == 0, _F32(0), (_F32(1) / np.where(S == 0, _F32(1), S)).astype(_F32))
+    return (acc * inv[:, None]).astype(_F32)
+
+
+def _fa_chunk(q, K, V, scale, softcap):
+    """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query over f16 K/V (values as f32):
+    q [H, dk], K [L, H, dk], V [L, H, dv] -> [H, dv]."""
+    H, dv = q.shape[0], V.shape[2]
+    sc = _F32(scale / _F32(softcap)) if softcap else _F32(scale)
+    q16 = q.astype(np.float16).astype(_F32)
+    M = np.full(H, -np.inf, _F32)
+    S = np.zeros(H, _F32)
+    acc = np.zeros((H, dv), _F32)                          # f16 values
+    for j in range(K.shape[0]):
+        s = (vec_dot_f16(q16, K[j]) * sc).astype(_F32)
+        if softcap:
+            s = (_F32(softcap) * _tanhf(s)).astype(_F32)
+        grow = s > M
+        ms = np.where(grow, _expf((M - s).astype(_F32)), _F32(1))
+        w = np.where(grow, _F32(1), _expf((s - M).astype(_F32)))
+        M = np.where(grow, s, M)
+        acc = np.where(grow[:, None], (acc * ms[:, None]).astype(np.float16).astype(_F32), acc)
+        acc = _fma(V[j], w[:, None], acc).astype(np.float16).astype(_F32)
+        S = _fma(S, ms, w)
+    inv = np.where(S == 0, _F32(0), (_F32(1) / np.where(S == 0, _F32(1), S)).astype(_F32))
+    return (acc * inv[:, None]).astype(_F32)
+
+
+def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
+    """backend.attention with llama.cpp's flash-attention arithmetic (f16 or f32 caches of one
+    type): ubatches of >= FA_TILE_Q queries the tiled kernel (f32 q, FMA chains, ggml_v_expf per
+    64-cell tile), smaller ones one_chunk (f16 q, ggml_vec_dot_f16, expf online softmax, V summed
+    in f16; f16 caches only). Each query's cells in ascending cell index."""
+    n_q, n_head, d_k = q.shape
+    n_kv = k_cache.shape[1] // d_k
+    d_v = v_cache.shape[1] // n_kv
+    g = n_head // n_kv
+    tiled = n_q >= FA_TILE_Q
+    if not tiled and k_cache.dtype != np.float16:
+        raise ValueError("attention_fa: one_chunk needs f16 caches")
+    out = np.zeros((n_q, n_head, d_v), _F32)
+    for i in range(n_q):
+        cells = np.sort(np.asarray(kv_cells[q_start[i]:q_end[i]], np.int64))
+        if len(cells) == 0:
+            continue
+        K = np.repeat(k_cache[cells].astype(_F32).reshape(-1, n_kv, d_k), g, axis=1)
+        V = np.repeat(v_cache[cells].astype(_F32).reshape(-1, n_kv, d_v), g, axis=1)
+        qi = np.asarray(q[i], _F32)
+        out[i] = _fa_tiled(qi, K, V, cells, scale, softcap) if tiled else \
+            _fa_chunk(qi, K, V, scale, softcap)
     return out

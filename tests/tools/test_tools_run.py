@@ -130,13 +130,15 @@ def test_cli_single_turn(tool, tiny):
 
 def _ppl_reference(path, text, n_ctx, n_chunks):
     """PPL of llama.cpp's scheme computed directly: each chunk from an empty cache, float64
-    log-softmax over the second half."""
+    log-softmax over the second half, in the tool's arithmetic on the CPU (llama.cpp's, with flash
+    attention: its -fa auto)."""
     import pyllama
     model = pyllama.load_model(path)
     toks = model.tokenize(text, add_special=True, parse_special=False)
     nll, values = [], []
     for c in range(n_chunks):
-        ctx = pyllama.Context(model, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx)
+        ctx = pyllama.Context(model, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx,
+                              numerics="llama.cpp", flash_attn=True)
         chunk = toks[c * n_ctx:(c + 1) * n_ctx]
         lg = ctx.eval(chunk, logits_all=True).astype(np.float64)
         ls = lg - np.log(np.exp(lg - lg.max(1, keepdims=True)).sum(1, keepdims=True)) \

@@ -7,7 +7,8 @@ reduction, so results do not depend on the thread count.
 - matvec_k(kernel, raw, k, x, out, q, d, bs, nth): every row of x by one of llama.cpp's kernels:
   GEMV_Q4_K (ggml_gemv_q4_K_8x8_q8_K, repacked Q4_K), VEC_Q2_K ... VEC_Q6_K
   (ggml_vec_dot_q*_K_q8_K);
-- attention_vec(...): f16 attention by ggml_vec_dot_f16 (kq and kqv) over ascending cell lists.
+- attention_vec(...): f16 attention by ggml_vec_dot_f16 (kq and kqv) over ascending cell lists;
+- attention_fa(...): llama.cpp's flash attention (tiled or one_chunk) over ascending cell lists.
 """
 import numpy as np
 
@@ -27,6 +28,12 @@ cdef extern from "pyl_compat.h" nogil:
     void pyl_c_attn_head(const float *q, int dk, int dv, const uint16_t *K, int64_t k_stride,
                          const uint16_t *V, int64_t v_stride, const int32_t *cells, int L,
                          float scale, float softcap, float *work, float *out)
+    void pyl_c_fa_tiled_head(const float *q, int dk, int dv, const uint8_t *K, int64_t ks,
+                             const uint8_t *V, int64_t vs, int f16, const int32_t *cells, int L,
+                             float scale, float softcap, float *work, float *out)
+    void pyl_c_fa_chunk_head(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
+                             const uint16_t *V, int64_t vs, const int32_t *cells, int L,
+                             float scale, float softcap, float *work, float *out)
 
 GEMV_Q4_K, VEC_Q4_K, VEC_Q5_K, VEC_Q6_K, VEC_Q2_K, VEC_Q3_K = range(6)
 
@@ -91,3 +98,37 @@ def attention_vec(const float[:, :, ::1] q, const uint16_t[:, ::1] k_cache,
                             &v_cache[0, (h // g) * dv], v_cache.shape[1], &cells[q_start[i]],
                             <int>(q_end[i] - q_start[i]), scale, softcap, &wk[threadid(), 0],
                             &out[i, h, 0])
+
+
+def attention_fa(const float[:, :, ::1] q, const uint8_t[:, ::1] k_cache,
+                 const uint8_t[:, ::1] v_cache, bint f16, int n_kv, int dv,
+                 const int32_t[::1] cells, const int64_t[::1] q_start, const int64_t[::1] q_end,
+                 float scale, float softcap, bint tiled, float[:, :, ::1] out, int nth):
+    """out[i, h] = flash attention of query i, head h over cells[q_start[i]:q_end[i]] (ascending
+    cell index) of K/V caches as bytes [n_cells, row bytes] (f16, or f32 when not f16; one_chunk
+    needs f16): tiled (llama.cpp's kernel for >= 64 queries) or one_chunk."""
+    cdef int n_q = q.shape[0], H = q.shape[1], dk = q.shape[2]
+    cdef int g = H // n_kv, task, i, h, es = 2 if f16 else 4
+    cdef Py_ssize_t width = (2 * 64 + dk * 64 + dv) if tiled else (dk + dv)
+    if not tiled and not f16:
+        raise ValueError("attention_fa: one_chunk needs f16 caches")
+    work = np.empty((max(nth, 1), width), np.float32)
+    cdef float[:, ::1] wk = work
+    with nogil:
+        for task in prange(n_q * H, num_threads=nth, schedule="dynamic"):
+            i = task // H
+            h = task % H
+            if tiled:
+                pyl_c_fa_tiled_head(&q[i, h, 0], dk, dv, &k_cache[0, (h // g) * dk * es],
+                                    k_cache.shape[1], &v_cache[0, (h // g) * dv * es],
+                                    v_cache.shape[1], f16, &cells[q_start[i]],
+                                    <int>(q_end[i] - q_start[i]), scale, softcap,
+                                    &wk[threadid(), 0], &out[i, h, 0])
+            else:
+                pyl_c_fa_chunk_head(&q[i, h, 0], dk, dv,
+                                    <const uint16_t *>&k_cache[0, (h // g) * dk * 2],
+                                    k_cache.shape[1] // 2,
+                                    <const uint16_t *>&v_cache[0, (h // g) * dv * 2],
+                                    v_cache.shape[1] // 2, &cells[q_start[i]],
+                                    <int>(q_end[i] - q_start[i]), scale, softcap,
+                                    &wk[threadid(), 0], &out[i, h, 0])

@@ -7,6 +7,7 @@ import numpy as np
 
 from ...errors import BackendError
 from ...gguf import GGML_BLOCK, GGMLType
+from ..ref_compat import FA_TILE_Q
 from . import _compat
 
 
@@ -57,15 +58,38 @@ def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
     n_q, n_head, d_k = q.shape
     n_kv = k_cache.shape[1] // d_k
     d_v = v_cache.shape[1] // n_kv
+    cells, starts, ends = _sorted_lists(kv_cells, q_start, q_end)
+    out = np.empty((n_q, n_head, d_v), np.float32)
+    _compat.attention_vec(q, k_cache.view(np.uint16), v_cache.view(np.uint16), n_kv, cells,
+                          starts, ends, float(scale), float(softcap), out,
+                          max(1, n_threads or 1))
+    return out
+
+
+def _sorted_lists(kv_cells, q_start, q_end):
+    """Each query's cells in ascending cell index, packed; (cells, starts, ends)."""
     qs = np.asarray(q_start, np.int64)
     qe = np.asarray(q_end, np.int64)
     cells = np.asarray(kv_cells, np.int32)
-    cells = np.concatenate([np.sort(cells[a:b]) for a, b in zip(qs, qe)]) if n_q else cells[:0]
+    if len(qs):
+        cells = np.concatenate([np.sort(cells[a:b]) for a, b in zip(qs, qe)])
     starts = np.concatenate([[0], np.cumsum(qe - qs)[:-1]]).astype(np.int64)
+    return np.ascontiguousarray(cells[:int((qe - qs).sum())], np.int32), starts, starts + (qe - qs)
+
+
+def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
+                 n_threads: int) -> np.ndarray:
+    """backend.attention_fa (f16 or f32 caches of one type; one_chunk needs f16)."""
+    q = np.ascontiguousarray(q, dtype=np.float32)
+    n_q, n_head, d_k = q.shape
+    n_kv = k_cache.shape[1] // d_k
+    d_v = v_cache.shape[1] // n_kv
+    cells, starts, ends = _sorted_lists(kv_cells, q_start, q_end)
     out = np.empty((n_q, n_head, d_v), np.float32)
-    _compat.attention_vec(q, k_cache.view(np.uint16), v_cache.view(np.uint16), n_kv,
-                          np.ascontiguousarray(cells, np.int32), starts, starts + (qe - qs),
-                          float(scale), float(softcap), out, max(1, n_threads or 1))
+    _compat.attention_fa(q, k_cache.view(np.uint8), v_cache.view(np.uint8),
+                         k_cache.dtype == np.float16, n_kv, d_v, cells, starts, ends,
+                         float(scale), float(softcap), n_q >= FA_TILE_Q, out,
+                         max(1, n_threads or 1))
     return out
 
 

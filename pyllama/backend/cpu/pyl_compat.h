@@ -525,4 +525,146 @@ static void pyl_c_attn_head(const float *q, int dk, int dv, const uint16_t *K, i
     pyl_c_softmax_cells(s, cells, L);
     pyl_c_pv_cells(s, cells, L, V, v_stride, dv, acc, out);
 }
+
+/* ---- flash attention (llama.cpp's CPU ggml_compute_forward_flash_attn_ext_f16) ------------------
+ * Per (query, head); cells listed ascending. Two kernels, chosen as llama.cpp does by the ubatch's
+ * query count (>= PYL_C_FA_TILE_Q: tiled, else one_chunk); the split-KV decode variant (one query,
+ * >= 512 cells in the KV view, chunks by thread) is not reproduced: one_chunk stands for it. */
+#define PYL_C_FA_TILE_Q 64
+#define PYL_C_FA_TILE_KV 64
+
+static inline float pyl_c_kv_at(const uint8_t *row, int f16, int e) {
+    if (f16) {
+        uint16_t h;
+        memcpy(&h, row + 2 * (size_t)e, 2);
+        return pyl_c_h2f(h);
+    }
+    float f;
+    memcpy(&f, row + 4 * (size_t)e, 4);
+    return f;
+}
+
+/* ggml_compute_forward_flash_attn_ext_tiled for one query row: f32 q; per 64-cell tile of cell
+ * index (tiles with no listed cell skipped): s = FMA chain over d (simd_gemm), * scale, softcap
+ * tanhf, unlisted lanes -inf; M' = max(M, tile max), rescale VKQ and S by expf(M - M') when it
+ * grows; e = ggml_v_expf(s - M') by 8 lanes, S += sum (8-lane hsums in double); VKQ += e . V as FMA
+ * chains over the tile's lanes in order; out = VKQ * (1/S). K/V rows f16 (f16 = 1) or f32, strides
+ * in bytes, pointing at this head's columns. work: 2 * 64 + dk * 64 + dv floats. */
+static void pyl_c_fa_tiled_head(const float *q, int dk, int dv, const uint8_t *K, int64_t ks,
+                                const uint8_t *V, int64_t vs, int f16, const int32_t *cells, int L,
+                                float scale, float softcap, float *work, float *out) {
+    float *s = work, *e = work + PYL_C_FA_TILE_KV, *kt = work + 2 * PYL_C_FA_TILE_KV;
+    float *acc = kt + (size_t)dk * PYL_C_FA_TILE_KV;
+    float M = -INFINITY, S = 0.0f, sc = softcap != 0.0f ? scale / softcap : scale;
+    int j = 0, l, d, c;
+    memset(acc, 0, sizeof(float) * (size_t)dv);
+    while (j < L) {
+        int tile = cells[j] / PYL_C_FA_TILE_KV, j0 = j, j1, lane;
+        float tmax = -INFINITY, Mnew;
+        double sum = 0.0;
+        for (j1 = j; j1 < L && cells[j1] / PYL_C_FA_TILE_KV == tile; j1++)
+            ;
+        for (l = 0; l < PYL_C_FA_TILE_KV; l++)
+            s[l] = -INFINITY;
+        for (j = j0; j < j1; j++) {              /* kq: acc = fma(k[d], q[d], acc), d ascending */
+            const uint8_t *kr = K + (int64_t)cells[j] * ks;
+            float a = 0.0f;
+            for (d = 0; d < dk; d++)
+                a = fmaf(pyl_c_kv_at(kr, f16, d), q[d], a);
+            a *= sc;
+            if (softcap != 0.0f)
+                a = tanhf(a) * softcap;
+            s[cells[j] % PYL_C_FA_TILE_KV] = a;
+        }
+        for (l = 0; l < PYL_C_FA_TILE_KV; l++)
+            tmax = s[l] > tmax ? s[l] : tmax;
+        Mnew = M > tmax ? M : tmax;
+        if (Mnew > M) {
+            float ms = expf(M - Mnew);
+            for (c = 0; c < dv; c++)
+                acc[c] *= ms;
+            S *= ms;
+        }
+        M = Mnew;
+        for (l = 0; l < PYL_C_FA_TILE_KV; l += 8) {
+            float x[8];
+            int t;
+            for (t = 0; t < 8; t++)
+                x[t] = s[l + t] - M;
+            pyl_c_exp8(x, e + l);
+            sum += (double)pyl_c_hsum8(e + l);
+        }
+        S = (float)((double)S + sum);
+        for (j = j0; j < j1; j++) {              /* kqv: acc = fma(v, p, acc), lanes in order */
+            const uint8_t *vr = V + (int64_t)cells[j] * vs;
+            float p;
+            lane = cells[j] % PYL_C_FA_TILE_KV;
+            p = e[lane];
+            c = 0;
+#if PYL_C_SIMD
+            if (f16)
+                for (; c + 8 <= dv; c += 8)
+                    _mm256_storeu_ps(acc + c, _mm256_fmadd_ps(
+                        _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 2 * (size_t)c))),
+                        _mm256_set1_ps(p), _mm256_loadu_ps(acc + c)));
+#endif
+            for (; c < dv; c++)
+                acc[c] = fmaf(pyl_c_kv_at(vr, f16, c), p, acc[c]);
+        }
+        j = j1;
+    }
+    {
+        float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        for (c = 0; c < dv; c++)
+            out[c] = acc[c] * inv;
+    }
+}
+
+static inline uint16_t pyl_c_f2h(float f) {
+#if PYL_C_SIMD
+    return _cvtss_sh(f, 0);
+#else
+    return pyl_p_f2h(f);
+#endif
+}
+
+/* ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query row over f16 K/V: q rounded to
+ * f16, s = ggml_vec_dot_f16(q, k) * scale (softcap: softcap * tanhf), online softmax with expf in
+ * cell order, V accumulated in an f16 vector (ggml_vec_scale_f16 / ggml_vec_mad_f16: f32 multiply
+ * or fma, rounded to f16 each step), S = fma(S, ms, vs); out = f32(VKQ) * (1/S).
+ * work: dk + dv floats. */
+static void pyl_c_fa_chunk_head(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
+                                const uint16_t *V, int64_t vs, const int32_t *cells, int L,
+                                float scale, float softcap, float *work, float *out) {
+    float *qf = work;
+    uint16_t *acc = (uint16_t *)(work + dk);
+    float M = -INFINITY, S = 0.0f, sc = softcap != 0.0f ? scale / softcap : scale;
+    int j, c;
+    for (c = 0; c < dk; c++)
+        qf[c] = pyl_c_f16r(q[c]);
+    memset(acc, 0, sizeof(uint16_t) * (size_t)dv);
+    for (j = 0; j < L; j++) {
+        const uint16_t *vr = V + (int64_t)cells[j] * vs;
+        float s = pyl_c_vdot_f16(qf, K + (int64_t)cells[j] * ks, dk) * sc, ms = 1.0f, w = 1.0f;
+        if (softcap != 0.0f)
+            s = softcap * tanhf(s);
+        if (s > M) {
+            float Mold = M;
+            M = s;
+            ms = expf(Mold - M);
+            for (c = 0; c < dv; c++)
+                acc[c] = pyl_c_f2h(pyl_c_h2f(acc[c]) * ms);
+        } else {
+            w = expf(s - M);
+        }
+        for (c = 0; c < dv; c++)
+            acc[c] = pyl_c_f2h(fmaf(pyl_c_h2f(vr[c]), w, pyl_c_h2f(acc[c])));
+        S = fmaf(S, ms, w);                      /* gnu++17 -O3: contracted to an fma */
+    }
+    {
+        float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        for (c = 0; c < dv; c++)
+            out[c] = pyl_c_h2f(acc[c]) * inv;
+    }
+}
 #endif
