@@ -21,6 +21,9 @@
  *   each super-block decoded once per row into a stack block, then the 1-token operations per
  *   token (a 1-row version of the 4-token K tile was slower: its float chain is latency-bound
  *   without the tile's 4 independent rows).
+ * - where the CPU has them, VNNI (dpbusd) gives the 32-block integer lanes and AVX-512 runs the
+ *   32-block tile on 4 tokens in 2 token pairs per register: the same exact integers and the
+ *   same float operations per 8-lane half, so the same bits as the AVX2 build.
  * A portable scalar path (no __AVX2__) keeps the same structure with one scalar accumulator
  * (tiles only); its results are self-consistent but not bit-equal to the AVX2 build's.
  */
@@ -615,7 +618,18 @@ static inline float pyl_hsum8(__m256 x) {
     return _mm_cvtss_f32(r);
 }
 
-/* family A: per 32-block, lanes = madd(maddubs(|w|, sign(y, w)), 1) */
+/* 8 int32 lanes of 4 consecutive products |w| * sign(y, w) each (exact: no int16 pair can
+ * saturate, |w| <= 128, |y| <= 127): one VNNI dpbusd where the CPU has it, else madd(maddubs, 1).
+ * The same integers either way, so the results do not depend on which. */
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+#define PYL_VNNI 1
+#define PYL_DOT4(aw, sy, ones) _mm256_dpbusd_epi32(_mm256_setzero_si256(), (aw), (sy))
+#else
+#define PYL_VNNI 0
+#define PYL_DOT4(aw, sy, ones) _mm256_madd_epi16(_mm256_maddubs_epi16((aw), (sy)), (ones))
+#endif
+
+/* family A: per 32-block, lanes = PYL_DOT4(|w|, sign(y, w)) */
 static inline __attribute__((always_inline)) void
 pyl_tileA(const int NR, const int NT, const int HAS_M, int nb, const pyl_wrow *W,
           const pyl_arow *A, float *out, int64_t os) {
@@ -631,7 +645,7 @@ pyl_tileA(const int NR, const int NT, const int HAS_M, int nb, const pyl_wrow *W
             const __m256 dw = _mm256_broadcast_ss(W[r].d + b);
             for (int t = 0; t < NT; t++) {
                 const __m256i y = _mm256_loadu_si256((const __m256i *)(A[t].q + 32 * b));
-                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(y, w)), ones);
+                const __m256i p = PYL_DOT4(aw, _mm256_sign_epi8(y, w), ones);
                 const __m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ss(A[t].d + b));
                 acc[r][t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[r][t]);
                 if (HAS_M) accm[r][t] = fmaf(W[r].m[b], A[t].s[b], accm[r][t]);
@@ -649,12 +663,12 @@ pyl_tileA(const int NR, const int NT, const int HAS_M, int nb, const pyl_wrow *W
         const __m256i w = _mm256_loadu_si256((const __m256i *)(w##r + 32 * b));                 \
         const __m256i aw = _mm256_loadu_si256((const __m256i *)(aw##r + 32 * b));               \
         const __m256 dw = _mm256_broadcast_ss(d##r + b);                                         \
-        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(                 \
-            _mm256_loadu_si256((const __m256i *)(y0 + 32 * b)), w)), ones);                      \
+        __m256i p = PYL_DOT4(aw, _mm256_sign_epi8(                                                \
+            _mm256_loadu_si256((const __m256i *)(y0 + 32 * b)), w), ones);                        \
         acc##r##0 = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(dy0 + b)),             \
                                     _mm256_cvtepi32_ps(p), acc##r##0);                           \
-        p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(                         \
-            _mm256_loadu_si256((const __m256i *)(y1 + 32 * b)), w)), ones);                      \
+        p = PYL_DOT4(aw, _mm256_sign_epi8(                                                        \
+            _mm256_loadu_si256((const __m256i *)(y1 + 32 * b)), w), ones);                        \
         acc##r##1 = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(dy1 + b)),             \
                                     _mm256_cvtepi32_ps(p), acc##r##1);                           \
     }
@@ -675,6 +689,48 @@ __attribute__((noinline)) static void pyl_tileA_4x2(int nb, const pyl_wrow *W, c
     out[os + 2] = pyl_hsum8(acc21); out[os + 3] = pyl_hsum8(acc31);
 }
 #undef PYL_A_ROW
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VNNI__)
+#define PYL_AVX512 1
+/* the 4-row x 4-token family-A tile on 512-bit registers, tokens in pairs (lanes 0-7: token 2j,
+ * lanes 8-15: token 2j+1), each 8-lane half exactly pyl_tileA_4x2's operations: the integer lanes
+ * are the same exact sums, computed as dpbusd(-128 * sum4(y), w ^ 0x80, y) (= sum4(w * y) for
+ * every int8 w), then dd = d_w * d_y and acc = fma(dd, (float)lanes, acc) per block in order. */
+__attribute__((noinline)) static void pyl_tileA_4x4_512(int nb, const pyl_wrow *W, const pyl_arow *A,
+                                                       float *out, int64_t os) {
+    const __m512i x80 = _mm512_set1_epi8((char)0x80), z = _mm512_setzero_si512();
+    __m512 acc[4][2];
+    for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m512i y[2], corr[2];
+        __m512 dy[2];
+        for (int j = 0; j < 2; j++) {
+            y[j] = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(A[2 * j].q + 32 * b))),
+                _mm256_loadu_si256((const __m256i *)(A[2 * j + 1].q + 32 * b)), 1);
+            corr[j] = _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, x80, y[j]));
+            dy[j] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_broadcast_ss(A[2 * j].d + b)),
+                                       _mm256_broadcast_ss(A[2 * j + 1].d + b), 1);
+        }
+        for (int r = 0; r < 4; r++) {
+            const __m512i u = _mm512_xor_si512(
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(W[r].w + 32 * b))), x80);
+            const __m512 dw = _mm512_set1_ps(W[r].d[b]);
+            for (int j = 0; j < 2; j++) {
+                const __m512i p = _mm512_dpbusd_epi32(corr[j], u, y[j]);
+                acc[r][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dy[j]), _mm512_cvtepi32_ps(p), acc[r][j]);
+            }
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < 2; j++) {
+            out[(2 * j) * os + r] = pyl_hsum8(_mm512_castps512_ps256(acc[r][j]));
+            out[(2 * j + 1) * os + r] = pyl_hsum8(_mm512_extractf32x8_ps(acc[r][j], 1));
+        }
+}
+#else
+#define PYL_AVX512 0
+#endif
 
 /* [sum a, sum b, sum c, sum d] of four int32x8 vectors */
 static inline __m128i pyl_hsum4_i32(__m256i a, __m256i b, __m256i c, __m256i d) {
@@ -873,8 +929,7 @@ static inline __attribute__((always_inline)) __m256
 pyl_blockA(const int t, const uint8_t *x, const int8_t *yq, const float *dy, __m256 acc) {
     const __m256i w = pyl_dec32_avx2(t, x);
     const __m256i y = _mm256_loadu_si256((const __m256i *)yq);
-    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w)),
-                                        _mm256_set1_epi16(1));
+    const __m256i p = PYL_DOT4(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w), _mm256_set1_epi16(1));
     const __m256 dd = _mm256_mul_ps(_mm256_broadcast_ss(pyl_f16_ref(x)), _mm256_broadcast_ss(dy));
     return _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
 }
@@ -966,7 +1021,7 @@ pyl_dotA_group(const int t, const int NT, const uint8_t *row, int nb, const pyl_
         const __m256 dw = _mm256_broadcast_ss(pyl_f16_ref(x));
         for (int i = 0; i < NT; i++) {
             const __m256i y = _mm256_loadu_si256((const __m256i *)(X[i].q + 32 * b));
-            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(y, w)), ones);
+            const __m256i p = PYL_DOT4(aw, _mm256_sign_epi8(y, w), ones);
             const __m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ss(X[i].d + b));
             acc[i] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[i]);
             if (HAS_M) accm[i] = fmaf(*pyl_f16_ref(x + 2), X[i].s[b], accm[i]);
@@ -1107,11 +1162,15 @@ static inline void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int6
         pyl_decode(t, wsrc + (r0 + r) * wstride, k, &W[r]);
     }
     const int nb = fam == 0 ? k / 32 : fam == 1 ? k / 256 : k;
-    const int T = fam == 0 ? PYL_TA : PYL_T;
+    const int wide = PYL_AVX512 && fam == 0 && !pyl_has_m(t) && nr == PYL_R;
+    const int T = fam == 0 ? (wide ? 4 : PYL_TA) : PYL_T;
     for (int64_t t0 = 0; t0 < n; t0 += T) {
         const int nt = n - t0 < T ? (int)(n - t0) : T;
         for (int i = 0; i < nt; i++) X[i] = pyl_act_row(A, t0 + i);
         float *o = out + t0 * os + r0;
+#if PYL_AVX512
+        if (wide && nt == 4) { pyl_tileA_4x4_512(nb, W, X, o, os); continue; }
+#endif
         if (nr == PYL_R && nt == 2 && fam == 0 && !pyl_has_m(t)) pyl_tileA_4x2_fn(nb, W, X, o, os);
         else if (nr == PYL_R) full[nt - 1](nb, W, X, o, os);
         else part(nr, nt, nb, W, X, o, os);
