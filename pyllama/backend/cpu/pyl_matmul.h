@@ -753,6 +753,36 @@ pyl_k_sb(const int NT, const int HAS_MIN, const int SC16, const uint8_t *u, cons
     __m256i sumi[4], pr[4][4];
     const __m256i z = _mm256_setzero_si256();
     for (int t = 0; t < 4; t++) { sumi[t] = z; for (int p = 0; p < 4; p++) pr[t][p] = z; }
+#if PYL_AVX512
+    if (NT == 4) { /* token pairs per 512-bit register: the same integer operations per half */
+        __m512i s2[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, p2[2][4];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            const __m512i uc = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(u + 32 * c)));
+            const __m512i scc = _mm512_broadcast_i64x4(
+                SC16 ? _mm256_set_m128i(_mm_set1_epi16(sc[2 * c + 1]), _mm_set1_epi16(sc[2 * c]))
+                     : _mm256_loadu_si256((const __m256i *)(sc + 16 * c)));
+            for (int j = 0; j < 2; j++) {
+                const __m512i y = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(yq[2 * j] + 32 * c))),
+                    _mm256_loadu_si256((const __m256i *)(yq[2 * j + 1] + 32 * c)), 1);
+                const __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(uc, y), scc);
+                s2[j] = (c == 0 || (HAS_MIN && (c & 1) == 0)) ? p : _mm512_add_epi32(s2[j], p);
+                __asm__("" : "+v"(s2[j]));
+                if (HAS_MIN && (c & 1)) p2[j][c >> 1] = s2[j];
+            }
+        }
+        for (int j = 0; j < 2; j++) {
+            sumi[2 * j] = _mm512_castsi512_si256(s2[j]);
+            sumi[2 * j + 1] = _mm512_extracti64x4_epi64(s2[j], 1);
+            if (HAS_MIN)
+                for (int q = 0; q < 4; q++) {
+                    pr[2 * j][q] = _mm512_castsi512_si256(p2[j][q]);
+                    pr[2 * j + 1][q] = _mm512_extracti64x4_epi64(p2[j][q], 1);
+                }
+        }
+    } else
+#endif
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) {
         const __m256i uc = _mm256_loadu_si256((const __m256i *)(u + 32 * c));
