@@ -14,6 +14,8 @@ Lanes follow the list index, i.e. the position when the visible positions start 
 8 (always true without a sliding window); llama.cpp aligns them to the cell index.
 So a query's output is bit-identical whatever the other queries in the call, the head grouping
 and the number of threads (ARCHITECTURE decision 6). Unlisted cells are never read.
+With AVX-512 the same lanes run two cells (q.k) or two heads (p.v) per 512-bit register, q is
+rounded once per task and each V slice is converted once for the task's 4 heads: same bits.
 """
 import numpy as np
 
@@ -124,6 +126,75 @@ cdef extern from *:
         return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
     }
 
+    #if defined(__AVX512F__) && defined(__AVX512DQ__)
+    #define PYL_ATTN512 1
+    /* pyl_qk_2x4 with the two cells in the halves of 512-bit registers and q already rounded
+       (qb: 4 rows of d floats): per half the same FMA chain, hsum and tail */
+    static inline __attribute__((always_inline)) void pyl_qk_2x4_512(
+            const float *qb, const uint8_t *const *rows, int f16, int d, float *r) {
+        __m512 a[4];
+        int i, m;
+        for (m = 0; m < 4; m++)
+            a[m] = _mm512_setzero_ps();
+        for (i = 0; i + 8 <= d; i += 8) {
+            __m512 kz;
+            if (f16)
+                kz = _mm512_cvtph_ps(_mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(rows[0] + 2 * (int64_t)i))),
+                    _mm_loadu_si128((const __m128i *)(rows[1] + 2 * (int64_t)i)), 1));
+            else
+                kz = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)rows[0] + i)),
+                                        _mm256_loadu_ps((const float *)rows[1] + i), 1);
+            for (m = 0; m < 4; m++)
+                a[m] = _mm512_fmadd_ps(_mm512_broadcast_f32x8(_mm256_loadu_ps(qb + (int64_t)m * d + i)),
+                                       kz, a[m]);
+        }
+        for (m = 0; m < 8; m++) {
+            int e;
+            r[m] = pyl_ghsum8(m < 4 ? _mm512_castps512_ps256(a[m]) : _mm512_extractf32x8_ps(a[m - 4], 1));
+            for (e = i; e < d; e++)
+                r[m] += qb[(int64_t)(m & 3) * d + e] * pyl_ld1(rows[m >> 2], f16, e);
+        }
+    }
+
+    /* pyl_pv_8 for 4 heads at once: P2[32 j + 8 t + l] = p_t[j] (l < 8); two heads per 512-bit
+       accumulator, each V row slice loaded and converted once; per half the same lanes, FMA
+       order and lane tree */
+    static inline __attribute__((always_inline)) void pyl_pv_4h_512(
+            const float *P2, const uint8_t *v, int64_t vst, int f16, const int32_t *cells,
+            int n, int d0, float *const *out) {
+        __m512 a[8][2];
+        int j, l, k;
+        for (l = 0; l < 8; l++)
+            a[l][0] = a[l][1] = _mm512_setzero_ps();
+        for (j = 0; j + 8 <= n; j += 8) {
+            if (j + PYL_PF + 8 <= n)
+                for (l = 0; l < 8; l++)
+                    _mm_prefetch((const char *)(v + (int64_t)cells[j + PYL_PF + l] * vst) + d0 * (f16 ? 2 : 4),
+                                 _MM_HINT_T0);
+            for (l = 0; l < 8; l++) {
+                const __m512 vz = _mm512_broadcast_f32x8(pyl_ld8(v + (int64_t)cells[j + l] * vst, f16, d0));
+                a[l][0] = _mm512_fmadd_ps(_mm512_loadu_ps(P2 + 32 * (int64_t)(j + l)), vz, a[l][0]);
+                a[l][1] = _mm512_fmadd_ps(_mm512_loadu_ps(P2 + 32 * (int64_t)(j + l) + 16), vz, a[l][1]);
+            }
+        }
+        for (l = 0; j < n; j++, l++) {
+            const __m512 vz = _mm512_broadcast_f32x8(pyl_ld8(v + (int64_t)cells[j] * vst, f16, d0));
+            a[l][0] = _mm512_fmadd_ps(_mm512_loadu_ps(P2 + 32 * (int64_t)j), vz, a[l][0]);
+            a[l][1] = _mm512_fmadd_ps(_mm512_loadu_ps(P2 + 32 * (int64_t)j + 16), vz, a[l][1]);
+        }
+        for (k = 0; k < 2; k++) {
+            const __m512 t = _mm512_add_ps(
+                _mm512_add_ps(_mm512_add_ps(a[0][k], a[4][k]), _mm512_add_ps(a[2][k], a[6][k])),
+                _mm512_add_ps(_mm512_add_ps(a[1][k], a[5][k]), _mm512_add_ps(a[3][k], a[7][k])));
+            _mm256_storeu_ps(out[2 * k] + d0, _mm512_castps512_ps256(t));
+            _mm256_storeu_ps(out[2 * k + 1] + d0, _mm512_extractf32x8_ps(t, 1));
+        }
+    }
+    #else
+    #define PYL_ATTN512 0
+    #endif
+
     static inline __attribute__((always_inline)) void pyl_attn_group_t(
             const float *const *q, const uint8_t *k, const uint8_t *v, int64_t kst, int64_t vst,
             const int f16, const int32_t *cells, int n, int dk, int dv, float scale, float cap,
@@ -131,6 +202,12 @@ cdef extern from *:
         float mx[4], r[8], inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
         __m128 vmx = _mm_set1_ps(-INFINITY);
         int j, t, m, d0, e;
+    #if PYL_ATTN512
+        float *qb = s + 4 * ns, *P2 = qb + 4 * (int64_t)dk;     /* see pyl_attn_scratch */
+        for (t = 0; t < 4; t++)
+            for (e = 0; e < dk; e++)
+                qb[(int64_t)t * dk + e] = pyl_q1(q[t], f16, e);
+    #endif
         for (j = 0; j < n; j += 2) {
             const uint8_t *rows[2];
             __m256 x;
@@ -143,7 +220,11 @@ cdef extern from *:
                     _mm_prefetch((const char *)(k + (int64_t)cells[j + PYL_PF + 1] * kst) + b, _MM_HINT_T0);
                 }
             }
+    #if PYL_ATTN512
+            pyl_qk_2x4_512(qb, rows, f16, dk, r);
+    #else
             pyl_qk_2x4(q, rows, f16, dk, r);
+    #endif
             x = _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_loadu_ps(r));
             if (cap > 0.0f) {
                 _mm256_storeu_ps(r, x);
@@ -161,6 +242,18 @@ cdef extern from *:
                     s[t * ns + j + 1] = r[4 + t];
         }
         _mm_storeu_ps(mx, vmx);
+    #if PYL_ATTN512
+        for (t = 0; t < 4; t++) {
+            pyl_softmax_p(s + t * ns, n, mx[t], f16);
+            for (j = 0; j < n; j++)
+                _mm256_storeu_ps(P2 + 32 * (int64_t)j + 8 * t, _mm256_set1_ps(s[t * ns + j]));
+        }
+        for (d0 = 0; d0 + 8 <= dv; d0 += 8)
+            pyl_pv_4h_512(P2, v, vst, f16, cells, n, d0, out);
+        for (t = 0; t < 4; t++)
+            for (e = d0; e < dv; e++)
+                out[t][e] = pyl_pv_1(s + t * ns, v, vst, f16, cells, n, e);
+    #else
         for (t = 0; t < 4; t++) {
             float *p = s + t * ns;
             pyl_softmax_p(p, n, mx[t], f16);
@@ -169,6 +262,7 @@ cdef extern from *:
             for (e = d0; e < dv; e++)
                 out[t][e] = pyl_pv_1(p, v, vst, f16, cells, n, e);
         }
+    #endif
     }
     #else
     /* portable path: the same lanes and roundings, libm's expf for ggml_v_expf (not bit-exact) */
@@ -221,6 +315,15 @@ cdef extern from *:
     }
     #endif
 
+    /* floats of scratch per thread: 4 score rows of ns, and with AVX-512 the rounded q rows and the
+       interleaved probabilities (32 per cell) */
+    #ifndef PYL_ATTN512
+    #define PYL_ATTN512 0
+    #endif
+    static int64_t pyl_attn_scratch(int64_t ns, int dk) {
+        return 4 * ns + (PYL_ATTN512 ? 4 * (int64_t)dk + 32 * ns : 0);
+    }
+
     /* One task: nh (1..4) heads h0.. sharing the KV head whose first element in cell 0 is at
        k/v. q_row/out_row: this query's [n_head, d] rows; s: scratch of 4 * ns floats,
        ns >= n rounded up to 8. Missing heads repeat the last one (same values rewritten). */
@@ -249,6 +352,7 @@ cdef extern from *:
     """
     int PYL_VM_SIMD
     int PYL_HB
+    int64_t pyl_attn_scratch(int64_t ns, int dk)
     void pyl_attn_task(const float* q_row, int h0, int nh, const uint8_t* k, const uint8_t* v,
                        int64_t kst, int64_t vst, int f16, const int32_t* cells, int n, int dk,
                        int dv, float scale, float cap, float* s, int64_t ns,
@@ -283,7 +387,7 @@ def attention(const float[:, :, ::1] q, const uint8_t[:, ::1] kb, const uint8_t[
     if cp == NULL or max_len <= 0:
         out[:, :, :] = 0
         return
-    scratch = np.empty((max(n_threads, 1), 4 * ns), dtype=np.float32)
+    scratch = np.empty((max(n_threads, 1), pyl_attn_scratch(ns, dk)), dtype=np.float32)
     if n_threads == 1:              # no OpenMP region for a one-token decode's small attention
         with nogil:
             for t in range(n_tasks):
