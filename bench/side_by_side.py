@@ -82,6 +82,9 @@ t, c = time.perf_counter(), time.process_time()
 for i in range(128):
     decode(ctx, [toks[i + 1]], i + 1)
 out["tg128"] = 128 / (time.perf_counter() - t)
+if runtime == "pyllama":
+    from pyllama import omp
+    out["poll"] = omp.current()              # the OpenMP wait policy the run got (--poll level)
 out["tg_cpu_ms"] = (time.process_time() - c) / 128 * 1e3
 print(json.dumps(out))
 '''.replace("N_CTX", str(N_CTX))

@@ -10,7 +10,7 @@ kernel import), from OMP_WAIT_POLICY and GOMP_SPINCOUNT. This module sets both b
   token, launched tens of microseconds later, finds it awake.
 
 Default (no --poll, no OMP_WAIT_POLICY/GOMP_SPINCOUNT in the environment): poll 50 when the
-machine has idle cores at start-up (runnable tasks sampled for ~3 ms), else 0 (ARCHITECTURE
+machine has idle cores at start-up (runnable tasks sampled for ~10 ms), else 0 (ARCHITECTURE
 decision 7). Measured on the 2-core
 box, Gemma 3 270M tg: quiet, passive 31 t/s vs poll 50 38 t/s; overloaded (other busy
 processes), passive 11 t/s vs poll 50 6-8 t/s: spinning only pays when the cores are ours.
@@ -51,11 +51,12 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def busy_cpus(samples: int = 4, interval: float = 0.001) -> float:
-    """Other work on the machine now: the most runnable tasks seen in a few samples of
+def busy_cpus(samples: int = 9, interval: float = 0.001) -> float:
+    """Other work on the machine now: the median number of runnable tasks in a few samples of
     /proc/loadavg ~1 ms apart, not counting this process. (The 1-minute load average lags: it
-    still counts a benchmark run that just ended; a runnable count alone can miss others' short
-    sleeps, hence several samples.) Without /proc: the load average."""
+    still counts a benchmark run that just ended; one sample can catch a process that is just
+    exiting or a short burst, and miss others' short sleeps, hence the median of several: a
+    CPU-bound neighbour is runnable in most of them.) Without /proc: the load average."""
     seen = []
     for i in range(samples):
         try:
@@ -66,7 +67,7 @@ def busy_cpus(samples: int = 4, interval: float = 0.001) -> float:
         if i + 1 < samples:
             time.sleep(interval)
     if seen:
-        return float(max(seen))
+        return float(sorted(seen)[len(seen) // 2])
     try:
         return min(os.getloadavg()[0], float(cpu_count()))
     except OSError:

@@ -22,6 +22,7 @@ T = GGMLType
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
 
+
 def random_k_weight(rng, wtype, rows, k):
     """Random K-quant blocks (every bit pattern of quants and scales) with sane f16 d/dmin."""
     nb, bb = k // 256, GGML_BLOCK[wtype][1]
@@ -192,6 +193,39 @@ def test_attention_fa_kernel_equals_oracle(n_q, dtype, kind):
         assert np.array_equal(cpu_compat.attention_fa(q, k, v, cells, qs, qe, 0.125, 0.0, nth),
                               want)
     assert np.allclose(want, float64_attention(q, k, v, cells, qs, qe, 0.125), atol=4e-3)
+
+
+@pytest.mark.parametrize("nth", [1, 2, 3])
+@pytest.mark.parametrize("kind", ["causal", "random", "ring"])
+def test_attention_fa_split_kv_equals_oracle(nth, kind):
+    """One query over a KV view of >= 512 cells: llama.cpp's split-KV path, one one_chunk per
+    thread's slice of the view, partials merged in order (its result depends on the thread
+    count, as llama.cpp's does); C against the oracle bit for bit."""
+    rng = np.random.default_rng(nth)
+    k = (rng.standard_normal((1100, 128)) * 2).astype(np.float16)
+    v = rng.standard_normal((1100, 128)).astype(np.float16)
+    lists = {"causal": [np.arange(0, 700)], "random": [rng.permutation(1024)[:600]],
+             "ring": [np.concatenate([np.arange(900, 1024), np.arange(0, 400)])]}[kind]
+    cells, qs, qe = pack(lists)
+    q = (rng.standard_normal((1, 4, 64)) * 2).astype(np.float32)
+    view = (0, 1024)
+    want = ref_compat.attention_fa(q, k, v, cells, qs, qe, 0.125, 0.0, view, nth)
+    got = cpu_compat.attention_fa(q, k, v, cells, qs, qe, 0.125, 0.0, nth, view)
+    assert np.array_equal(got, want)
+    assert np.allclose(want, float64_attention(q, k, v, cells, qs, qe, 0.125), atol=4e-3)
+    if nth > 1:       # not the one_chunk result: the chunks are merged
+        one = ref_compat.attention_fa(q, k, v, cells, qs, qe, 0.125)
+        assert not np.array_equal(want, one)
+
+
+def test_kv_view_pads_used_cells_to_256(tmp_path):
+    """kv_view: llama.cpp's n_kv (used cells padded to 256, at most the cache), per cache."""
+    m = pyllama.load_model(tiny_path(str(tmp_path), "llama"))
+    ctx = pyllama.Context(m, n_ctx=1024)
+    ctx.eval(list(range(1, 40)))
+    assert ctx.memory.kv_view(0) == (0, 256)
+    ctx.eval(list(range(1, 260)))
+    assert ctx.memory.kv_view(0) == (0, 512)
 
 
 def test_attention_fa_softcap_equals_oracle():

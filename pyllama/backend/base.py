@@ -152,13 +152,14 @@ class Backend(ABC):
                                         softcap)
 
     def attention_fa(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
-                     softcap=0.0) -> np.ndarray:
+                     softcap=0.0, view=None) -> np.ndarray:
         """attention() over f16 (or, from 64 queries, f32) caches with llama.cpp's CPU
-        flash-attention arithmetic (tiled from 64 queries, one_chunk below). Here the numpy
-        oracle."""
+        flash-attention arithmetic (tiled from 64 queries, one_chunk below, the split-KV path for
+        one query over a view of >= 512 cells: view = (base cell, n_kv), chunks by n_threads).
+        Here the numpy oracle."""
         from . import ref_compat
         return ref_compat.attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
-                                       softcap)
+                                       softcap, view, self.n_threads or 1)
 
     # -- ops --------------------------------------------------------------------------------
     def hadamard(self, x: np.ndarray, n: int) -> np.ndarray:

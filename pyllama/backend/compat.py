@@ -10,7 +10,9 @@ different arithmetic depending on its number of rows n (docs/numerics.md):
   ggml_vec_dot_f16 for one;
 - with flash attention (`-fa on`, and `auto` on the CPU: llama-perplexity's default), f16/f32
   caches: ggml_compute_forward_flash_attn_ext_tiled from 64 query rows, the one_chunk kernel below
-  (f16 caches; other KV types keep the backend's attention, q converted as llama.cpp's FA does).
+  (f16 caches; other KV types keep the backend's attention, q converted as llama.cpp's FA does),
+  and for one query over a KV view of >= 512 cells (n_kv: used cells padded to 256) the split-KV
+  path, one chunk per thread.
 Q8_0 / Q5_0 / Q4_0 weights give the same bits either way (vec_dot and tinyBLAS share the lanes).
 Not covered (pyllama's default arithmetic is used): F16/F32/BF16 weights and f32 caches for one
 row, IQ types.
@@ -50,13 +52,15 @@ def matmul(be, w, x: np.ndarray) -> np.ndarray:
 
 
 def attention(be, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0,
-              flash_attn: bool = False):
+              flash_attn: bool = False, view: tuple[int, int] | None = None):
     """be.attention with llama.cpp's kernel choice: flash attention -> attention_fa where llama.cpp
-    has the f16/f32 kernels; else one query row over f16 caches -> vec_dot_f16."""
+    has the f16/f32 kernels (view: the (base cell, n_kv) KV view llama.cpp attends over); else
+    one query row over f16 caches -> vec_dot_f16."""
     if flash_attn and k_cache.dtype == v_cache.dtype and (
             k_cache.dtype == np.float16
             or (k_cache.dtype == np.float32 and q.shape[0] >= ref_compat.FA_TILE_Q)):
-        return be.attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
+        return be.attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
+                               view)
     if q.shape[0] == 1 and k_cache.dtype == np.float16 and v_cache.dtype == np.float16:
         return be.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
     return be.attention(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)

@@ -215,6 +215,17 @@ def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=
 
 FA_TILE_Q = 64      # ggml_fa_tile_config: query rows from which llama.cpp's CPU FA is tiled
 FA_TILE_KV = 64     # cells per KV tile
+FA_SPLIT_MIN = 512  # one query over a KV view of this many cells: the split-KV path
+FA_TILED, FA_CHUNK, FA_SPLIT = range(3)
+
+
+def fa_kernel(n_q: int, f16: bool, view: tuple[int, int] | None) -> int:
+    """Which of llama.cpp's CPU flash-attention kernels runs: FA_SPLIT for one query over a KV
+    view (base cell, n_kv) of >= 512 cells (f16/f32 caches; here f16), FA_TILED from 64 queries,
+    FA_CHUNK otherwise."""
+    if n_q == 1 and f16 and view is not None and view[1] >= FA_SPLIT_MIN:
+        return FA_SPLIT
+    return FA_TILED if n_q >= FA_TILE_Q else FA_CHUNK
 
 
 def _libm(name: str):
@@ -276,6 +287,39 @@ def _fa_tiled(q, K, V, cells, scale, softcap):
 def _fa_chunk(q, K, V, scale, softcap):
     """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query over f16 K/V (values as f32):
     q [H, dk], K [L, H, dk], V [L, H, dv] -> [H, dv]."""
+    M, S, acc = _fa_chunk_part(q, K, V, scale, softcap)
+    inv = np.where(S == 0, _F32(0), (_F32(1) / np.where(S == 0, _F32(1), S)).astype(_F32))
+    return (acc * inv[:, None]).astype(_F32)
+
+
+def _fa_split(q, K, V, cells, base, nek1, nth, scale, softcap):
+    """The split-KV decode path: one_chunk on each of nth chunks of ceil(nek1 / nth) cells of
+    the view, then ggml_flash_attn_ext_reduce_partials (first products fused, as gcc compiles
+    it)."""
+    H, dv = q.shape[0], V.shape[2]
+    cs = -(-nek1 // nth)
+    Mf = np.full(H, -np.inf, _F32)
+    Sf = np.zeros(H, _F32)
+    out = np.zeros((H, dv), _F32)
+    for ch in range(nth):
+        sel = np.flatnonzero((cells - base >= ch * cs) & (cells - base < (ch + 1) * cs))
+        if ch * cs >= nek1 or len(sel) == 0:
+            continue
+        Mc, Sc, part = _fa_chunk_part(q, K[sel], V[sel], scale, softcap)
+        live = Sc != 0
+        Mn = np.maximum(Mf, Mc)
+        so = _expf((Mf - Mn).astype(_F32))
+        sn = _expf((Mc - Mn).astype(_F32))
+        out = np.where(live[:, None], _fma(out, so[:, None], (part * sn[:, None]).astype(_F32)),
+                       out)
+        Sf = np.where(live, _fma(Sf, so, (Sc * sn).astype(_F32)), Sf)
+        Mf = np.where(live, Mn, Mf)
+    inv = np.where(Sf == 0, _F32(1), (_F32(1) / np.where(Sf == 0, _F32(1), Sf)).astype(_F32))
+    return (out * inv[:, None]).astype(_F32)
+
+
+def _fa_chunk_part(q, K, V, scale, softcap):
+    """one_chunk before its normalisation: (M [H], S [H], f32(VKQ) [H, dv])."""
     H, dv = q.shape[0], V.shape[2]
     sc = _F32(scale / _F32(softcap)) if softcap else _F32(scale)
     q16 = q.astype(np.float16).astype(_F32)
@@ -293,20 +337,23 @@ def _fa_chunk(q, K, V, scale, softcap):
         acc = np.where(grow[:, None], (acc * ms[:, None]).astype(np.float16).astype(_F32), acc)
         acc = _fma(V[j], w[:, None], acc).astype(np.float16).astype(_F32)
         S = _fma(S, ms, w)
-    inv = np.where(S == 0, _F32(0), (_F32(1) / np.where(S == 0, _F32(1), S)).astype(_F32))
-    return (acc * inv[:, None]).astype(_F32)
+    return M, S, acc
 
 
-def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
+def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0, view=None,
+                 n_threads=1):
     """backend.attention with llama.cpp's flash-attention arithmetic (f16 or f32 caches of one
     type): ubatches of >= FA_TILE_Q queries the tiled kernel (f32 q, FMA chains, ggml_v_expf per
     64-cell tile), smaller ones one_chunk (f16 q, ggml_vec_dot_f16, expf online softmax, V summed
-    in f16; f16 caches only). Each query's cells in ascending cell index."""
+    in f16; f16 caches only), one query over a view (base cell, n_kv) of >= 512 cells the split-KV
+    path with n_threads chunks (llama.cpp's threads). Each query's cells in ascending cell
+    index."""
     n_q, n_head, d_k = q.shape
     n_kv = k_cache.shape[1] // d_k
     d_v = v_cache.shape[1] // n_kv
     g = n_head // n_kv
-    tiled = n_q >= FA_TILE_Q
+    kernel = fa_kernel(n_q, k_cache.dtype == np.float16, view)
+    tiled = kernel == FA_TILED
     if not tiled and k_cache.dtype != np.float16:
         raise ValueError("attention_fa: one_chunk needs f16 caches")
     out = np.zeros((n_q, n_head, d_v), _F32)
@@ -317,6 +364,10 @@ def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0
         K = np.repeat(k_cache[cells].astype(_F32).reshape(-1, n_kv, d_k), g, axis=1)
         V = np.repeat(v_cache[cells].astype(_F32).reshape(-1, n_kv, d_v), g, axis=1)
         qi = np.asarray(q[i], _F32)
-        out[i] = _fa_tiled(qi, K, V, cells, scale, softcap) if tiled else \
-            _fa_chunk(qi, K, V, scale, softcap)
+        if kernel == FA_SPLIT:
+            out[i] = _fa_split(qi, K, V, cells, view[0], view[1], max(1, n_threads), scale,
+                               softcap)
+        else:
+            out[i] = _fa_tiled(qi, K, V, cells, scale, softcap) if tiled else \
+                _fa_chunk(qi, K, V, scale, softcap)
     return out

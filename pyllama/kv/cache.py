@@ -120,6 +120,17 @@ class KVCache:
         """(n_rot_k, n_rot_v) for the layer's attention, 0 = no rotation (see attn_rot)."""
         return self.rot_k, self.rot_v
 
+    def kv_view(self, layer=None) -> tuple[int, int]:
+        """(first cell, n_kv) of the KV view llama.cpp's graph attends over for the last applied
+        ubatch: from its stream's first cell, the used cells padded to 256, at most the stream
+        (llama_kv_cache::get_n_kv; llama.cpp's flash attention splits one-token decodes by it)."""
+        streams = np.unique(self.last_cells // self.n_cells) if len(self.last_cells) else [0]
+        n_kv = 0
+        for st in streams:
+            used = self.cells[int(st)].used_max_p1()
+            n_kv = max(n_kv, min(self.n_cells, max(256, -(-used // 256) * 256)))
+        return int(streams[0]) * self.n_cells, n_kv
+
     def k_offset(self, layer) -> np.ndarray | None:
         """f32[n_embd_k] to subtract from the layer's K rows before they are stored, or None."""
         return self.k_center.get(layer)

@@ -53,6 +53,9 @@ class ISWACache:
     def attn_rot(self, layer) -> tuple[int, int]:
         return self._route[layer].attn_rot(layer)
 
+    def kv_view(self, layer) -> tuple[int, int]:
+        return self._route[layer].kv_view(layer)
+
     def k_offset(self, layer):
         return self._route[layer].k_offset(layer)
 

@@ -101,10 +101,11 @@ class CpuBackend(Backend):
         return compat.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
                                     softcap, self.n_threads)
 
-    def attention_fa(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
+    def attention_fa(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0,
+                     view=None):
         from . import compat
         return compat.attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
-                                   softcap, self.n_threads)
+                                   softcap, self.n_threads, view)
 
     def get_rows(self, w: Weight, ids: np.ndarray) -> np.ndarray:
         return self._matmul_mod().get_rows(w, np.asarray(ids))

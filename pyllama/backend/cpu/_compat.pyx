@@ -34,8 +34,16 @@ cdef extern from "pyl_compat.h" nogil:
     void pyl_c_fa_chunk_head(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
                              const uint16_t *V, int64_t vs, const int32_t *cells, int L,
                              float scale, float softcap, float *work, float *out)
+    void pyl_c_fa_split_head(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
+                             const uint16_t *V, int64_t vs, const int32_t *cells, int L,
+                             int base, int nek1, int nth, float scale, float softcap,
+                             float *work, float *out)
 
 GEMV_Q4_K, VEC_Q4_K, VEC_Q5_K, VEC_Q6_K, VEC_Q2_K, VEC_Q3_K = range(6)
+cdef enum:                      # attention_fa kernels (ref_compat.FA_KERNELS order)
+    FA_TILED = 0
+    FA_CHUNK = 1
+    FA_SPLIT = 2
 
 
 cdef inline float _dot(int kernel, const uint8_t *w, int nsb, const int8_t *q8, const float *d8,
@@ -103,14 +111,16 @@ def attention_vec(const float[:, :, ::1] q, const uint16_t[:, ::1] k_cache,
 def attention_fa(const float[:, :, ::1] q, const uint8_t[:, ::1] k_cache,
                  const uint8_t[:, ::1] v_cache, bint f16, int n_kv, int dv,
                  const int32_t[::1] cells, const int64_t[::1] q_start, const int64_t[::1] q_end,
-                 float scale, float softcap, bint tiled, float[:, :, ::1] out, int nth):
+                 float scale, float softcap, int kernel, int base, int nek1, int n_chunks,
+                 float[:, :, ::1] out, int nth):
     """out[i, h] = flash attention of query i, head h over cells[q_start[i]:q_end[i]] (ascending
-    cell index) of K/V caches as bytes [n_cells, row bytes] (f16, or f32 when not f16; one_chunk
-    needs f16): tiled (llama.cpp's kernel for >= 64 queries) or one_chunk."""
+    cell index) of K/V caches as bytes [n_cells, row bytes] (f16, or f32 for the tiled kernel):
+    kernel FA_TILED (llama.cpp's kernel for >= 64 queries), FA_CHUNK, or FA_SPLIT (one query over
+    a view of nek1 >= 512 cells from cell `base`, in n_chunks chunks: llama.cpp's thread count)."""
     cdef int n_q = q.shape[0], H = q.shape[1], dk = q.shape[2]
     cdef int g = H // n_kv, task, i, h, es = 2 if f16 else 4
-    cdef Py_ssize_t width = (2 * 64 + dk * 64 + dv) if tiled else (dk + dv)
-    if not tiled and not f16:
+    cdef Py_ssize_t width = (2 * 64 + dk * 64 + dv) if kernel == FA_TILED else (dk + 2 * dv)
+    if kernel != FA_TILED and not f16:
         raise ValueError("attention_fa: one_chunk needs f16 caches")
     work = np.empty((max(nth, 1), width), np.float32)
     cdef float[:, ::1] wk = work
@@ -118,12 +128,20 @@ def attention_fa(const float[:, :, ::1] q, const uint8_t[:, ::1] k_cache,
         for task in prange(n_q * H, num_threads=nth, schedule="dynamic"):
             i = task // H
             h = task % H
-            if tiled:
+            if kernel == FA_TILED:
                 pyl_c_fa_tiled_head(&q[i, h, 0], dk, dv, &k_cache[0, (h // g) * dk * es],
                                     k_cache.shape[1], &v_cache[0, (h // g) * dv * es],
                                     v_cache.shape[1], f16, &cells[q_start[i]],
                                     <int>(q_end[i] - q_start[i]), scale, softcap,
                                     &wk[threadid(), 0], &out[i, h, 0])
+            elif kernel == FA_SPLIT:
+                pyl_c_fa_split_head(&q[i, h, 0], dk, dv,
+                                    <const uint16_t *>&k_cache[0, (h // g) * dk * 2],
+                                    k_cache.shape[1] // 2,
+                                    <const uint16_t *>&v_cache[0, (h // g) * dv * 2],
+                                    v_cache.shape[1] // 2, &cells[q_start[i]],
+                                    <int>(q_end[i] - q_start[i]), base, nek1, n_chunks, scale,
+                                    softcap, &wk[threadid(), 0], &out[i, h, 0])
             else:
                 pyl_c_fa_chunk_head(&q[i, h, 0], dk, dv,
                                     <const uint16_t *>&k_cache[0, (h // g) * dk * 2],

@@ -7,7 +7,7 @@ import numpy as np
 
 from ...errors import BackendError
 from ...gguf import GGML_BLOCK, GGMLType
-from ..ref_compat import FA_TILE_Q
+from ..ref_compat import fa_kernel
 from . import _compat
 
 
@@ -78,18 +78,23 @@ def _sorted_lists(kv_cells, q_start, q_end):
 
 
 def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
-                 n_threads: int) -> np.ndarray:
-    """backend.attention_fa (f16 or f32 caches of one type; one_chunk needs f16)."""
+                 n_threads: int, view: tuple[int, int] | None = None) -> np.ndarray:
+    """backend.attention_fa (f16 caches, or f32 from 64 queries): the kernel llama.cpp's CPU
+    backend runs for this shape (ref_compat.fa_kernel); view = (base cell, n_kv) of the KV view
+    llama.cpp attends over, the split-KV decode path's chunks being n_threads slices of it."""
     q = np.ascontiguousarray(q, dtype=np.float32)
     n_q, n_head, d_k = q.shape
     n_kv = k_cache.shape[1] // d_k
     d_v = v_cache.shape[1] // n_kv
     cells, starts, ends = _sorted_lists(kv_cells, q_start, q_end)
+    f16 = k_cache.dtype == np.float16
+    kernel = fa_kernel(n_q, f16, view)
+    base, nek1 = view if view is not None else (0, 0)
+    nth = max(1, n_threads or 1)
     out = np.empty((n_q, n_head, d_v), np.float32)
-    _compat.attention_fa(q, k_cache.view(np.uint8), v_cache.view(np.uint8),
-                         k_cache.dtype == np.float16, n_kv, d_v, cells, starts, ends,
-                         float(scale), float(softcap), n_q >= FA_TILE_Q, out,
-                         max(1, n_threads or 1))
+    _compat.attention_fa(q, k_cache.view(np.uint8), v_cache.view(np.uint8), f16, n_kv, d_v,
+                         cells, starts, ends, float(scale), float(softcap), kernel, int(base),
+                         int(nek1), nth, out, nth)
     return out
 
 

@@ -527,9 +527,9 @@ static void pyl_c_attn_head(const float *q, int dk, int dv, const uint16_t *K, i
 }
 
 /* ---- flash attention (llama.cpp's CPU ggml_compute_forward_flash_attn_ext_f16) ------------------
- * Per (query, head); cells listed ascending. Two kernels, chosen as llama.cpp does by the ubatch's
- * query count (>= PYL_C_FA_TILE_Q: tiled, else one_chunk); the split-KV decode variant (one query,
- * >= 512 cells in the KV view, chunks by thread) is not reproduced: one_chunk stands for it. */
+ * Per (query, head); cells listed ascending. Three kernels, chosen as llama.cpp does
+ * (ref_compat.fa_kernel): tiled from PYL_C_FA_TILE_Q queries, split-KV for one query over a KV
+ * view of >= 512 cells (one one_chunk per thread's slice, partials merged), one_chunk otherwise. */
 #define PYL_C_FA_TILE_Q 64
 #define PYL_C_FA_TILE_KV 64
 
@@ -628,14 +628,14 @@ static inline uint16_t pyl_c_f2h(float f) {
 #endif
 }
 
-/* ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query row over f16 K/V: q rounded to
- * f16, s = ggml_vec_dot_f16(q, k) * scale (softcap: softcap * tanhf), online softmax with expf in
- * cell order, V accumulated in an f16 vector (ggml_vec_scale_f16 / ggml_vec_mad_f16: f32 multiply
- * or fma, rounded to f16 each step), S = fma(S, ms, vs); out = f32(VKQ) * (1/S).
- * work: dk + dv floats. */
-static void pyl_c_fa_chunk_head(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
-                                const uint16_t *V, int64_t vs, const int32_t *cells, int L,
-                                float scale, float softcap, float *work, float *out) {
+/* ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query row over f16 K/V, before the
+ * normalisation: q rounded to f16, s = ggml_vec_dot_f16(q, k) * scale (softcap: softcap * tanhf),
+ * online softmax with expf in cell order, V accumulated in an f16 vector (ggml_vec_scale_f16 /
+ * ggml_vec_mad_f16: f32 multiply or fma, rounded to f16 each step), S = fma(S, ms, vs) (gcc
+ * contracts it). Returns S, sets *Mout and vkq[dv] = f32(VKQ). work: dk + dv floats. */
+static float pyl_c_fa_chunk_part(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
+                                 const uint16_t *V, int64_t vs, const int32_t *cells, int L,
+                                 float scale, float softcap, float *work, float *Mout, float *vkq) {
     float *qf = work;
     uint16_t *acc = (uint16_t *)(work + dk);
     float M = -INFINITY, S = 0.0f, sc = softcap != 0.0f ? scale / softcap : scale;
@@ -659,12 +659,62 @@ static void pyl_c_fa_chunk_head(const float *q, int dk, int dv, const uint16_t *
         }
         for (c = 0; c < dv; c++)
             acc[c] = pyl_c_f2h(fmaf(pyl_c_h2f(vr[c]), w, pyl_c_h2f(acc[c])));
-        S = fmaf(S, ms, w);                      /* gnu++17 -O3: contracted to an fma */
+        S = fmaf(S, ms, w);
     }
-    {
-        float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    for (c = 0; c < dv; c++)
+        vkq[c] = pyl_c_h2f(acc[c]);
+    *Mout = M;
+    return S;
+}
+
+/* one_chunk for one query row, normalised: out = f32(VKQ) * (1/S) */
+static void pyl_c_fa_chunk_head(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
+                                const uint16_t *V, int64_t vs, const int32_t *cells, int L,
+                                float scale, float softcap, float *work, float *out) {
+    float M, S = pyl_c_fa_chunk_part(q, dk, dv, K, ks, V, vs, cells, L, scale, softcap, work, &M,
+                                     out);
+    float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    int c;
+    for (c = 0; c < dv; c++)
+        out[c] *= inv;
+}
+
+/* the split-KV decode path (one query, a KV view of nek1 >= 512 cells, f16): nth chunks of
+ * ceil(nek1 / nth) cells of the view (cell - base), one_chunk on each, then
+ * ggml_flash_attn_ext_reduce_partials in chunk order: chunks with S = 0 skipped;
+ * M' = fmaxf(M, Mc), VKQ = VKQ * expf(M - M') + VKQc * expf(Mc - M') and S likewise (gcc
+ * contracts the first product into an fma), out = VKQ * (1/S). work: dk + 2 * dv floats. */
+static void pyl_c_fa_split_head(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
+                                const uint16_t *V, int64_t vs, const int32_t *cells, int L,
+                                int base, int nek1, int nth, float scale, float softcap,
+                                float *work, float *out) {
+    float *part = work + dk + dv, Mf = -INFINITY, Sf = 0.0f;
+    int64_t cs = (nek1 + nth - 1) / nth;
+    int ch, j = 0, c;
+    memset(out, 0, sizeof(float) * (size_t)dv);
+    for (ch = 0; ch < nth; ch++) {
+        int j0 = j;
+        float Mc, Sc, Mn, so, sn;
+        while (j < L && cells[j] - base < (ch + 1) * cs)
+            j++;
+        if ((int64_t)ch * cs >= nek1 || j == j0)
+            continue;                            /* empty chunk: M = -inf, S = 0 */
+        Sc = pyl_c_fa_chunk_part(q, dk, dv, K, ks, V, vs, cells + j0, j - j0, scale, softcap,
+                                 work, &Mc, part);
+        if (Sc == 0.0f)
+            continue;
+        Mn = fmaxf(Mf, Mc);
+        so = expf(Mf - Mn);
+        sn = expf(Mc - Mn);
         for (c = 0; c < dv; c++)
-            out[c] = pyl_c_h2f(acc[c]) * inv;
+            out[c] = fmaf(out[c], so, part[c] * sn);
+        Sf = fmaf(Sf, so, Sc * sn);
+        Mf = Mn;
+    }
+    if (Sf != 0.0f) {
+        float inv = 1.0f / Sf;
+        for (c = 0; c < dv; c++)
+            out[c] *= inv;
     }
 }
 #endif
