@@ -53,7 +53,7 @@ def cpu_count() -> int:
 
 def busy_cpus(samples: int = 9, interval: float = 0.001) -> float:
     """Other work on the machine now: the median number of runnable tasks in a few samples of
-    /proc/loadavg ~1 ms apart, not counting this process. (The 1-minute load average lags: it
+    /proc/loadavg ~1 ms apart, not counting this process's runnable threads. (The 1-minute load average lags: it
     still counts a benchmark run that just ended; one sample can catch a process that is just
     exiting or a short burst, and miss others' short sleeps, hence the median of several: a
     CPU-bound neighbour is runnable in most of them.) Without /proc: the load average."""
@@ -61,7 +61,8 @@ def busy_cpus(samples: int = 9, interval: float = 0.001) -> float:
     for i in range(samples):
         try:
             with open("/proc/loadavg", encoding="ascii") as f:
-                seen.append(int(f.read().split()[3].split("/")[0]) - 1)
+                total = int(f.read().split()[3].split("/")[0])
+            seen.append(max(0, total - _own_runnable()))
         except (OSError, ValueError, IndexError):
             break
         if i + 1 < samples:
@@ -72,6 +73,22 @@ def busy_cpus(samples: int = 9, interval: float = 0.001) -> float:
         return min(os.getloadavg()[0], float(cpu_count()))
     except OSError:
         return 0.0
+
+
+def _own_runnable() -> int:
+    """This process's runnable threads (at least the caller): numpy's BLAS threads spin for a
+    while after they start and must not count as other work."""
+    n = 0
+    try:
+        for t in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{t}/stat", encoding="ascii") as f:
+                    n += f.read().rsplit(")", 1)[1].split()[0] == "R"
+            except (OSError, IndexError):
+                pass
+    except OSError:
+        pass
+    return max(1, n)
 
 
 def auto_poll(n_cpu: int | None = None, busy: float | None = None) -> int:
