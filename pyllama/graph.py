@@ -92,16 +92,16 @@ class Graph:
         self.be.set_rows(kbuf, cells, k.reshape(self.n_tokens, -1))
         self.be.set_rows(vbuf, cells, v.reshape(self.n_tokens, -1))
         kv_cells, q_start, q_end = mem.attn_plan(self._ubatch, il)
-        self._il = il
-        attend = self._llama_cpp_attention if self.llama_cpp else self.be.attention
-        out = attend(q, kbuf, vbuf, kv_cells, q_start, q_end, scale, softcap)
+        if self.llama_cpp:
+            out = self._llama_cpp_attention(il, q, kbuf, vbuf, kv_cells, q_start, q_end, scale,
+                                            softcap)
+        else:
+            out = self.be.attention(q, kbuf, vbuf, kv_cells, q_start, q_end, scale, softcap)
         out = out.reshape(self.n_tokens, -1)
         return self.be.hadamard(out, rot_v) if rot_v else out
 
-    def _llama_cpp_attention(self, *args):
-        view = None
-        if self.flash_attn and self.n_tokens == 1:
-            view = self.memory.kv_view(self._il)
+    def _llama_cpp_attention(self, il: int, *args):
+        view = self.memory.kv_view(il) if self.flash_attn and self.n_tokens == 1 else None
         return llama_cpp_numerics.attention(self.be, *args, flash_attn=self.flash_attn, view=view)
 
     # -- outputs ------------------------------------------------------------------------

@@ -194,21 +194,31 @@ def _attend_vec(qh, K, V, cells, scale, softcap):
     return vec_dot_f16_reduce(acc)
 
 
-def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
-    """backend.attention with llama.cpp's one-token arithmetic (f16 caches): each query's listed
-    cells are taken in ascending cell index, as llama.cpp's rows of the cache are."""
+def _queries(q, k_cache, v_cache, kv_cells, q_start, q_end):
+    """(zeroed output [n_q, n_head, d_v], and per query with cells (i, its cells ascending as
+    llama.cpp's cache rows are, K [L, n_head, d_k], V [L, n_head, d_v] as f32 values with the KV
+    heads repeated for their query heads))."""
     n_q, n_head, d_k = q.shape
     n_kv = k_cache.shape[1] // d_k
     d_v = v_cache.shape[1] // n_kv
     g = n_head // n_kv
+
+    def rows():
+        for i in range(n_q):
+            cells = np.sort(np.asarray(kv_cells[q_start[i]:q_end[i]], np.int64))
+            if len(cells):
+                K = np.repeat(k_cache[cells].astype(_F32).reshape(-1, n_kv, d_k), g, axis=1)
+                V = np.repeat(v_cache[cells].astype(_F32).reshape(-1, n_kv, d_v), g, axis=1)
+                yield i, cells, K, V
+    return np.zeros((n_q, n_head, d_v), _F32), rows()
+
+
+def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
+    """backend.attention with llama.cpp's one-token arithmetic (f16 caches): each query's listed
+    cells are taken in ascending cell index, as llama.cpp's rows of the cache are."""
     q16 = np.asarray(q, _F32).astype(np.float16).astype(_F32)
-    out = np.zeros((n_q, n_head, d_v), _F32)
-    for i in range(n_q):
-        cells = np.sort(np.asarray(kv_cells[q_start[i]:q_end[i]], np.int64))
-        if len(cells) == 0:
-            continue
-        K = np.repeat(k_cache[cells].astype(_F32).reshape(-1, n_kv, d_k), g, axis=1)
-        V = np.repeat(v_cache[cells].astype(_F32).reshape(-1, n_kv, d_v), g, axis=1)
+    out, rows = _queries(q, k_cache, v_cache, kv_cells, q_start, q_end)
+    for i, cells, K, V in rows:
         out[i] = _attend_vec(q16[i], K, V, cells, scale, softcap)
     return out
 
@@ -348,21 +358,12 @@ def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0
     in f16; f16 caches only), one query over a view (base cell, n_kv) of >= 512 cells the split-KV
     path with n_threads chunks (llama.cpp's threads). Each query's cells in ascending cell
     index."""
-    n_q, n_head, d_k = q.shape
-    n_kv = k_cache.shape[1] // d_k
-    d_v = v_cache.shape[1] // n_kv
-    g = n_head // n_kv
-    kernel = fa_kernel(n_q, k_cache.dtype == np.float16, view)
+    kernel = fa_kernel(q.shape[0], k_cache.dtype == np.float16, view)
     tiled = kernel == FA_TILED
     if not tiled and k_cache.dtype != np.float16:
         raise ValueError("attention_fa: one_chunk needs f16 caches")
-    out = np.zeros((n_q, n_head, d_v), _F32)
-    for i in range(n_q):
-        cells = np.sort(np.asarray(kv_cells[q_start[i]:q_end[i]], np.int64))
-        if len(cells) == 0:
-            continue
-        K = np.repeat(k_cache[cells].astype(_F32).reshape(-1, n_kv, d_k), g, axis=1)
-        V = np.repeat(v_cache[cells].astype(_F32).reshape(-1, n_kv, d_v), g, axis=1)
+    out, rows = _queries(q, k_cache, v_cache, kv_cells, q_start, q_end)
+    for i, cells, K, V in rows:
         qi = np.asarray(q[i], _F32)
         if kernel == FA_SPLIT:
             out[i] = _fa_split(qi, K, V, cells, view[0], view[1], max(1, n_threads), scale,
