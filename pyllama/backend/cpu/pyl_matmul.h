@@ -829,14 +829,22 @@ pyl_k_sb(const int NT, const int HAS_MIN, const int SC16, const uint8_t *u, cons
         *acc = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), _mm_cvtepi32_ps(S)), dyv, *acc);
         return;
     }
+    /* I[p], M[p]: pair p of tokens 0..3 (exact integer sums, reduced straight into that layout) */
     __m128 I[4], M[4];
-    for (int t = 0; t < 4; t++) {
-        I[t] = _mm_cvtepi32_ps(pyl_hsum4_i32(pr[t][0], pr[t][1], pr[t][2], pr[t][3]));
-        const __m256i h = _mm256_hadd_epi32(ms[t], ms[t]);   /* pair p: lanes 2p, 2p+1 */
-        M[t] = _mm_cvtepi32_ps(_mm_unpacklo_epi64(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+    for (int p = 0; p < 4; p++)
+        I[p] = _mm_cvtepi32_ps(pyl_hsum4_i32(pr[0][p], pr[1][p], pr[2][p], pr[3][p]));
+    {   /* ms[t] lanes 2p, 2p+1 hold pair p of token t */
+        const __m256i A = _mm256_hadd_epi32(ms[0], ms[1]);  /* t0p0 t0p1 t1p0 t1p1 | t0p2 t0p3 t1p2 t1p3 */
+        const __m256i B = _mm256_hadd_epi32(ms[2], ms[3]);  /* t2p0 t2p1 t3p0 t3p1 | t2p2 t2p3 t3p2 t3p3 */
+        const __m256i C = _mm256_unpacklo_epi64(A, B), D = _mm256_unpackhi_epi64(A, B);
+        const __m256i E = _mm256_unpacklo_epi32(C, D), F = _mm256_unpackhi_epi32(C, D);
+        const __m256 G = _mm256_cvtepi32_ps(_mm256_unpacklo_epi64(E, F));   /* p0 | p2 */
+        const __m256 H = _mm256_cvtepi32_ps(_mm256_unpackhi_epi64(E, F));   /* p1 | p3 */
+        M[0] = _mm256_castps256_ps128(G);
+        M[1] = _mm256_castps256_ps128(H);
+        M[2] = _mm256_extractf128_ps(G, 1);
+        M[3] = _mm256_extractf128_ps(H, 1);
     }
-    _MM_TRANSPOSE4_PS(I[0], I[1], I[2], I[3]);   /* now I[p] = pair p of tokens 0..3 */
-    _MM_TRANSPOSE4_PS(M[0], M[1], M[2], M[3]);
     const __m128 dd = _mm_mul_ps(_mm_set1_ps(dw), dyv), dm = _mm_mul_ps(_mm_set1_ps(dmw), dyv);
     for (int p = 0; p < 4; p++) {
         *acc = _mm_fmadd_ps(I[p], dd, *acc);
