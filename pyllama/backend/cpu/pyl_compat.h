@@ -549,12 +549,11 @@ static inline float pyl_c_kv_at(const uint8_t *row, int f16, int e) {
  * tanhf, unlisted lanes -inf; M' = max(M, tile max), rescale VKQ and S by expf(M - M') when it
  * grows; e = ggml_v_expf(s - M') by 8 lanes, S += sum (8-lane hsums in double); VKQ += e . V as FMA
  * chains over the tile's lanes in order; out = VKQ * (1/S). K/V rows f16 (f16 = 1) or f32, strides
- * in bytes, pointing at this head's columns. work: 2 * 64 + dk * 64 + dv floats. */
+ * in bytes, pointing at this head's columns. work: 2 * 64 + dv floats. */
 static void pyl_c_fa_tiled_head(const float *q, int dk, int dv, const uint8_t *K, int64_t ks,
                                 const uint8_t *V, int64_t vs, int f16, const int32_t *cells, int L,
                                 float scale, float softcap, float *work, float *out) {
-    float *s = work, *e = work + PYL_C_FA_TILE_KV, *kt = work + 2 * PYL_C_FA_TILE_KV;
-    float *acc = kt + (size_t)dk * PYL_C_FA_TILE_KV;
+    float *s = work, *e = work + PYL_C_FA_TILE_KV, *acc = work + 2 * PYL_C_FA_TILE_KV;
     float M = -INFINITY, S = 0.0f, sc = softcap != 0.0f ? scale / softcap : scale;
     int j = 0, l, d, c;
     memset(acc, 0, sizeof(float) * (size_t)dv);
