@@ -228,6 +228,32 @@ def test_kv_view_pads_used_cells_to_256(tmp_path):
     assert ctx.memory.kv_view(0) == (0, 512)
 
 
+@pytest.mark.parametrize("kt,vt", [("q8_0", "q8_0"), ("q4_0", "q4_0"), ("q8_0", "f16"),
+                                   ("q4_0", "q8_0"), ("f16", "q8_0"), ("f16", "q4_0")])
+@pytest.mark.parametrize("n_q", [1, 5, 70])
+@pytest.mark.parametrize("softcap", [0.0, 20.0])
+def test_attention_fa_quantized_kv_equals_oracle(kt, vt, n_q, softcap):
+    """Flash attention over q8_0 / q4_0 K (llama.cpp's one_chunk for every ubatch: q as q8_0,
+    vec_dot_q*_0_q8_0; a quantized V dequantized and summed in f32, an f16 V in f16) and over f16
+    K with a quantized V (q rounded to f16, vec_dot_f16): C against the oracle bit for bit, and
+    near float64 over the dequantized caches."""
+    from pyllama.backend.base import kv_decode, kv_encode
+    rng = np.random.default_rng(n_q)
+    H, n_kv, d = 4, 2, 64
+    k = kv_encode((rng.standard_normal((200, n_kv * d)) * 2).astype(np.float32), kt)
+    v = kv_encode(rng.standard_normal((200, n_kv * d)).astype(np.float32), vt)
+    cells, qs, qe = pack(fa_lists(rng, n_q, 200, "random"))
+    q = (rng.standard_normal((n_q, H, d)) * 2).astype(np.float32)
+    want = ref_compat.attention_fa(q, k, v, cells, qs, qe, 0.125, softcap)
+    for nth in (1, 2):
+        assert np.array_equal(cpu_compat.attention_fa(q, k, v, cells, qs, qe, 0.125, softcap, nth),
+                              want)
+    if not softcap:      # q itself is quantized to q8_0: ~1e-2 off exact attention
+        kf, vf = kv_decode(k, kt), kv_decode(v, vt)
+        err = np.abs(want - float64_attention(q, kf, vf, cells, qs, qe, 0.125))
+        assert err.mean() < 0.01 and err.max() < 0.1
+
+
 def test_attention_fa_softcap_equals_oracle():
     """With a logit softcap (Gemma 2): tanhf and expf from the C library on both sides."""
     rng = np.random.default_rng(9)
@@ -258,13 +284,17 @@ def test_attention_fa_tiles_follow_cell_index():
 
 
 def test_compat_attention_routes_flash_attention():
-    """numerics='llama.cpp' with flash attention: f16 caches always, f32 from 64 queries (else
-    the attention without it)."""
+    """numerics='llama.cpp' with flash attention: f16 caches always, f32 from 64 queries, q8_0 /
+    q4_0 K with q8_0 / q4_0 / f16 V (else the attention without it)."""
     be = get_backend("cpu", 1)
     rng = np.random.default_rng(2)
-    for dtype, n_q, fa in [(np.float16, 3, True), (np.float32, 64, True), (np.float32, 3, False)]:
-        k = rng.standard_normal((80, 64)).astype(dtype)
-        v = rng.standard_normal((80, 64)).astype(dtype)
+    from pyllama.backend.base import kv_encode
+    for kt, vt, n_q, fa in [("f16", "f16", 3, True), ("f32", "f32", 64, True),
+                            ("f32", "f32", 3, False), ("q8_0", "q4_0", 3, True),
+                            ("bf16", "bf16", 3, False), ("f16", "q8_0", 3, True),
+                            ("q8_0", "bf16", 3, False)]:
+        k = kv_encode(rng.standard_normal((80, 64)).astype(np.float32), kt)
+        v = kv_encode(rng.standard_normal((80, 64)).astype(np.float32), vt)
         q = rng.standard_normal((n_q, 2, 64)).astype(np.float32)
         cells, qs, qe = pack([np.arange(0, 70)] * n_q)
         got = compat.attention(be, q, k, v, cells, qs, qe, 0.125, flash_attn=True)

@@ -10,7 +10,8 @@ different arithmetic depending on its number of rows n (docs/numerics.md):
   ggml_vec_dot_f16 for one;
 - with flash attention (`-fa on`, and `auto` on the CPU: llama-perplexity's default), f16/f32
   caches: ggml_compute_forward_flash_attn_ext_tiled from 64 query rows, the one_chunk kernel below
-  (f16 caches; other KV types keep the backend's attention, q converted as llama.cpp's FA does),
+  (f16 caches), one_chunk for q8_0 / q4_0 K (q as q8_0, vec_dot_q*_0_q8_0; a quantized V
+  dequantized and summed in f32; other KV types keep the backend's attention),
   and for one query over a KV view of >= 512 cells (n_kv: used cells padded to 256) the split-KV
   path, one chunk per thread.
 Q8_0 / Q5_0 / Q4_0 weights give the same bits either way (vec_dot and tinyBLAS share the lanes).
@@ -28,6 +29,7 @@ import numpy as np
 
 from ..gguf import GGMLType
 from . import ref_compat
+from .base import kv_type
 
 
 def vec_row_start(wtype, n_rows_w: int, n: int) -> int:
@@ -51,14 +53,24 @@ def matmul(be, w, x: np.ndarray) -> np.ndarray:
     return np.concatenate([be.matmul(w, x[:s]), be.matmul_vec(w, x[s:])])
 
 
+def _fa_reproduced(k_cache, v_cache, n_q: int) -> bool:
+    """Whether attention_fa reproduces llama.cpp's flash attention for these cache types: f16
+    K = V, f32 K = V from 64 queries (tiled), q8_0 / q4_0 K with q8_0 / q4_0 / f16 V and f16 K with
+    q8_0 / q4_0 V (one_chunk)."""
+    kt, vt = kv_type(k_cache), kv_type(v_cache)
+    if kt in ref_compat.FA_QUANT_K:
+        return vt in ref_compat.FA_QUANT_V
+    if kt == "f16" and vt in ref_compat.FA_QUANT_K:
+        return True
+    return kt == vt and (kt == "f16" or (kt == "f32" and n_q >= ref_compat.FA_TILE_Q))
+
+
 def attention(be, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0,
               flash_attn: bool = False, view: tuple[int, int] | None = None):
     """be.attention with llama.cpp's kernel choice: flash attention -> attention_fa where llama.cpp
     has the f16/f32 kernels (view: the (base cell, n_kv) KV view llama.cpp attends over); else
     one query row over f16 caches -> vec_dot_f16."""
-    if flash_attn and k_cache.dtype == v_cache.dtype and (
-            k_cache.dtype == np.float16
-            or (k_cache.dtype == np.float32 and q.shape[0] >= ref_compat.FA_TILE_Q)):
+    if flash_attn and _fa_reproduced(k_cache, v_cache, q.shape[0]):
         return be.attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
                                view)
     if q.shape[0] == 1 and k_cache.dtype == np.float16 and v_cache.dtype == np.float16:

@@ -227,6 +227,8 @@ FA_TILE_Q = 64      # ggml_fa_tile_config: query rows from which llama.cpp's CPU
 FA_TILE_KV = 64     # cells per KV tile
 FA_SPLIT_MIN = 512  # one query over a KV view of this many cells: the split-KV path
 FA_TILED, FA_CHUNK, FA_SPLIT = range(3)
+FA_QUANT_K = ("q8_0", "q4_0")       # quantized K types with llama.cpp's one_chunk reproduced
+FA_QUANT_V = ("q8_0", "q4_0", "f16")
 
 
 def fa_kernel(n_q: int, f16: bool, view: tuple[int, int] | None) -> int:
@@ -350,6 +352,98 @@ def _fa_chunk_part(q, K, V, scale, softcap):
     return M, S, acc
 
 
+def _vdot_q8(kb: np.ndarray, qq: np.ndarray, qd: np.ndarray) -> np.ndarray:
+    """ggml_vec_dot_{q8_0,q4_0}_q8_0 (AVX2): K values kb [L, nb, 32] (ints) and their block
+    scales via the caller, q as q8_0 (qq [nb, 32], qd [nb]): per block 8 lanes of 4-element
+    integer sums; returns the lanes [L, nb, 8] as f32 (exact)."""
+    return (kb.astype(np.int64) * qq.astype(np.int64)).reshape(kb.shape[:-1] + (8, 4)).sum(-1) \
+        .astype(_F32)
+
+
+def _kv_blocks(raw: np.ndarray, t: str) -> tuple[np.ndarray, np.ndarray]:
+    """q8_0 / q4_0 rows as bytes [L, nb * bb] -> (values int [L, nb, 32], d f32 [L, nb])."""
+    bb = 34 if t == "q8_0" else 18
+    b = raw.reshape(raw.shape[0], -1, bb)
+    d = b[..., :2].copy().view(np.float16)[..., 0].astype(_F32)
+    if t == "q8_0":
+        return b[..., 2:].view(np.int8).astype(np.int64), d
+    lo, hi = (b[..., 2:] & 15).astype(np.int64) - 8, (b[..., 2:] >> 4).astype(np.int64) - 8
+    return np.concatenate([lo, hi], axis=-1), d
+
+
+def _q8_scores(qq, qd, kv, kd):
+    """ggml_vec_dot_{q8_0,q4_0}_q8_0 of every K row (kv [L, nb, 32], kd [L, nb]) with q as q8_0
+    (qq [nb, 32], qd [nb]) -> [L]."""
+    lanes = _vdot_q8(kv, qq, qd)                                 # [L, nb, 8]
+    dd = (kd * qd[None, :]).astype(_F32)                         # [L, nb]
+    acc8 = np.zeros((kv.shape[0], 8), _F32)
+    for b in range(kv.shape[1]):
+        acc8 = _fma(dd[:, b, None], lanes[:, b], acc8)
+    return ggml_hsum8(acc8)
+
+
+def _fa_chunk_q(raw_scores, vval, scale, softcap, v16):
+    """one_chunk's online softmax for one query head over raw_scores [L] (the K dot products)
+    and vval [L, dv] (dequantized V summed in f32, or f16 values summed in f16 when v16)."""
+    sc = _F32(scale / _F32(softcap)) if softcap else _F32(scale)
+    scores = (raw_scores * sc).astype(_F32)
+    if softcap:
+        scores = (_F32(softcap) * _tanhf(scores)).astype(_F32)
+    M, S = _F32(-np.inf), _F32(0)
+    acc = np.zeros(vval.shape[1], _F32)
+    for j, s in enumerate(scores):
+        if s > M:
+            ms, w, M = _expf(np.array([M - s], _F32))[0], _F32(1), s
+            acc = (acc * ms).astype(_F32)
+            if v16:
+                acc = acc.astype(np.float16).astype(_F32)
+        else:
+            ms, w = _F32(1), _expf(np.array([s - M], _F32))[0]
+        acc = _fma(vval[j], w, acc)
+        if v16:
+            acc = acc.astype(np.float16).astype(_F32)
+        S = _fma(S, ms, w)
+    inv = _F32(0) if S == 0 else _F32(_F32(1) / S)
+    return (acc * inv).astype(_F32)
+
+
+def attention_fa_q(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
+    """attention_fa over a q8_0 / q4_0 K cache (and a q8_0 / q4_0 / f16 V cache), or an f16 K
+    with a q8_0 / q4_0 V: llama.cpp runs one_chunk for every ubatch there, q quantized to q8_0
+    (quantize_row_q8_0, AVX2) and scores by ggml_vec_dot_{q8_0,q4_0}_q8_0 (f16 K: q rounded to
+    f16, ggml_vec_dot_f16), a quantized V dequantized and summed in f32."""
+    from ..quant import quantize_q8_0_rows
+    from .base import kv_type
+    kt, vt = kv_type(k_cache), kv_type(v_cache)
+    n_q, n_head, d_k = q.shape
+    n_kv = k_cache.shape[1] * (1 if kt == "f16" else 32) // d_k
+    g = n_head // n_kv
+    kraw = np.ascontiguousarray(k_cache).view(np.uint8).reshape(k_cache.shape[0], n_kv, -1)
+    vraw = np.ascontiguousarray(v_cache).view(np.uint8).reshape(v_cache.shape[0], n_kv, -1)
+    d_v = (v_cache.shape[1] * (1 if vt == "f16" else 32)) // n_kv
+    qs, qdd = quantize_q8_0_rows(np.asarray(q, _F32).reshape(-1, d_k), simd=True)
+    qs, qdd = qs.reshape(n_q, n_head, -1, 32), qdd.reshape(n_q, n_head, -1)
+    q16 = np.asarray(q, _F32).astype(np.float16).astype(_F32)
+    out = np.zeros((n_q, n_head, d_v), _F32)
+    for i in range(n_q):
+        cells = np.sort(np.asarray(kv_cells[q_start[i]:q_end[i]], np.int64))
+        if len(cells) == 0:
+            continue
+        for h in range(n_head):
+            if kt == "f16":
+                kh = kraw[cells, h // g].copy().view(np.float16).astype(_F32)
+                raw = vec_dot_f16(q16[i, h][None, :], kh)
+            else:
+                raw = _q8_scores(qs[i, h], qdd[i, h], *_kv_blocks(kraw[cells, h // g], kt))
+            if vt == "f16":
+                vval = vraw[cells, h // g].copy().view(np.float16).astype(_F32)
+            else:
+                vv, vd = _kv_blocks(vraw[cells, h // g], vt)
+                vval = (vv.astype(_F32) * vd[..., None]).astype(_F32).reshape(len(cells), -1)
+            out[i, h] = _fa_chunk_q(raw, vval, scale, softcap, vt == "f16")
+    return out
+
+
 def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0, view=None,
                  n_threads=1):
     """backend.attention with llama.cpp's flash-attention arithmetic (f16 or f32 caches of one
@@ -358,6 +452,10 @@ def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0
     in f16; f16 caches only), one query over a view (base cell, n_kv) of >= 512 cells the split-KV
     path with n_threads chunks (llama.cpp's threads). Each query's cells in ascending cell
     index."""
+    from .base import kv_type
+    kt, vt = kv_type(k_cache), kv_type(v_cache)
+    if kt in FA_QUANT_K or (kt == "f16" and vt in FA_QUANT_K):
+        return attention_fa_q(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
     kernel = fa_kernel(q.shape[0], k_cache.dtype == np.float16, view)
     tiled = kernel == FA_TILED
     if not tiled and k_cache.dtype != np.float16:

@@ -55,6 +55,25 @@ def test_cpu_set_rows_bit_exact_with_kv_encode(cpu, name):
     assert not cache[untouched].view(np.uint8).any()
 
 
+def test_q4_0_encode_rounds_twice_as_llamacpp(cpu):
+    """quantize_row_q4_0_ref lives in llama.cpp's ggml-base, built without FMA: q = (int8)(x * id
+    + 8.5) rounds x * id first. Blocks where an fma would give another nibble (about 1 row in
+    10^5: picked here out of random rows) are encoded as kv_encode's two roundings."""
+    rng = np.random.default_rng(7)
+    found = []
+    while sum(map(len, found)) < 3:
+        x = rng.standard_normal((100_000, 32)).astype(np.float32)
+        mx = x[np.arange(len(x)), np.abs(x).argmax(1)]
+        idv = (np.float32(1) / (mx / np.float32(-8))).astype(np.float32)[:, None]
+        two = np.trunc(((x * idv).astype(np.float32) + np.float32(8.5)).astype(np.float32))
+        fused = np.trunc((x.astype(np.float64) * idv.astype(np.float64) + 8.5).astype(np.float32))
+        found.append(x[(two != fused).any(axis=1)])
+    rows = np.concatenate(found)
+    cache = cpu.alloc_kv(len(rows), 32, "q4_0")
+    cpu.set_rows(cache, np.arange(len(rows)), rows)
+    assert np.array_equal(cache.view(np.uint8), kv_encode(rows, "q4_0").view(np.uint8))
+
+
 def test_q8_0_encode_is_llamacpp_cpu_quantizer():
     """q8_0 cells hold the AVX2 quantize_row_q8_0 output (id = 127/amax, ties to even): equal to
     gguf's reference quantizer except on ties, where they differ by exactly one step."""

@@ -28,6 +28,23 @@ def test_perplexity_is_llama_cpps(tool, alias, ppl, err):
     assert f"Final estimate: PPL = {ppl} +/- {err}" in r.stderr, r.stderr[-400:]
 
 
+@pytest.mark.parametrize("alias,kv,extra,ppl,err", [
+    ("gemma-3-270m", "q8_0", (), "15.1131", "1.31903"),
+    ("gemma-3-270m", "q4_0", (), "17.2419", "1.51397"),
+    ("qwen2.5-coder-0.5b", "q8_0", ("--kv-k-center", "off"), "6.4173", "0.44373"),
+    ("qwen2.5-coder-0.5b", "q8_0", ("-ctk", "f16"), "6.1997", "0.42492")])
+def test_perplexity_quantized_kv_is_llama_cpps(tool, alias, kv, extra, ppl, err):
+    """-ctk/-ctv q8_0 and q4_0 with llama.cpp's cache bytes (Qwen: --kv-k-center off): llama.cpp
+    0c1e570's own estimates (its C API with llama-perplexity's chunking,
+    tests/kvsupport/llamacpp_ppl.py --nseq 4, AVX2 build; docs/kv_cache_types.md), digit for
+    digit: flash attention over quantized K is one_chunk with q as q8_0."""
+    path = real_model_path_or_skip(alias)
+    r = tool("perplexity", "-m", path, "-f", GPL3, "-c", "512", "--chunks", "4", "-t", "2",
+             "-ctk", kv, "-ctv", kv, *extra, timeout=1800)
+    assert r.returncode == 0, r.stderr
+    assert f"Final estimate: PPL = {ppl} +/- {err}" in r.stderr, r.stderr[-400:]
+
+
 def test_perplexity_without_flash_attention_differs_slightly(tool):
     """-fa off: llama.cpp's other attention arithmetic (f16 q and probabilities), a different
     estimate within 1% of the reference."""

@@ -125,7 +125,10 @@ cdef extern from *:
         dh = pyl_kvq_f2h(d);
         memcpy(blk, &dh, 2);
         for (j = 0; j < 16; j++) {
-            int8_t a = (int8_t)(x[j] * id + 8.5f), b = (int8_t)(x[16 + j] * id + 8.5f);
+            /* two roundings, x * id then + 8.5: llama.cpp runs this in ggml-base, built without
+               FMA; gcc would contract it into an fma here (a different nibble now and then) */
+            volatile float ta = x[j] * id, tb = x[16 + j] * id;
+            int8_t a = (int8_t)(ta + 8.5f), b = (int8_t)(tb + 8.5f);
             uint8_t xi0 = (uint8_t)(a < 15 ? a : 15), xi1 = (uint8_t)(b < 15 ? b : 15);
             blk[2 + j] = (uint8_t)(xi0 | (xi1 << 4));
         }

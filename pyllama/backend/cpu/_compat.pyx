@@ -34,6 +34,10 @@ cdef extern from "pyl_compat.h" nogil:
     void pyl_c_fa_chunk_head(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
                              const uint16_t *V, int64_t vs, const int32_t *cells, int L,
                              float scale, float softcap, float *work, float *out)
+    void pyl_c_fa_chunk_q(int kt, int vt, const int8_t *qq, const float *qd, int dk, int dv,
+                          const uint8_t *K, int64_t ks, const uint8_t *V, int64_t vs,
+                          const int32_t *cells, int L, float scale, float softcap, float *work,
+                          float *out)
     void pyl_c_fa_split_head(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
                              const uint16_t *V, int64_t vs, const int32_t *cells, int L,
                              int base, int nek1, int nth, float scale, float softcap,
@@ -150,3 +154,34 @@ def attention_fa(const float[:, :, ::1] q, const uint8_t[:, ::1] k_cache,
                                     v_cache.shape[1] // 2, &cells[q_start[i]],
                                     <int>(q_end[i] - q_start[i]), scale, softcap,
                                     &wk[threadid(), 0], &out[i, h, 0])
+
+
+cdef inline int _kv_bytes(int t, int n) noexcept nogil:
+    """bytes of n elements of KV type t (ggml id: 1 f16, 2 q4_0, 8 q8_0)"""
+    return 2 * n if t == 1 else (n // 32) * (34 if t == 8 else 18)
+
+
+def attention_fa_q(const int8_t[:, :, ::1] qq, const float[:, :, ::1] qd,
+                   const uint8_t[:, ::1] k_cache, const uint8_t[:, ::1] v_cache, int kt, int vt,
+                   int n_kv, int dv, const int32_t[::1] cells, const int64_t[::1] q_start,
+                   const int64_t[::1] q_end, float scale, float softcap, float[:, :, ::1] out,
+                   int nth):
+    """llama.cpp's one_chunk flash attention over a q8_0 / q4_0 / f16 K cache (kt: ggml id 8 / 2 /
+    1) and a q8_0 / q4_0 / f16 V cache (vt 8 / 2 / 1), not both f16: qq/qd the queries as q8_0
+    blocks [n_q, n_head, dk] and [n_q, n_head, dk / 32], or for an f16 K qd = q rounded to f16
+    [n_q, n_head, dk] (qq unused); cells ascending per query."""
+    cdef int n_q = qq.shape[0], H = qq.shape[1], dk = qq.shape[2]
+    cdef int g = H // n_kv, task, i, h
+    if kt not in (1, 2, 8) or vt not in (1, 2, 8) or (kt == 1 and vt == 1):
+        raise ValueError(f"attention_fa_q: unsupported KV types {kt}/{vt}")
+    work = np.empty((max(nth, 1), 2 * dv), np.float32)
+    cdef float[:, ::1] wk = work
+    with nogil:
+        for task in prange(n_q * H, num_threads=nth, schedule="dynamic"):
+            i = task // H
+            h = task % H
+            pyl_c_fa_chunk_q(kt, vt, &qq[i, h, 0], &qd[i, h, 0], dk, dv,
+                             &k_cache[0, _kv_bytes(kt, (h // g) * dk)], k_cache.shape[1],
+                             &v_cache[0, _kv_bytes(vt, (h // g) * dv)], v_cache.shape[1],
+                             &cells[q_start[i]], <int>(q_end[i] - q_start[i]), scale, softcap,
+                             &wk[threadid(), 0], &out[i, h, 0])

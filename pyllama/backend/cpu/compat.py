@@ -7,7 +7,9 @@ import numpy as np
 
 from ...errors import BackendError
 from ...gguf import GGML_BLOCK, GGMLType
-from ..ref_compat import fa_kernel
+from ...quant import quantize_q8_0_rows
+from ..base import KV_BLOCK, kv_type
+from ..ref_compat import FA_QUANT_K, fa_kernel
 from . import _compat
 
 
@@ -66,6 +68,9 @@ def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
     return out
 
 
+_GGML_ID = {"f16": 1, "q4_0": 2, "q8_0": 8}
+
+
 def _sorted_lists(kv_cells, q_start, q_end):
     """Each query's cells in ascending cell index, packed; (cells, starts, ends)."""
     qs = np.asarray(q_start, np.int64)
@@ -79,14 +84,29 @@ def _sorted_lists(kv_cells, q_start, q_end):
 
 def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
                  n_threads: int, view: tuple[int, int] | None = None) -> np.ndarray:
-    """backend.attention_fa (f16 caches, or f32 from 64 queries): the kernel llama.cpp's CPU
-    backend runs for this shape (ref_compat.fa_kernel); view = (base cell, n_kv) of the KV view
+    """backend.attention_fa (f16 caches, or f32 from 64 queries, or q8_0/q4_0 K with q8_0/q4_0/f16
+    V): the kernel llama.cpp's CPU backend runs for this shape (ref_compat.fa_kernel); view = (base cell, n_kv) of the KV view
     llama.cpp attends over, the split-KV decode path's chunks being n_threads slices of it."""
     q = np.ascontiguousarray(q, dtype=np.float32)
     n_q, n_head, d_k = q.shape
+    cells, starts, ends = _sorted_lists(kv_cells, q_start, q_end)
+    kt, vt = kv_type(k_cache), kv_type(v_cache)
+    if kt in FA_QUANT_K or (kt == "f16" and vt in FA_QUANT_K):
+        n_kv = k_cache.shape[1] * KV_BLOCK[kt] // d_k
+        d_v = v_cache.shape[1] * KV_BLOCK[vt] // n_kv
+        if kt == "f16":          # q rounded to f16 for ggml_vec_dot_f16
+            qs = np.zeros((n_q, n_head, d_k), np.int8)
+            qd = q.astype(np.float16).astype(np.float32)
+        else:
+            qs, qd = quantize_q8_0_rows(q.reshape(-1, d_k), simd=True)
+        out = np.empty((n_q, n_head, d_v), np.float32)
+        _compat.attention_fa_q(qs.reshape(n_q, n_head, d_k), qd.reshape(n_q, n_head, -1),
+                               k_cache.view(np.uint8), v_cache.view(np.uint8), _GGML_ID[kt],
+                               _GGML_ID[vt], n_kv, d_v, cells, starts, ends, float(scale),
+                               float(softcap), out, max(1, n_threads or 1))
+        return out
     n_kv = k_cache.shape[1] // d_k
     d_v = v_cache.shape[1] // n_kv
-    cells, starts, ends = _sorted_lists(kv_cells, q_start, q_end)
     f16 = k_cache.dtype == np.float16
     kernel = fa_kernel(n_q, f16, view)
     base, nek1 = view if view is not None else (0, 0)

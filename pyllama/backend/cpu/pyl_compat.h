@@ -716,4 +716,134 @@ static void pyl_c_fa_split_head(const float *q, int dk, int dv, const uint16_t *
             out[c] *= inv;
     }
 }
+
+/* ---- flash attention over q8_0 / q4_0 K (one_chunk: llama.cpp runs no other FA kernel for them)
+ * q as q8_0 blocks (qq int8 [dk], qd [dk / 32] f16 values: quantize_row_q8_0, AVX2); K types by
+ * ggml id: 8 q8_0 (34-byte blocks), 2 q4_0 (18-byte blocks). */
+#define PYL_C_KV_F16 1
+#define PYL_C_KV_Q4_0 2
+#define PYL_C_KV_Q8_0 8
+
+/* ggml_vec_dot_q8_0_q8_0 / ggml_vec_dot_q4_0_q8_0 (AVX2): per block 8 lanes of 4-element integer
+ * sums, acc = fma(f16(x.d) * f16(y.d), (float)lanes, acc); hsum_float_8 */
+static inline float pyl_c_vdot_q8(int kt, const uint8_t *k, const int8_t *qq, const float *qd,
+                                  int nb) {
+    const int bb = kt == PYL_C_KV_Q8_0 ? 34 : 18;
+    int b;
+#if PYL_C_SIMD
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (b = 0; b < nb; b++) {
+        const uint8_t *blk = k + (int64_t)bb * b;
+        __m256i x;
+        if (kt == PYL_C_KV_Q8_0) {
+            x = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        } else {
+            const __m128i t = _mm_loadu_si128((const __m128i *)(blk + 2));
+            x = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t),
+                                                 _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
+        }
+        const __m256i y = _mm256_loadu_si256((const __m256i *)(qq + 32 * b));
+        const __m256i p = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)), ones);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(pyl_c_rd16(blk) * qd[b]), _mm256_cvtepi32_ps(p), acc);
+    }
+    return pyl_c_hsum_f8(acc);
+#else
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int l, e;
+    for (b = 0; b < nb; b++) {
+        const uint8_t *blk = k + (int64_t)bb * b;
+        const float dd = pyl_c_rd16(blk) * qd[b];
+        for (l = 0; l < 8; l++) {
+            int sum = 0;
+            for (e = 4 * l; e < 4 * l + 4; e++) {
+                int x = kt == PYL_C_KV_Q8_0 ? (int)(int8_t)blk[2 + e]
+                      : (e < 16 ? (blk[2 + e] & 15) : (blk[2 + e - 16] >> 4)) - 8;
+                sum += x * qq[32 * b + e];
+            }
+            acc[l] = fmaf(dd, (float)sum, acc[l]);
+        }
+    }
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+#endif
+}
+
+/* dequantize_row_q8_0 / _q4_0 of one V row (dv elements) */
+static inline void pyl_c_deq_v(int vt, const uint8_t *v, int dv, float *y) {
+    int b, j;
+    for (b = 0; b < dv / 32; b++) {
+        if (vt == PYL_C_KV_Q8_0) {
+            const uint8_t *blk = v + 34 * b;
+            const float d = pyl_c_rd16(blk);
+            for (j = 0; j < 32; j++)
+                y[32 * b + j] = (float)(int8_t)blk[2 + j] * d;
+        } else {
+            const uint8_t *blk = v + 18 * b;
+            const float d = pyl_c_rd16(blk);
+            for (j = 0; j < 16; j++) {
+                y[32 * b + j] = (float)((blk[2 + j] & 15) - 8) * d;
+                y[32 * b + j + 16] = (float)((blk[2 + j] >> 4) - 8) * d;
+            }
+        }
+    }
+}
+
+/* one_chunk for one query row over q8_0 / q4_0 K and q8_0 / q4_0 / f16 V, or f16 K and q8_0 / q4_0
+ * V: s = vec_dot(k, q8) (f16 K: vec_dot_f16(k, f16(q))) *
+ * scale (softcap: softcap * tanhf), online softmax with expf in cell order; an f16 V accumulates
+ * in f16 (as pyl_c_fa_chunk_part), a quantized V is dequantized and accumulated in f32
+ * (ggml_vec_scale_f32, ggml_vec_mad_f32: fma); S = fma(S, ms, vs); out = VKQ * (1/S).
+ * K/V point at this head's first block in cell 0; strides in bytes. work: 2 * dv floats. */
+static void pyl_c_fa_chunk_q(int kt, int vt, const int8_t *qq, const float *qd, int dk, int dv,
+                             const uint8_t *K, int64_t ks, const uint8_t *V, int64_t vs,
+                             const int32_t *cells, int L, float scale, float softcap,
+                             float *work, float *out) {
+    /* kt == PYL_C_KV_F16 (with a quantized V): qd holds q rounded to f16, ggml_vec_dot_f16 */
+    float *v32 = work, *acc = work + dv;
+    uint16_t *acc16 = (uint16_t *)(work + dv);
+    float M = -INFINITY, S = 0.0f, sc = softcap != 0.0f ? scale / softcap : scale;
+    int j, c;
+    if (vt == PYL_C_KV_F16)
+        memset(acc16, 0, sizeof(uint16_t) * (size_t)dv);
+    else
+        memset(acc, 0, sizeof(float) * (size_t)dv);
+    for (j = 0; j < L; j++) {
+        const uint8_t *vr = V + (int64_t)cells[j] * vs;
+        const uint8_t *kr = K + (int64_t)cells[j] * ks;
+        float s = (kt == PYL_C_KV_F16 ? pyl_c_vdot_f16(qd, (const uint16_t *)kr, dk)
+                                      : pyl_c_vdot_q8(kt, kr, qq, qd, dk / 32)) * sc;
+        float ms = 1.0f, w = 1.0f;
+        if (softcap != 0.0f)
+            s = softcap * tanhf(s);
+        if (s > M) {
+            float Mold = M;
+            M = s;
+            ms = expf(Mold - M);
+            if (vt == PYL_C_KV_F16)
+                for (c = 0; c < dv; c++)
+                    acc16[c] = pyl_c_f2h(pyl_c_h2f(acc16[c]) * ms);
+            else
+                for (c = 0; c < dv; c++)
+                    acc[c] *= ms;
+        } else {
+            w = expf(s - M);
+        }
+        if (vt == PYL_C_KV_F16) {
+            const uint16_t *v16 = (const uint16_t *)vr;
+            for (c = 0; c < dv; c++)
+                acc16[c] = pyl_c_f2h(fmaf(pyl_c_h2f(v16[c]), w, pyl_c_h2f(acc16[c])));
+        } else {
+            pyl_c_deq_v(vt, vr, dv, v32);
+            for (c = 0; c < dv; c++)
+                acc[c] = fmaf(v32[c], w, acc[c]);
+        }
+        S = fmaf(S, ms, w);
+    }
+    {
+        float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        for (c = 0; c < dv; c++)
+            out[c] = (vt == PYL_C_KV_F16 ? pyl_c_h2f(acc16[c]) : acc[c]) * inv;
+    }
+}
 #endif
