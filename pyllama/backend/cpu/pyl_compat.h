@@ -627,96 +627,6 @@ static inline uint16_t pyl_c_f2h(float f) {
 #endif
 }
 
-/* ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query row over f16 K/V, before the
- * normalisation: q rounded to f16, s = ggml_vec_dot_f16(q, k) * scale (softcap: softcap * tanhf),
- * online softmax with expf in cell order, V accumulated in an f16 vector (ggml_vec_scale_f16 /
- * ggml_vec_mad_f16: f32 multiply or fma, rounded to f16 each step), S = fma(S, ms, vs) (gcc
- * contracts it). Returns S, sets *Mout and vkq[dv] = f32(VKQ). work: dk + dv floats. */
-static float pyl_c_fa_chunk_part(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
-                                 const uint16_t *V, int64_t vs, const int32_t *cells, int L,
-                                 float scale, float softcap, float *work, float *Mout, float *vkq) {
-    float *qf = work;
-    uint16_t *acc = (uint16_t *)(work + dk);
-    float M = -INFINITY, S = 0.0f, sc = softcap != 0.0f ? scale / softcap : scale;
-    int j, c;
-    for (c = 0; c < dk; c++)
-        qf[c] = pyl_c_f16r(q[c]);
-    memset(acc, 0, sizeof(uint16_t) * (size_t)dv);
-    for (j = 0; j < L; j++) {
-        const uint16_t *vr = V + (int64_t)cells[j] * vs;
-        float s = pyl_c_vdot_f16(qf, K + (int64_t)cells[j] * ks, dk) * sc, ms = 1.0f, w = 1.0f;
-        if (softcap != 0.0f)
-            s = softcap * tanhf(s);
-        if (s > M) {
-            float Mold = M;
-            M = s;
-            ms = expf(Mold - M);
-            for (c = 0; c < dv; c++)
-                acc[c] = pyl_c_f2h(pyl_c_h2f(acc[c]) * ms);
-        } else {
-            w = expf(s - M);
-        }
-        for (c = 0; c < dv; c++)
-            acc[c] = pyl_c_f2h(fmaf(pyl_c_h2f(vr[c]), w, pyl_c_h2f(acc[c])));
-        S = fmaf(S, ms, w);
-    }
-    for (c = 0; c < dv; c++)
-        vkq[c] = pyl_c_h2f(acc[c]);
-    *Mout = M;
-    return S;
-}
-
-/* one_chunk for one query row, normalised: out = f32(VKQ) * (1/S) */
-static void pyl_c_fa_chunk_head(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
-                                const uint16_t *V, int64_t vs, const int32_t *cells, int L,
-                                float scale, float softcap, float *work, float *out) {
-    float M, S = pyl_c_fa_chunk_part(q, dk, dv, K, ks, V, vs, cells, L, scale, softcap, work, &M,
-                                     out);
-    float inv = S == 0.0f ? 0.0f : 1.0f / S;
-    int c;
-    for (c = 0; c < dv; c++)
-        out[c] *= inv;
-}
-
-/* the split-KV decode path (one query, a KV view of nek1 >= 512 cells, f16): nth chunks of
- * ceil(nek1 / nth) cells of the view (cell - base), one_chunk on each, then
- * ggml_flash_attn_ext_reduce_partials in chunk order: chunks with S = 0 skipped;
- * M' = fmaxf(M, Mc), VKQ = VKQ * expf(M - M') + VKQc * expf(Mc - M') and S likewise (gcc
- * contracts the first product into an fma), out = VKQ * (1/S). work: dk + 2 * dv floats. */
-static void pyl_c_fa_split_head(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
-                                const uint16_t *V, int64_t vs, const int32_t *cells, int L,
-                                int base, int nek1, int nth, float scale, float softcap,
-                                float *work, float *out) {
-    float *part = work + dk + dv, Mf = -INFINITY, Sf = 0.0f;
-    int64_t cs = (nek1 + nth - 1) / nth;
-    int ch, j = 0, c;
-    memset(out, 0, sizeof(float) * (size_t)dv);
-    for (ch = 0; ch < nth; ch++) {
-        int j0 = j;
-        float Mc, Sc, Mn, so, sn;
-        while (j < L && cells[j] - base < (ch + 1) * cs)
-            j++;
-        if ((int64_t)ch * cs >= nek1 || j == j0)
-            continue;                            /* empty chunk: M = -inf, S = 0 */
-        Sc = pyl_c_fa_chunk_part(q, dk, dv, K, ks, V, vs, cells + j0, j - j0, scale, softcap,
-                                 work, &Mc, part);
-        if (Sc == 0.0f)
-            continue;
-        Mn = fmaxf(Mf, Mc);
-        so = expf(Mf - Mn);
-        sn = expf(Mc - Mn);
-        for (c = 0; c < dv; c++)
-            out[c] = fmaf(out[c], so, part[c] * sn);
-        Sf = fmaf(Sf, so, Sc * sn);
-        Mf = Mn;
-    }
-    if (Sf != 0.0f) {
-        float inv = 1.0f / Sf;
-        for (c = 0; c < dv; c++)
-            out[c] *= inv;
-    }
-}
-
 /* ---- flash attention over q8_0 / q4_0 K (one_chunk: llama.cpp runs no other FA kernel for them)
  * q as q8_0 blocks (qq int8 [dk], qd [dk / 32] f16 values: quantize_row_q8_0, AVX2); K types by
  * ggml id: 8 q8_0 (34-byte blocks), 2 q4_0 (18-byte blocks). */
@@ -789,28 +699,29 @@ static inline void pyl_c_deq_v(int vt, const uint8_t *v, int dv, float *y) {
     }
 }
 
-/* one_chunk for one query row over q8_0 / q4_0 K and q8_0 / q4_0 / f16 V, or f16 K and q8_0 / q4_0
- * V: s = vec_dot(k, q8) (f16 K: vec_dot_f16(k, f16(q))) *
- * scale (softcap: softcap * tanhf), online softmax with expf in cell order; an f16 V accumulates
- * in f16 (as pyl_c_fa_chunk_part), a quantized V is dequantized and accumulated in f32
- * (ggml_vec_scale_f32, ggml_vec_mad_f32: fma); S = fma(S, ms, vs); out = VKQ * (1/S).
- * K/V point at this head's first block in cell 0; strides in bytes. work: 2 * dv floats. */
-static void pyl_c_fa_chunk_q(int kt, int vt, const int8_t *qq, const float *qd, int dk, int dv,
-                             const uint8_t *K, int64_t ks, const uint8_t *V, int64_t vs,
-                             const int32_t *cells, int L, float scale, float softcap,
-                             float *work, float *out) {
-    /* kt == PYL_C_KV_F16 (with a quantized V): qd holds q rounded to f16, ggml_vec_dot_f16 */
-    float *v32 = work, *acc = work + dv;
-    uint16_t *acc16 = (uint16_t *)(work + dv);
+/* ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query row, before the normalisation,
+ * over K of type kt (ggml id: 1 f16, 2 q4_0, 8 q8_0) and V of type vt: scores s = vec_dot(k, q)
+ * * scale (softcap: softcap * tanhf) with q in K's vec_dot type (f16 K: qd = q rounded to f16,
+ * ggml_vec_dot_f16; q8_0 / q4_0 K: qq / qd = q as q8_0 blocks, vec_dot_q*_0_q8_0); online softmax
+ * with expf in cell order; an f16 V accumulates in an f16 vector (ggml_vec_scale_f16 /
+ * ggml_vec_mad_f16: f32 multiply or fma, rounded to f16 each step), a quantized V is dequantized
+ * and summed in f32 (ggml_vec_scale_f32 / ggml_vec_mad_f32); S = fma(S, ms, vs) (gcc contracts
+ * it). Returns S, sets *Mout and vkq[dv] = the f32 accumulator. K/V point at this head's first
+ * element in cell 0, strides in bytes. work: dv floats. */
+static float pyl_c_fa_core(int kt, int vt, const int8_t *qq, const float *qd, int dk, int dv,
+                           const uint8_t *K, int64_t ks, const uint8_t *V, int64_t vs,
+                           const int32_t *cells, int L, float scale, float softcap, float *work,
+                           float *Mout, float *vkq) {
+    float *v32 = work;
+    uint16_t *acc16 = (uint16_t *)vkq;   /* f16 V: the f16 accumulator in vkq's first bytes */
     float M = -INFINITY, S = 0.0f, sc = softcap != 0.0f ? scale / softcap : scale;
     int j, c;
     if (vt == PYL_C_KV_F16)
         memset(acc16, 0, sizeof(uint16_t) * (size_t)dv);
     else
-        memset(acc, 0, sizeof(float) * (size_t)dv);
+        memset(vkq, 0, sizeof(float) * (size_t)dv);
     for (j = 0; j < L; j++) {
-        const uint8_t *vr = V + (int64_t)cells[j] * vs;
-        const uint8_t *kr = K + (int64_t)cells[j] * ks;
+        const uint8_t *kr = K + (int64_t)cells[j] * ks, *vr = V + (int64_t)cells[j] * vs;
         float s = (kt == PYL_C_KV_F16 ? pyl_c_vdot_f16(qd, (const uint16_t *)kr, dk)
                                       : pyl_c_vdot_q8(kt, kr, qq, qd, dk / 32)) * sc;
         float ms = 1.0f, w = 1.0f;
@@ -825,7 +736,7 @@ static void pyl_c_fa_chunk_q(int kt, int vt, const int8_t *qq, const float *qd, 
                     acc16[c] = pyl_c_f2h(pyl_c_h2f(acc16[c]) * ms);
             else
                 for (c = 0; c < dv; c++)
-                    acc[c] *= ms;
+                    vkq[c] *= ms;
         } else {
             w = expf(s - M);
         }
@@ -836,14 +747,93 @@ static void pyl_c_fa_chunk_q(int kt, int vt, const int8_t *qq, const float *qd, 
         } else {
             pyl_c_deq_v(vt, vr, dv, v32);
             for (c = 0; c < dv; c++)
-                acc[c] = fmaf(v32[c], w, acc[c]);
+                vkq[c] = fmaf(v32[c], w, vkq[c]);
         }
         S = fmaf(S, ms, w);
     }
-    {
-        float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    if (vt == PYL_C_KV_F16)              /* widen in place, from the top (2-byte -> 4-byte slots) */
+        for (c = dv - 1; c >= 0; c--)
+            vkq[c] = pyl_c_h2f(acc16[c]);
+    *Mout = M;
+    return S;
+}
+
+/* one_chunk over f16 K/V, before the normalisation: q rounded to f16 here. work: dk + dv floats */
+static float pyl_c_fa_chunk_part(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
+                                 const uint16_t *V, int64_t vs, const int32_t *cells, int L,
+                                 float scale, float softcap, float *work, float *Mout, float *vkq) {
+    int c;
+    for (c = 0; c < dk; c++)
+        work[c] = pyl_c_f16r(q[c]);
+    return pyl_c_fa_core(PYL_C_KV_F16, PYL_C_KV_F16, 0, work, dk, dv, (const uint8_t *)K, 2 * ks,
+                         (const uint8_t *)V, 2 * vs, cells, L, scale, softcap, work + dk, Mout,
+                         vkq);
+}
+
+static inline void pyl_c_fa_normalise(float S, int dv, float *out) {
+    float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    int c;
+    for (c = 0; c < dv; c++)
+        out[c] *= inv;
+}
+
+/* one_chunk for one query row over f16 K/V, normalised: out = VKQ * (1/S) */
+static void pyl_c_fa_chunk_head(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
+                                const uint16_t *V, int64_t vs, const int32_t *cells, int L,
+                                float scale, float softcap, float *work, float *out) {
+    float M;
+    pyl_c_fa_normalise(pyl_c_fa_chunk_part(q, dk, dv, K, ks, V, vs, cells, L, scale, softcap,
+                                           work, &M, out), dv, out);
+}
+
+/* one_chunk for one query row over q8_0 / q4_0 K and q8_0 / q4_0 / f16 V, or f16 K and a q8_0 /
+ * q4_0 V (pyl_c_fa_core), normalised. work: dv floats. */
+static void pyl_c_fa_chunk_q(int kt, int vt, const int8_t *qq, const float *qd, int dk, int dv,
+                             const uint8_t *K, int64_t ks, const uint8_t *V, int64_t vs,
+                             const int32_t *cells, int L, float scale, float softcap,
+                             float *work, float *out) {
+    float M;
+    pyl_c_fa_normalise(pyl_c_fa_core(kt, vt, qq, qd, dk, dv, K, ks, V, vs, cells, L, scale,
+                                     softcap, work, &M, out), dv, out);
+}
+
+/* the split-KV decode path (one query, a KV view of nek1 >= 512 cells, f16): nth chunks of
+ * ceil(nek1 / nth) cells of the view (cell - base), one_chunk on each, then
+ * ggml_flash_attn_ext_reduce_partials in chunk order: chunks with S = 0 skipped;
+ * M' = fmaxf(M, Mc), VKQ = VKQ * expf(M - M') + VKQc * expf(Mc - M') and S likewise (gcc
+ * contracts the first product into an fma), out = VKQ * (1/S). work: dk + 2 * dv floats. */
+static void pyl_c_fa_split_head(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
+                                const uint16_t *V, int64_t vs, const int32_t *cells, int L,
+                                int base, int nek1, int nth, float scale, float softcap,
+                                float *work, float *out) {
+    float *part = work + dk + dv, Mf = -INFINITY, Sf = 0.0f;
+    int64_t cs = (nek1 + nth - 1) / nth;
+    int ch, j = 0, c;
+    memset(out, 0, sizeof(float) * (size_t)dv);
+    for (ch = 0; ch < nth; ch++) {
+        int j0 = j;
+        float Mc, Sc, Mn, so, sn;
+        while (j < L && cells[j] - base < (ch + 1) * cs)
+            j++;
+        if ((int64_t)ch * cs >= nek1 || j == j0)
+            continue;                            /* empty chunk: M = -inf, S = 0 */
+        Sc = pyl_c_fa_chunk_part(q, dk, dv, K, ks, V, vs, cells + j0, j - j0, scale, softcap,
+                                 work, &Mc, part);
+        if (Sc == 0.0f)
+            continue;
+        Mn = fmaxf(Mf, Mc);
+        so = expf(Mf - Mn);
+        sn = expf(Mc - Mn);
         for (c = 0; c < dv; c++)
-            out[c] = (vt == PYL_C_KV_F16 ? pyl_c_h2f(acc16[c]) : acc[c]) * inv;
+            out[c] = fmaf(out[c], so, part[c] * sn);
+        Sf = fmaf(Sf, so, Sc * sn);
+        Mf = Mn;
+    }
+    if (Sf != 0.0f) {
+        float inv = 1.0f / Sf;
+        for (c = 0; c < dv; c++)
+            out[c] *= inv;
     }
 }
+
 #endif
