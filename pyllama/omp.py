@@ -53,10 +53,11 @@ def cpu_count() -> int:
 
 def busy_cpus(samples: int = 9, interval: float = 0.001) -> float:
     """Other work on the machine now: the median number of runnable tasks in a few samples of
-    /proc/loadavg ~1 ms apart, not counting this process's runnable threads. (The 1-minute load average lags: it
-    still counts a benchmark run that just ended; one sample can catch a process that is just
-    exiting or a short burst, and miss others' short sleeps, hence the median of several: a
-    CPU-bound neighbour is runnable in most of them.) Without /proc: the load average."""
+    /proc/loadavg ~1 ms apart, not counting this process's runnable threads. (The 1-minute load
+    average lags: it still counts a benchmark run that just ended; one sample can catch a
+    process that is just exiting or a short burst, and miss others' short sleeps, hence the
+    median of several: a CPU-bound neighbour is runnable in most of them.) Without /proc: the
+    load average."""
     seen = []
     for i in range(samples):
         try:

@@ -153,10 +153,10 @@ class Backend(ABC):
 
     def attention_fa(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
                      softcap=0.0, view=None) -> np.ndarray:
-        """attention() over f16 (or, from 64 queries, f32) caches with llama.cpp's CPU
-        flash-attention arithmetic (tiled from 64 queries, one_chunk below, the split-KV path for
-        one query over a view of >= 512 cells: view = (base cell, n_kv), chunks by n_threads).
-        Here the numpy oracle."""
+        """attention() with llama.cpp's CPU flash-attention arithmetic: f16 (or, from 64 queries,
+        f32) caches tiled from 64 queries, one_chunk below, the split-KV path for one query over a
+        view of >= 512 cells (view = (base cell, n_kv), chunks by n_threads); q8_0/q4_0 K (or f16
+        K with a q8_0/q4_0 V) one_chunk for every ubatch. Here the numpy oracle."""
         from . import ref_compat
         return ref_compat.attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
                                        softcap, view, self.n_threads or 1)

@@ -84,9 +84,10 @@ def _sorted_lists(kv_cells, q_start, q_end):
 
 def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
                  n_threads: int, view: tuple[int, int] | None = None) -> np.ndarray:
-    """backend.attention_fa (f16 caches, or f32 from 64 queries, or q8_0/q4_0 K with q8_0/q4_0/f16
-    V): the kernel llama.cpp's CPU backend runs for this shape (ref_compat.fa_kernel); view = (base cell, n_kv) of the KV view
-    llama.cpp attends over, the split-KV decode path's chunks being n_threads slices of it."""
+    """backend.attention_fa (f16 caches, f32 from 64 queries, q8_0/q4_0 K with q8_0/q4_0/f16 V,
+    f16 K with q8_0/q4_0 V): the kernel llama.cpp's CPU backend runs for this shape
+    (ref_compat.fa_kernel); view = (base cell, n_kv) of the KV view llama.cpp attends over, the
+    split-KV decode path's chunks being n_threads slices of it."""
     q = np.ascontiguousarray(q, dtype=np.float32)
     n_q, n_head, d_k = q.shape
     cells, starts, ends = _sorted_lists(kv_cells, q_start, q_end)
