@@ -3,7 +3,6 @@
 calls take the model layer index and go to the layer's cache."""
 from __future__ import annotations
 
-import struct
 
 import numpy as np
 
@@ -133,15 +132,14 @@ class ISWACache:
         return [self.swa] if flags & STATE_SEQ_FLAGS_PARTIAL_ONLY else [self.base, self.swa]
 
     def state_write(self, seq_id=-1, flags=0) -> bytes:
-        parts = [c.state_write(seq_id, flags) for c in self._state_caches(flags)]
-        return b"".join(struct.pack("<Q", len(p)) + p for p in parts)
+        """The caches' states one after the other, as llama_kv_cache_iswa::state_write (each is
+        self-delimiting: llama.cpp's bytes, so state and slot files move between the two)."""
+        return b"".join(c.state_write(seq_id, flags) for c in self._state_caches(flags))
 
     def state_read(self, data: bytes, seq_id=-1, flags=0) -> int:
         mv, off = memoryview(data), 0
         for c in self._state_caches(flags):
-            (n,) = struct.unpack_from("<Q", mv, off)
-            c.state_read(mv[off + 8: off + 8 + n], seq_id, flags)
-            off += 8 + n
+            off += c.state_read(mv[off:], seq_id, flags)
         return off
 
 
