@@ -23,7 +23,11 @@ from .schemas import Final, Partial, Progress, ServerError, TaskParams, Timings,
 
 log = get_logger("server")
 
-SLOT_FILE_MAGIC = b"PYLSLOT1"
+# slot files are llama.cpp's llama_state_seq_save_file format: u32 'ggsq' magic, u32 version 3,
+# u32 token count, the tokens (i32), the sequence state; files saved by pyllama before it used
+# these bytes (b"PYLSLOT1" in place of magic + version) still restore
+SLOT_FILE_MAGIC = struct.pack("<II", 0x67677371, 3)
+_OLD_SLOT_FILE_MAGIC = b"PYLSLOT1"
 
 
 class Channel:
@@ -821,8 +825,9 @@ class Engine:
                 data = f.read()
         except OSError:
             raise ServerError(400, f"failed to restore slot {slot.id}: cannot open {filename}")
-        if not data.startswith(SLOT_FILE_MAGIC) or len(data) < 12:
-            raise ServerError(400, f"failed to restore slot {slot.id}: not a slot file")
+        if len(data) < 12 or data[:8] not in (SLOT_FILE_MAGIC, _OLD_SLOT_FILE_MAGIC):
+            raise ServerError(400, f"failed to restore slot {slot.id}: not a slot file "
+                                   "(llama.cpp's ggsq version 3)")
         (n,) = struct.unpack_from("<I", data, 8)
         tokens = np.frombuffer(data, np.int32, n, 12).tolist()
         self.memory.seq_rm(slot.id, -1, -1)

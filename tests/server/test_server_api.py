@@ -1,6 +1,7 @@
 """llama-server end to end: a real server process, the tiny model, httpx and the openai client."""
 import json
 import os
+import struct
 import threading
 import time
 
@@ -239,6 +240,9 @@ def test_slot_save_erase_restore(client, slot_dir):
     saved = post(client, "/slots/0?action=save", filename="s0.bin")
     assert saved["id_slot"] == 0 and saved["n_saved"] == a["tokens_cached"]
     assert os.path.getsize(os.path.join(slot_dir, "s0.bin")) == saved["n_written"]
+    with open(os.path.join(slot_dir, "s0.bin"), "rb") as f:     # llama_state_seq_save_file's header
+        magic, version, n_tok = struct.unpack("<III", f.read(12))
+    assert (magic, version, n_tok) == (0x67677371, 3, a["tokens_cached"])
     assert post(client, "/slots/0?action=erase")["n_erased"] == a["tokens_cached"]
     restored = post(client, "/slots/0?action=restore", filename="s0.bin")
     assert restored["n_restored"] == a["tokens_cached"]
