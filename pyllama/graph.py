@@ -22,6 +22,7 @@ class Graph:
         self.be = backend
         self.llama_cpp = numerics == "llama.cpp"    # llama.cpp's row-count dependent kernels
         self.flash_attn = flash_attn                # with llama_cpp: its flash-attention kernels
+        self._views: dict = {}                      # id(cache) -> its KV view for this ubatch
         self.hp = hp
         self.memory = memory
         self.n_tokens = ubatch.n_tokens
@@ -101,7 +102,12 @@ class Graph:
         return self.be.hadamard(out, rot_v) if rot_v else out
 
     def _llama_cpp_attention(self, il: int, *args):
-        view = self.memory.kv_view(il) if self.flash_attn and self.n_tokens == 1 else None
+        view = None
+        if self.flash_attn and self.n_tokens == 1:      # the split-KV path needs llama.cpp's n_kv
+            cache = self.memory.cache_for(il)
+            view = self._views.get(id(cache))
+            if view is None:
+                view = self._views[id(cache)] = cache.kv_view(il)
         return llama_cpp_numerics.attention(self.be, *args, flash_attn=self.flash_attn, view=view)
 
     # -- outputs ------------------------------------------------------------------------

@@ -71,11 +71,23 @@ def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
 _GGML_ID = {"f16": 1, "q4_0": 2, "q8_0": 8}
 
 
+_ONE = np.zeros(1, np.int64)
+_MIN_PARALLEL_MACS = 1 << 18       # below: one thread (waking the others costs more)
+
+
+def _threads(n_threads, n_q: int, n_head: int, n_cells: int, d: int) -> int:
+    """OpenMP threads for an attention call: results never depend on it."""
+    return max(1, n_threads or 1) if n_head * n_cells * d >= _MIN_PARALLEL_MACS else 1
+
+
 def _sorted_lists(kv_cells, q_start, q_end):
     """Each query's cells in ascending cell index, packed; (cells, starts, ends)."""
     qs = np.asarray(q_start, np.int64)
     qe = np.asarray(q_end, np.int64)
     cells = np.asarray(kv_cells, np.int32)
+    if len(qs) == 1:                   # a one-token decode
+        c = np.sort(cells[qs[0]:qe[0]]).astype(np.int32, copy=False)
+        return c, _ONE, np.array([len(c)], np.int64)
     if len(qs):
         cells = np.concatenate([np.sort(cells[a:b]) for a, b in zip(qs, qe)])
     starts = np.concatenate([[0], np.cumsum(qe - qs)[:-1]]).astype(np.int64)
@@ -104,18 +116,19 @@ def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
         _compat.attention_fa_q(qs.reshape(n_q, n_head, d_k), qd.reshape(n_q, n_head, -1),
                                k_cache.view(np.uint8), v_cache.view(np.uint8), _GGML_ID[kt],
                                _GGML_ID[vt], n_kv, d_v, cells, starts, ends, float(scale),
-                               float(softcap), out, max(1, n_threads or 1))
+                               float(softcap), out,
+                               _threads(n_threads, n_q, n_head, len(cells), d_k + d_v))
         return out
     n_kv = k_cache.shape[1] // d_k
     d_v = v_cache.shape[1] // n_kv
     f16 = k_cache.dtype == np.float16
     kernel = fa_kernel(n_q, f16, view)
     base, nek1 = view if view is not None else (0, 0)
-    nth = max(1, n_threads or 1)
     out = np.empty((n_q, n_head, d_v), np.float32)
     _compat.attention_fa(q, k_cache.view(np.uint8), v_cache.view(np.uint8), f16, n_kv, d_v,
                          cells, starts, ends, float(scale), float(softcap), kernel, int(base),
-                         int(nek1), nth, out, nth)
+                         int(nek1), max(1, n_threads or 1), out,
+                         _threads(n_threads, n_q, n_head, len(cells), d_k + d_v))
     return out
 
 

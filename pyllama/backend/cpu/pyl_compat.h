@@ -699,6 +699,33 @@ static inline void pyl_c_deq_v(int vt, const uint8_t *v, int dv, float *y) {
     }
 }
 
+/* ggml_vec_scale_f16 / ggml_vec_mad_f16 (AVX2): per element y = f16(f32(y) * v), y =
+ * f16(fma(f32(x), v, f32(y))); elementwise, so 8 at a time gives the same bits */
+static inline void pyl_c_scale_f16(uint16_t *y, int n, float v) {
+    int c = 0;
+#if PYL_C_SIMD
+    const __m256 vv = _mm256_set1_ps(v);
+    for (; c + 8 <= n; c += 8)
+        _mm_storeu_si128((__m128i *)(y + c), _mm256_cvtps_ph(_mm256_mul_ps(
+            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + c))), vv), 0));
+#endif
+    for (; c < n; c++)
+        y[c] = pyl_c_f2h(pyl_c_h2f(y[c]) * v);
+}
+
+static inline void pyl_c_mad_f16(uint16_t *y, const uint16_t *x, int n, float v) {
+    int c = 0;
+#if PYL_C_SIMD
+    const __m256 vv = _mm256_set1_ps(v);
+    for (; c + 8 <= n; c += 8)
+        _mm_storeu_si128((__m128i *)(y + c), _mm256_cvtps_ph(_mm256_fmadd_ps(
+            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + c))), vv,
+            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + c)))), 0));
+#endif
+    for (; c < n; c++)
+        y[c] = pyl_c_f2h(fmaf(pyl_c_h2f(x[c]), v, pyl_c_h2f(y[c])));
+}
+
 /* ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query row, before the normalisation,
  * over K of type kt (ggml id: 1 f16, 2 q4_0, 8 q8_0) and V of type vt: scores s = vec_dot(k, q)
  * * scale (softcap: softcap * tanhf) with q in K's vec_dot type (f16 K: qd = q rounded to f16,
@@ -732,8 +759,7 @@ static float pyl_c_fa_core(int kt, int vt, const int8_t *qq, const float *qd, in
             M = s;
             ms = expf(Mold - M);
             if (vt == PYL_C_KV_F16)
-                for (c = 0; c < dv; c++)
-                    acc16[c] = pyl_c_f2h(pyl_c_h2f(acc16[c]) * ms);
+                pyl_c_scale_f16(acc16, dv, ms);
             else
                 for (c = 0; c < dv; c++)
                     vkq[c] *= ms;
@@ -741,9 +767,7 @@ static float pyl_c_fa_core(int kt, int vt, const int8_t *qq, const float *qd, in
             w = expf(s - M);
         }
         if (vt == PYL_C_KV_F16) {
-            const uint16_t *v16 = (const uint16_t *)vr;
-            for (c = 0; c < dv; c++)
-                acc16[c] = pyl_c_f2h(fmaf(pyl_c_h2f(v16[c]), w, pyl_c_h2f(acc16[c])));
+            pyl_c_mad_f16(acc16, (const uint16_t *)vr, dv, w);
         } else {
             pyl_c_deq_v(vt, vr, dv, v32);
             for (c = 0; c < dv; c++)
