@@ -112,6 +112,10 @@ def sort_descending(cur: Candidates) -> None:
     cur.sorted = True
 
 
+_BLOCK = 1024
+_PREFILTER_MIN = 1 << 16
+
+
 def top_k_indices(logits: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k best (logit desc, id asc) without a full sort: argpartition + tie fix."""
     n = len(logits)
@@ -125,6 +129,17 @@ def top_k_indices(logits: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
             return at[top_k_indices(logits[at], ids[at], k)]
         return np.concatenate([at[descending_order(logits[at], ids[at])],
                                lowest_ids(np.flatnonzero(~live), ids, k - n_live)])
+    if n >= _PREFILTER_MIN and k * _BLOCK <= n:
+        # the k-th largest of the block maxima is <= the k-th largest logit, so every candidate
+        # (ties at the cut included) is >= it: select among those few (a large-vocabulary step)
+        nb = n // _BLOCK
+        bmax = logits[:nb * _BLOCK].reshape(nb, _BLOCK).max(axis=1)
+        if nb * _BLOCK < n:
+            bmax = np.append(bmax, logits[nb * _BLOCK:].max())
+        t = np.partition(bmax, len(bmax) - k)[len(bmax) - k]
+        at = np.flatnonzero(logits >= t)
+        if len(at) < n // 2:
+            return at[top_k_indices(logits[at], ids[at], k)]
     part = np.argpartition(logits, n - k)[n - k:]
     thr = logits[part].min()
     n_eq_all = np.count_nonzero(logits == thr)

@@ -286,3 +286,24 @@ def test_adaptive_p_reshapes_around_the_target():
     assert cur.ids[cur.selected] == 1  # cumulative .929, .994 > .99
     a.accept(1)  # EMA takes the original p .3: 0.3 + 0.9 * 5 = 4.8, weight 1 + 0.9 * 10 = 10
     assert (a.weighted_sum, a.total_weight) == (pytest.approx(4.8), pytest.approx(10.0))
+
+
+def test_top_k_large_vocab_prefilter_selects_the_same(monkeypatch):
+    """top_k over a large vocabulary first keeps the logits >= the k-th best block maximum; the
+    selection (ties at the cut by lowest id, -inf runs) is the full argpartition path's."""
+    import pyllama.sampling.candidates as C
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        n, k = int(rng.integers(70_000, 300_000)), int(rng.integers(1, 60))
+        if trial % 2:
+            x = (rng.integers(-50, 50, n) / 4).astype(np.float32)      # many ties
+        else:
+            x = rng.standard_normal(n).astype(np.float32)
+        if trial % 5 == 0:
+            x[rng.integers(0, n, n // 3)] = -np.inf
+        ids = rng.permutation(n).astype(np.int32) if trial % 3 == 0 else np.arange(n, dtype=np.int32)
+        fast = C.top_k_indices(x, ids, k)
+        monkeypatch.setattr(C, "_PREFILTER_MIN", 1 << 40)
+        full = C.top_k_indices(x, ids, k)
+        monkeypatch.setattr(C, "_PREFILTER_MIN", 1 << 16)
+        assert np.array_equal(fast, full)
