@@ -21,6 +21,8 @@ cdef extern from "pyl_compat.h" nogil:
                          const int16_t *bs)
     float pyl_c_dot_q6_K(const uint8_t *w, int nsb, const int8_t *q8, const float *d8,
                          const int16_t *bs)
+    void pyl_c_dot4_q4_K(const uint8_t *w, int64_t rs, int nsb, const int8_t *q8,
+                         const float *d8, const int16_t *bs, float *out)
     float pyl_c_dot_q23_K(int q3, const uint8_t *w, int nsb, const int8_t *q8, const float *d8,
                           const int16_t *bs)
     float pyl_c_dot_q45_K(int q5, const uint8_t *w, int nsb, const int8_t *q8, const float *d8,
@@ -80,10 +82,15 @@ def matvec_k(int kernel, const uint8_t[:, ::1] raw, int k, const float[:, ::1] x
         raise ValueError(f"matvec_k: unknown kernel {kernel}")
     if k % 256 or x.shape[1] != k or out.shape[0] != n or out.shape[1] < rows:
         raise ValueError("matvec_k: shape mismatch")
+    cdef Py_ssize_t g, n4 = rows // 4 if kernel == GEMV_Q4_K else 0
     with nogil:
         for t in range(n):
             pyl_c_quant_q8_K(&x[t, 0], k, &q[t, 0], &d[t, 0], &bs[t, 0])
-        for r in prange(rows, num_threads=nth, schedule="static"):
+        for g in prange(n4, num_threads=nth, schedule="static"):     # 4 rows at a time (same bits)
+            for t in range(n):
+                pyl_c_dot4_q4_K(&raw[4 * g, 0], raw.shape[1], nsb, &q[t, 0], &d[t, 0],
+                                &bs[t, 0], &out[t, 4 * g])
+        for r in prange(4 * n4, rows, num_threads=nth, schedule="static"):
             for t in range(n):
                 out[t, r] = _dot(kernel, &raw[r, 0], nsb, &q[t, 0], &d[t, 0], &bs[t, 0])
 

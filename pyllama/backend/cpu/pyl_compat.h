@@ -157,6 +157,63 @@ static float pyl_c_dot_q4_K(const uint8_t *w, int nsb, const int8_t *q8, const f
     return acc - accm;
 }
 
+/* pyl_c_dot_q4_K for 4 weight rows (row stride rs bytes) at once: the same integers and, per row,
+ * the same float chain; the q8 blocks and bsum pairs are shared and the 4 integer sums of a
+ * super-block leave the SIMD registers in one reduction. */
+static void pyl_c_dot4_q4_K(const uint8_t *w, int64_t rs, int nsb, const int8_t *q8,
+                            const float *d8, const int16_t *bs, float *out) {
+    float acc[4] = {0, 0, 0, 0}, accm[4] = {0, 0, 0, 0};
+    int b, j, r;
+    for (b = 0; b < nsb; b++) {
+        int sc[4][8], mn[4][8], isum[4], bsp[8];
+        for (j = 0; j < 8; j++)
+            bsp[j] = bs[16 * b + 2 * j] + bs[16 * b + 2 * j + 1];
+        for (r = 0; r < 4; r++)
+            pyl_c_scale_min_k4(w + r * rs + (int64_t)b * PYL_C_Q4K_BYTES + 4, sc[r], mn[r]);
+#if PYL_C_SIMD
+        {
+            const __m256i m4 = _mm256_set1_epi8(0xF);
+            __m256i a[4];
+            for (r = 0; r < 4; r++)
+                a[r] = _mm256_setzero_si256();
+            for (j = 0; j < 4; j++) {
+                const __m256i ylo = _mm256_loadu_si256((const __m256i *)(q8 + 256 * b + 64 * j));
+                const __m256i yhi = _mm256_loadu_si256((const __m256i *)(q8 + 256 * b + 64 * j + 32));
+                for (r = 0; r < 4; r++) {
+                    const __m256i v = _mm256_loadu_si256(
+                        (const __m256i *)(w + r * rs + (int64_t)b * PYL_C_Q4K_BYTES + 16 + 32 * j));
+                    const __m256i lo = _mm256_and_si256(v, m4);
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo),
+                                                                    _mm256_set1_epi16((short)sc[r][2 * j])));
+                    a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi),
+                                                                    _mm256_set1_epi16((short)sc[r][2 * j + 1])));
+                }
+            }
+            {
+                const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]),
+                                                    _mm256_hadd_epi32(a[2], a[3]));
+                _mm_storeu_si128((__m128i *)isum, _mm_add_epi32(_mm256_castsi256_si128(h),
+                                                                _mm256_extracti128_si256(h, 1)));
+            }
+        }
+#else
+        for (r = 0; r < 4; r++)
+            isum[r] = pyl_c_q4k_isum(w + r * rs + (int64_t)b * PYL_C_Q4K_BYTES + 16, sc[r], q8 + 256 * b);
+#endif
+        for (r = 0; r < 4; r++) {
+            const uint8_t *x = w + r * rs + (int64_t)b * PYL_C_Q4K_BYTES;
+            int imin = 0;
+            for (j = 0; j < 8; j++)
+                imin += mn[r][j] * bsp[j];
+            acc[r] = fmaf((float)isum[r], pyl_c_rd16(x) * d8[b], acc[r]);
+            accm[r] = fmaf((float)imin, pyl_c_rd16(x + 2) * d8[b], accm[r]);
+        }
+    }
+    for (r = 0; r < 4; r++)
+        out[r] = acc[r] - accm[r];
+}
+
 #if PYL_C_SIMD
 /* ggml_vec_dot_q6_K_q8_K, AVX2 branch (same lanes) */
 static float pyl_c_dot_q6_K(const uint8_t *w, int nsb, const int8_t *q8all, const float *d8,
