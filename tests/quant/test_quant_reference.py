@@ -150,11 +150,23 @@ def test_quantize_f32_and_shapes():
        x=hnp.arrays(np.float32, st.sampled_from([(1, 32), (2, 64), (3, 32)]),
                     elements=st.floats(-1e4, 1e4, width=32, allow_subnormal=False)))
 def test_quantize_matches_gguf_property(t, x):
+    # gguf's numpy takes an all-zero block's max from its first element, -0.0 included, where
+    # llama.cpp's C keeps max = +0.0 (so d = -0.0): compare on +0.0 (test_zero_block_scale_sign)
+    x = np.where(x == 0, np.float32(0), x).astype(np.float32)
     ours = quantize(x, t)
     with np.errstate(all="ignore"):     # gguf's numpy warns where 1/d overflows (tiny blocks)
         ref = gq.quantize(x, g(t))
     ref = np.ascontiguousarray(ref).view(np.uint8).reshape(ours.shape)
     assert np.array_equal(ours, ref)
+
+
+def test_zero_block_scale_sign():
+    """An all-zero Q4_0 / Q5_0 block, zeros of either sign: llama.cpp's quantize_row_q*_0_ref keeps
+    max = +0.0 (no |x| beats amax = 0), so d = +0.0 / -nmax = -0.0 (f16 0x8000)."""
+    for zero in (0.0, -0.0):
+        x = np.full((1, 32), zero, np.float32)
+        for t in (T.Q4_0, T.Q5_0):
+            assert quantize(x, t)[0, :2].tobytes() == b"\x00\x80"
 
 
 def nearest_int_c(f):
