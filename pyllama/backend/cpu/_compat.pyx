@@ -46,7 +46,7 @@ cdef extern from "pyl_compat.h" nogil:
                              float *work, float *out)
 
 GEMV_Q4_K, VEC_Q4_K, VEC_Q5_K, VEC_Q6_K, VEC_Q2_K, VEC_Q3_K = range(6)
-cdef enum:                      # attention_fa kernels (ref_compat.FA_KERNELS order)
+cdef enum:                      # attention_fa kernels (ref_compat.FA_TILED, ... order)
     FA_TILED = 0
     FA_CHUNK = 1
     FA_SPLIT = 2
@@ -130,7 +130,7 @@ def attention_fa(const float[:, :, ::1] q, const uint8_t[:, ::1] k_cache,
     a view of nek1 >= 512 cells from cell `base`, in n_chunks chunks: llama.cpp's thread count)."""
     cdef int n_q = q.shape[0], H = q.shape[1], dk = q.shape[2]
     cdef int g = H // n_kv, task, i, h, es = 2 if f16 else 4
-    cdef Py_ssize_t width = (2 * 64 + dv) if kernel == FA_TILED else (dk + 2 * dv)
+    cdef Py_ssize_t width = 2 * 64 if kernel == FA_TILED else dk + 2 * dv
     if kernel != FA_TILED and not f16:
         raise ValueError("attention_fa: one_chunk needs f16 caches")
     work = np.empty((max(nth, 1), width), np.float32)

@@ -110,9 +110,9 @@ static inline float pyl_c_hsum_f8(__m256 x) {
 }
 #endif
 
-/* sum sc*q*q8 over one Q4_K super-block (exact integer) */
-static inline int pyl_c_q4k_isum(const uint8_t *qs, const int *sc, const int8_t *q8) {
 #if PYL_C_SIMD
+/* sc*q*q8 over one Q4_K super-block as 8 int32 lanes (their sum is exact in any order) */
+static inline __m256i pyl_c_q4k_lanes(const uint8_t *qs, const int *sc, const int8_t *q8) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256i acc = _mm256_setzero_si256();
     int j;
@@ -124,7 +124,14 @@ static inline int pyl_c_q4k_isum(const uint8_t *qs, const int *sc, const int8_t 
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(plo, _mm256_set1_epi16((short)sc[2 * j])));
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(phi, _mm256_set1_epi16((short)sc[2 * j + 1])));
     }
-    return pyl_c_hsum_i32(acc);
+    return acc;
+}
+#endif
+
+/* sum sc*q*q8 over one Q4_K super-block (exact integer) */
+static inline int pyl_c_q4k_isum(const uint8_t *qs, const int *sc, const int8_t *q8) {
+#if PYL_C_SIMD
+    return pyl_c_hsum_i32(pyl_c_q4k_lanes(qs, sc, q8));
 #else
     int j, l, s = 0;
     for (j = 0; j < 4; j++) {
@@ -158,8 +165,8 @@ static float pyl_c_dot_q4_K(const uint8_t *w, int nsb, const int8_t *q8, const f
 }
 
 /* pyl_c_dot_q4_K for 4 weight rows (row stride rs bytes) at once: the same integers and, per row,
- * the same float chain; the q8 blocks and bsum pairs are shared and the 4 integer sums of a
- * super-block leave the SIMD registers in one reduction. */
+ * the same float chain; the bsum pairs are shared and the 4 integer sums of a super-block leave
+ * the SIMD registers in one reduction. */
 static void pyl_c_dot4_q4_K(const uint8_t *w, int64_t rs, int nsb, const int8_t *q8,
                             const float *d8, const int16_t *bs, float *out) {
     float acc[4] = {0, 0, 0, 0}, accm[4] = {0, 0, 0, 0};
@@ -172,30 +179,13 @@ static void pyl_c_dot4_q4_K(const uint8_t *w, int64_t rs, int nsb, const int8_t 
             pyl_c_scale_min_k4(w + r * rs + (int64_t)b * PYL_C_Q4K_BYTES + 4, sc[r], mn[r]);
 #if PYL_C_SIMD
         {
-            const __m256i m4 = _mm256_set1_epi8(0xF);
-            __m256i a[4];
+            __m256i a[4], h;
             for (r = 0; r < 4; r++)
-                a[r] = _mm256_setzero_si256();
-            for (j = 0; j < 4; j++) {
-                const __m256i ylo = _mm256_loadu_si256((const __m256i *)(q8 + 256 * b + 64 * j));
-                const __m256i yhi = _mm256_loadu_si256((const __m256i *)(q8 + 256 * b + 64 * j + 32));
-                for (r = 0; r < 4; r++) {
-                    const __m256i v = _mm256_loadu_si256(
-                        (const __m256i *)(w + r * rs + (int64_t)b * PYL_C_Q4K_BYTES + 16 + 32 * j));
-                    const __m256i lo = _mm256_and_si256(v, m4);
-                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                    a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo),
-                                                                    _mm256_set1_epi16((short)sc[r][2 * j])));
-                    a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi),
-                                                                    _mm256_set1_epi16((short)sc[r][2 * j + 1])));
-                }
-            }
-            {
-                const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]),
-                                                    _mm256_hadd_epi32(a[2], a[3]));
-                _mm_storeu_si128((__m128i *)isum, _mm_add_epi32(_mm256_castsi256_si128(h),
-                                                                _mm256_extracti128_si256(h, 1)));
-            }
+                a[r] = pyl_c_q4k_lanes(w + r * rs + (int64_t)b * PYL_C_Q4K_BYTES + 16, sc[r],
+                                       q8 + 256 * b);
+            h = _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]), _mm256_hadd_epi32(a[2], a[3]));
+            _mm_storeu_si128((__m128i *)isum, _mm_add_epi32(_mm256_castsi256_si128(h),
+                                                            _mm256_extracti128_si256(h, 1)));
         }
 #else
         for (r = 0; r < 4; r++)
@@ -605,12 +595,19 @@ static inline float pyl_c_kv_at(const uint8_t *row, int f16, int e) {
  * index (tiles with no listed cell skipped): s = FMA chain over d (simd_gemm), * scale, softcap
  * tanhf, unlisted lanes -inf; M' = max(M, tile max), rescale VKQ and S by expf(M - M') when it
  * grows; e = ggml_v_expf(s - M') by 8 lanes, S += sum (8-lane hsums in double); VKQ += e . V as FMA
- * chains over the tile's lanes in order; out = VKQ * (1/S). K/V rows f16 (f16 = 1) or f32, strides
- * in bytes, pointing at this head's columns. work: 2 * 64 + dv floats. */
+ * chains over the tile's lanes in order (VKQ accumulated in out); out = VKQ * (1/S). K/V rows f16
+ * (f16 = 1) or f32, strides in bytes, pointing at this head's columns. work: 2 * 64 floats. */
+static inline void pyl_c_fa_normalise(float S, int dv, float *out) {
+    float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    int c;
+    for (c = 0; c < dv; c++)
+        out[c] *= inv;
+}
+
 static void pyl_c_fa_tiled_head(const float *q, int dk, int dv, const uint8_t *K, int64_t ks,
                                 const uint8_t *V, int64_t vs, int f16, const int32_t *cells, int L,
                                 float scale, float softcap, float *work, float *out) {
-    float *s = work, *e = work + PYL_C_FA_TILE_KV, *acc = work + 2 * PYL_C_FA_TILE_KV;
+    float *s = work, *e = work + PYL_C_FA_TILE_KV, *acc = out;
     float M = -INFINITY, S = 0.0f, sc = softcap != 0.0f ? scale / softcap : scale;
     int j = 0, l, d, c;
     memset(acc, 0, sizeof(float) * (size_t)dv);
@@ -669,11 +666,7 @@ static void pyl_c_fa_tiled_head(const float *q, int dk, int dv, const uint8_t *K
         }
         j = j1;
     }
-    {
-        float inv = S == 0.0f ? 0.0f : 1.0f / S;
-        for (c = 0; c < dv; c++)
-            out[c] = acc[c] * inv;
-    }
+    pyl_c_fa_normalise(S, dv, out);
 }
 
 static inline uint16_t pyl_c_f2h(float f) {
@@ -839,36 +832,8 @@ static float pyl_c_fa_core(int kt, int vt, const int8_t *qq, const float *qd, in
     return S;
 }
 
-/* one_chunk over f16 K/V, before the normalisation: q rounded to f16 here. work: dk + dv floats */
-static float pyl_c_fa_chunk_part(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
-                                 const uint16_t *V, int64_t vs, const int32_t *cells, int L,
-                                 float scale, float softcap, float *work, float *Mout, float *vkq) {
-    int c;
-    for (c = 0; c < dk; c++)
-        work[c] = pyl_c_f16r(q[c]);
-    return pyl_c_fa_core(PYL_C_KV_F16, PYL_C_KV_F16, 0, work, dk, dv, (const uint8_t *)K, 2 * ks,
-                         (const uint8_t *)V, 2 * vs, cells, L, scale, softcap, work + dk, Mout,
-                         vkq);
-}
-
-static inline void pyl_c_fa_normalise(float S, int dv, float *out) {
-    float inv = S == 0.0f ? 0.0f : 1.0f / S;
-    int c;
-    for (c = 0; c < dv; c++)
-        out[c] *= inv;
-}
-
-/* one_chunk for one query row over f16 K/V, normalised: out = VKQ * (1/S) */
-static void pyl_c_fa_chunk_head(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
-                                const uint16_t *V, int64_t vs, const int32_t *cells, int L,
-                                float scale, float softcap, float *work, float *out) {
-    float M;
-    pyl_c_fa_normalise(pyl_c_fa_chunk_part(q, dk, dv, K, ks, V, vs, cells, L, scale, softcap,
-                                           work, &M, out), dv, out);
-}
-
-/* one_chunk for one query row over q8_0 / q4_0 K and q8_0 / q4_0 / f16 V, or f16 K and a q8_0 /
- * q4_0 V (pyl_c_fa_core), normalised. work: dv floats. */
+/* one_chunk for one query row over q8_0 / q4_0 / f16 K and q8_0 / q4_0 / f16 V
+ * (pyl_c_fa_core), normalised. work: dv floats. */
 static void pyl_c_fa_chunk_q(int kt, int vt, const int8_t *qq, const float *qd, int dk, int dv,
                              const uint8_t *K, int64_t ks, const uint8_t *V, int64_t vs,
                              const int32_t *cells, int L, float scale, float softcap,
@@ -876,6 +841,22 @@ static void pyl_c_fa_chunk_q(int kt, int vt, const int8_t *qq, const float *qd, 
     float M;
     pyl_c_fa_normalise(pyl_c_fa_core(kt, vt, qq, qd, dk, dv, K, ks, V, vs, cells, L, scale,
                                      softcap, work, &M, out), dv, out);
+}
+
+/* q rounded to f16 (ggml's from_float for an f16 K) into qf[dk] */
+static inline void pyl_c_q_f16(const float *q, int dk, float *qf) {
+    int c;
+    for (c = 0; c < dk; c++)
+        qf[c] = pyl_c_f16r(q[c]);
+}
+
+/* one_chunk for one query row over f16 K/V, normalised. work: dk + dv floats */
+static void pyl_c_fa_chunk_head(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
+                                const uint16_t *V, int64_t vs, const int32_t *cells, int L,
+                                float scale, float softcap, float *work, float *out) {
+    pyl_c_q_f16(q, dk, work);
+    pyl_c_fa_chunk_q(PYL_C_KV_F16, PYL_C_KV_F16, 0, work, dk, dv, (const uint8_t *)K, 2 * ks,
+                     (const uint8_t *)V, 2 * vs, cells, L, scale, softcap, work + dk, out);
 }
 
 /* the split-KV decode path (one query, a KV view of nek1 >= 512 cells, f16): nth chunks of
@@ -890,6 +871,7 @@ static void pyl_c_fa_split_head(const float *q, int dk, int dv, const uint16_t *
     float *part = work + dk + dv, Mf = -INFINITY, Sf = 0.0f;
     int64_t cs = (nek1 + nth - 1) / nth;
     int ch, j = 0, c;
+    pyl_c_q_f16(q, dk, work);
     memset(out, 0, sizeof(float) * (size_t)dv);
     for (ch = 0; ch < nth; ch++) {
         int j0 = j;
@@ -898,8 +880,9 @@ static void pyl_c_fa_split_head(const float *q, int dk, int dv, const uint16_t *
             j++;
         if ((int64_t)ch * cs >= nek1 || j == j0)
             continue;                            /* empty chunk: M = -inf, S = 0 */
-        Sc = pyl_c_fa_chunk_part(q, dk, dv, K, ks, V, vs, cells + j0, j - j0, scale, softcap,
-                                 work, &Mc, part);
+        Sc = pyl_c_fa_core(PYL_C_KV_F16, PYL_C_KV_F16, 0, work, dk, dv, (const uint8_t *)K,
+                           2 * ks, (const uint8_t *)V, 2 * vs, cells + j0, j - j0, scale, softcap,
+                           work + dk, &Mc, part);
         if (Sc == 0.0f)
             continue;
         Mn = fmaxf(Mf, Mc);
@@ -910,11 +893,7 @@ static void pyl_c_fa_split_head(const float *q, int dk, int dv, const uint16_t *
         Sf = fmaf(Sf, so, Sc * sn);
         Mf = Mn;
     }
-    if (Sf != 0.0f) {
-        float inv = 1.0f / Sf;
-        for (c = 0; c < dv; c++)
-            out[c] *= inv;
-    }
+    pyl_c_fa_normalise(Sf, dv, out);
 }
 
 #endif

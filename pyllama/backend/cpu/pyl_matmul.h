@@ -622,10 +622,8 @@ static inline float pyl_hsum8(__m256 x) {
  * saturate, |w| <= 128, |y| <= 127): one VNNI dpbusd where the CPU has it, else madd(maddubs, 1).
  * The same integers either way, so the results do not depend on which. */
 #if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
-#define PYL_VNNI 1
-#define PYL_DOT4(aw, sy, ones) _mm256_dpbusd_epi32(_mm256_setzero_si256(), (aw), (sy))
+#define PYL_DOT4(aw, sy, ones) ((void)(ones), _mm256_dpbusd_epi32(_mm256_setzero_si256(), (aw), (sy)))
 #else
-#define PYL_VNNI 0
 #define PYL_DOT4(aw, sy, ones) _mm256_madd_epi16(_mm256_maddubs_epi16((aw), (sy)), (ones))
 #endif
 
