@@ -58,9 +58,7 @@ def _fa_reproduced(k_cache, v_cache, n_q: int) -> bool:
     K = V, f32 K = V from 64 queries (tiled), q8_0 / q4_0 K with q8_0 / q4_0 / f16 V and f16 K with
     q8_0 / q4_0 V (one_chunk)."""
     kt, vt = kv_type(k_cache), kv_type(v_cache)
-    if kt in ref_compat.FA_QUANT_K:
-        return vt in ref_compat.FA_QUANT_V
-    if kt == "f16" and vt in ref_compat.FA_QUANT_K:
+    if ref_compat.fa_one_chunk_q(kt, vt):
         return True
     return kt == vt and (kt == "f16" or (kt == "f32" and n_q >= ref_compat.FA_TILE_Q))
 

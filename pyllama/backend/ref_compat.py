@@ -227,8 +227,13 @@ FA_TILE_Q = 64      # ggml_fa_tile_config: query rows from which llama.cpp's CPU
 FA_TILE_KV = 64     # cells per KV tile
 FA_SPLIT_MIN = 512  # one query over a KV view of this many cells: the split-KV path
 FA_TILED, FA_CHUNK, FA_SPLIT = range(3)
-FA_QUANT_K = ("q8_0", "q4_0")       # quantized K types with llama.cpp's one_chunk reproduced
-FA_QUANT_V = ("q8_0", "q4_0", "f16")
+FA_QUANT = ("q8_0", "q4_0")         # quantized KV types with llama.cpp's one_chunk reproduced
+
+
+def fa_one_chunk_q(kt: str, vt: str) -> bool:
+    """Cache types whose flash attention is one_chunk with a quantized K or V (attention_fa_q):
+    q8_0 / q4_0 K with a q8_0 / q4_0 / f16 V, f16 K with a q8_0 / q4_0 V."""
+    return (kt in FA_QUANT and (vt in FA_QUANT or vt == "f16")) or (kt == "f16" and vt in FA_QUANT)
 
 
 def fa_kernel(n_q: int, f16: bool, view: tuple[int, int] | None) -> int:
@@ -292,6 +297,11 @@ def _fa_tiled(q, K, V, cells, scale, softcap):
         S = tot.astype(_F32)
         for j in sel:                                          # FMA chains over the lanes
             acc = _fma(V[j], e[:, cells[j] % FA_TILE_KV, None], acc)
+    return _normalise(acc, S)
+
+
+def _normalise(acc, S):
+    """VKQ [H, dv] * (1/S) per head (0 where S == 0), as the kernels end."""
     inv = np.where(S == 0, _F32(0), (_F32(1) / np.where(S == 0, _F32(1), S)).astype(_F32))
     return (acc * inv[:, None]).astype(_F32)
 
@@ -299,9 +309,8 @@ def _fa_tiled(q, K, V, cells, scale, softcap):
 def _fa_chunk(q, K, V, scale, softcap):
     """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query over f16 K/V (values as f32):
     q [H, dk], K [L, H, dk], V [L, H, dv] -> [H, dv]."""
-    M, S, acc = _fa_chunk_part(q, K, V, scale, softcap)
-    inv = np.where(S == 0, _F32(0), (_F32(1) / np.where(S == 0, _F32(1), S)).astype(_F32))
-    return (acc * inv[:, None]).astype(_F32)
+    _, S, acc = _fa_chunk_part(q, K, V, scale, softcap)
+    return _normalise(acc, S)
 
 
 def _fa_split(q, K, V, cells, base, nek1, nth, scale, softcap):
@@ -326,28 +335,40 @@ def _fa_split(q, K, V, cells, base, nek1, nth, scale, softcap):
                        out)
         Sf = np.where(live, _fma(Sf, so, (Sc * sn).astype(_F32)), Sf)
         Mf = np.where(live, Mn, Mf)
-    inv = np.where(Sf == 0, _F32(1), (_F32(1) / np.where(Sf == 0, _F32(1), Sf)).astype(_F32))
-    return (out * inv[:, None]).astype(_F32)
+    return _normalise(out, Sf)
 
 
 def _fa_chunk_part(q, K, V, scale, softcap):
-    """one_chunk before its normalisation: (M [H], S [H], f32(VKQ) [H, dv])."""
-    H, dv = q.shape[0], V.shape[2]
+    """one_chunk over f16 K/V before its normalisation: (M [H], S [H], f32(VKQ) [H, dv])."""
+    raw = vec_dot_f16(q.astype(np.float16).astype(_F32)[:, None, :], K.transpose(1, 0, 2))
+    return _fa_online(raw, V, scale, softcap, True)
+
+
+def _fa_online(raw, V, scale, softcap, v16):
+    """one_chunk's online softmax over raw scores [H, L] (the K dot products, cells in order) and
+    V [L, H, dv] (values as f32): s = raw * scale (softcap: softcap * tanhf), on a new max the
+    accumulator is scaled by expf(M - s), else the cell weighs expf(s - M); VKQ = fma(v, w, VKQ)
+    (rounded to f16 each step when v16: ggml_vec_scale_f16 / ggml_vec_mad_f16), S = fma(S, ms, w).
+    Returns (M [H], S [H], VKQ [H, dv]) before the normalisation."""
+    H, dv = raw.shape[0], V.shape[2]
     sc = _F32(scale / _F32(softcap)) if softcap else _F32(scale)
-    q16 = q.astype(np.float16).astype(_F32)
+    scores = (raw * sc).astype(_F32)
+    if softcap:
+        scores = (_F32(softcap) * _tanhf(scores)).astype(_F32)
     M = np.full(H, -np.inf, _F32)
     S = np.zeros(H, _F32)
-    acc = np.zeros((H, dv), _F32)                          # f16 values
-    for j in range(K.shape[0]):
-        s = (vec_dot_f16(q16, K[j]) * sc).astype(_F32)
-        if softcap:
-            s = (_F32(softcap) * _tanhf(s)).astype(_F32)
+    acc = np.zeros((H, dv), _F32)
+
+    def rnd(x):
+        return x.astype(np.float16).astype(_F32) if v16 else x
+    for j in range(scores.shape[1]):
+        s = scores[:, j]
         grow = s > M
         ms = np.where(grow, _expf((M - s).astype(_F32)), _F32(1))
         w = np.where(grow, _F32(1), _expf((s - M).astype(_F32)))
         M = np.where(grow, s, M)
-        acc = np.where(grow[:, None], (acc * ms[:, None]).astype(np.float16).astype(_F32), acc)
-        acc = _fma(V[j], w[:, None], acc).astype(np.float16).astype(_F32)
+        acc = np.where(grow[:, None], rnd((acc * ms[:, None]).astype(_F32)), acc)
+        acc = rnd(_fma(V[j], w[:, None], acc))
         S = _fma(S, ms, w)
     return M, S, acc
 
@@ -382,31 +403,6 @@ def _q8_scores(qq, qd, kv, kd):
     return ggml_hsum8(acc8)
 
 
-def _fa_chunk_q(raw_scores, vval, scale, softcap, v16):
-    """one_chunk's online softmax for one query head over raw_scores [L] (the K dot products)
-    and vval [L, dv] (dequantized V summed in f32, or f16 values summed in f16 when v16)."""
-    sc = _F32(scale / _F32(softcap)) if softcap else _F32(scale)
-    scores = (raw_scores * sc).astype(_F32)
-    if softcap:
-        scores = (_F32(softcap) * _tanhf(scores)).astype(_F32)
-    M, S = _F32(-np.inf), _F32(0)
-    acc = np.zeros(vval.shape[1], _F32)
-    for j, s in enumerate(scores):
-        if s > M:
-            ms, w, M = _expf(np.array([M - s], _F32))[0], _F32(1), s
-            acc = (acc * ms).astype(_F32)
-            if v16:
-                acc = acc.astype(np.float16).astype(_F32)
-        else:
-            ms, w = _F32(1), _expf(np.array([s - M], _F32))[0]
-        acc = _fma(vval[j], w, acc)
-        if v16:
-            acc = acc.astype(np.float16).astype(_F32)
-        S = _fma(S, ms, w)
-    inv = _F32(0) if S == 0 else _F32(_F32(1) / S)
-    return (acc * inv).astype(_F32)
-
-
 def attention_fa_q(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
     """attention_fa over a q8_0 / q4_0 K cache (and a q8_0 / q4_0 / f16 V cache), or an f16 K
     with a q8_0 / q4_0 V: llama.cpp runs one_chunk for every ubatch there, q quantized to q8_0
@@ -429,18 +425,20 @@ def attention_fa_q(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap
         cells = np.sort(np.asarray(kv_cells[q_start[i]:q_end[i]], np.int64))
         if len(cells) == 0:
             continue
+        raw, vval = [], []
         for h in range(n_head):
             if kt == "f16":
                 kh = kraw[cells, h // g].copy().view(np.float16).astype(_F32)
-                raw = vec_dot_f16(q16[i, h][None, :], kh)
+                raw.append(vec_dot_f16(q16[i, h][None, :], kh))
             else:
-                raw = _q8_scores(qs[i, h], qdd[i, h], *_kv_blocks(kraw[cells, h // g], kt))
+                raw.append(_q8_scores(qs[i, h], qdd[i, h], *_kv_blocks(kraw[cells, h // g], kt)))
             if vt == "f16":
-                vval = vraw[cells, h // g].copy().view(np.float16).astype(_F32)
+                vval.append(vraw[cells, h // g].copy().view(np.float16).astype(_F32))
             else:
                 vv, vd = _kv_blocks(vraw[cells, h // g], vt)
-                vval = (vv.astype(_F32) * vd[..., None]).astype(_F32).reshape(len(cells), -1)
-            out[i, h] = _fa_chunk_q(raw, vval, scale, softcap, vt == "f16")
+                vval.append((vv.astype(_F32) * vd[..., None]).astype(_F32).reshape(len(cells), -1))
+        _, S, acc = _fa_online(np.stack(raw), np.stack(vval, axis=1), scale, softcap, vt == "f16")
+        out[i] = _normalise(acc, S)
     return out
 
 
@@ -453,8 +451,7 @@ def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0
     path with n_threads chunks (llama.cpp's threads). Each query's cells in ascending cell
     index."""
     from .base import kv_type
-    kt, vt = kv_type(k_cache), kv_type(v_cache)
-    if kt in FA_QUANT_K or (kt == "f16" and vt in FA_QUANT_K):
+    if fa_one_chunk_q(kv_type(k_cache), kv_type(v_cache)):
         return attention_fa_q(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
     kernel = fa_kernel(q.shape[0], k_cache.dtype == np.float16, view)
     tiled = kernel == FA_TILED

@@ -191,8 +191,6 @@ cdef extern from *:
             _mm256_storeu_ps(out[2 * k + 1] + d0, _mm512_extractf32x8_ps(t, 1));
         }
     }
-    #else
-    #define PYL_ATTN512 0
     #endif
 
     static inline __attribute__((always_inline)) void pyl_attn_group_t(
@@ -317,7 +315,7 @@ cdef extern from *:
 
     /* floats of scratch per thread: 4 score rows of ns, and with AVX-512 the rounded q rows and the
        interleaved probabilities (32 per cell) */
-    #ifndef PYL_ATTN512
+    #ifndef PYL_ATTN512          /* no AVX-512, or the portable build */
     #define PYL_ATTN512 0
     #endif
     static int64_t pyl_attn_scratch(int64_t ns, int dk) {

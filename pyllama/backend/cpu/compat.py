@@ -9,8 +9,8 @@ from ...errors import BackendError
 from ...gguf import GGML_BLOCK, GGMLType
 from ...quant import quantize_q8_0_rows
 from ..base import KV_BLOCK, kv_type
-from ..ref_compat import FA_QUANT_K, fa_kernel
-from . import _compat
+from ..ref_compat import fa_kernel, fa_one_chunk_q
+from . import _MIN_PARALLEL_ATTN, _compat
 
 
 def _raw2d(w) -> np.ndarray:
@@ -72,12 +72,12 @@ _GGML_ID = {"f16": 1, "q4_0": 2, "q8_0": 8}
 
 
 _ONE = np.zeros(1, np.int64)
-_MIN_PARALLEL_MACS = 1 << 18       # below: one thread (waking the others costs more)
 
 
-def _threads(n_threads, n_q: int, n_head: int, n_cells: int, d: int) -> int:
-    """OpenMP threads for an attention call: results never depend on it."""
-    return max(1, n_threads or 1) if n_head * n_cells * d >= _MIN_PARALLEL_MACS else 1
+def _threads(n_threads, n_head: int, n_cells: int, d: int) -> int:
+    """OpenMP threads for an attention call, by the CPU backend's rule (one below
+    _MIN_PARALLEL_ATTN multiply-adds); results never depend on it."""
+    return max(1, n_threads or 1) if n_head * n_cells * d >= _MIN_PARALLEL_ATTN else 1
 
 
 def _sorted_lists(kv_cells, q_start, q_end):
@@ -104,7 +104,7 @@ def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
     n_q, n_head, d_k = q.shape
     cells, starts, ends = _sorted_lists(kv_cells, q_start, q_end)
     kt, vt = kv_type(k_cache), kv_type(v_cache)
-    if kt in FA_QUANT_K or (kt == "f16" and vt in FA_QUANT_K):
+    if fa_one_chunk_q(kt, vt):
         n_kv = k_cache.shape[1] * KV_BLOCK[kt] // d_k
         d_v = v_cache.shape[1] * KV_BLOCK[vt] // n_kv
         if kt == "f16":          # q rounded to f16 for ggml_vec_dot_f16
@@ -117,7 +117,7 @@ def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
                                k_cache.view(np.uint8), v_cache.view(np.uint8), _GGML_ID[kt],
                                _GGML_ID[vt], n_kv, d_v, cells, starts, ends, float(scale),
                                float(softcap), out,
-                               _threads(n_threads, n_q, n_head, len(cells), d_k + d_v))
+                               _threads(n_threads, n_head, len(cells), d_k + d_v))
         return out
     n_kv = k_cache.shape[1] // d_k
     d_v = v_cache.shape[1] // n_kv
@@ -128,7 +128,7 @@ def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
     _compat.attention_fa(q, k_cache.view(np.uint8), v_cache.view(np.uint8), f16, n_kv, d_v,
                          cells, starts, ends, float(scale), float(softcap), kernel, int(base),
                          int(nek1), max(1, n_threads or 1), out,
-                         _threads(n_threads, n_q, n_head, len(cells), d_k + d_v))
+                         _threads(n_threads, n_head, len(cells), d_k + d_v))
     return out
 
 
