@@ -10,7 +10,7 @@ from ...gguf import GGML_BLOCK, GGMLType
 from ...quant import quantize_q8_0_rows
 from ..base import KV_BLOCK, kv_type
 from ..ref_compat import fa_kernel, fa_one_chunk_q
-from . import _MIN_PARALLEL_ATTN, _compat
+from . import _KV_GGML, _MIN_PARALLEL_ATTN, _compat
 
 
 def _raw2d(w) -> np.ndarray:
@@ -68,9 +68,6 @@ def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
     return out
 
 
-_GGML_ID = {"f16": 1, "q4_0": 2, "q8_0": 8}
-
-
 _ONE = np.zeros(1, np.int64)
 
 
@@ -114,8 +111,8 @@ def attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
             qs, qd = quantize_q8_0_rows(q.reshape(-1, d_k), simd=True)
         out = np.empty((n_q, n_head, d_v), np.float32)
         _compat.attention_fa_q(qs.reshape(n_q, n_head, d_k), qd.reshape(n_q, n_head, -1),
-                               k_cache.view(np.uint8), v_cache.view(np.uint8), _GGML_ID[kt],
-                               _GGML_ID[vt], n_kv, d_v, cells, starts, ends, float(scale),
+                               k_cache.view(np.uint8), v_cache.view(np.uint8), _KV_GGML[kt],
+                               _KV_GGML[vt], n_kv, d_v, cells, starts, ends, float(scale),
                                float(softcap), out,
                                _threads(n_threads, n_head, len(cells), d_k + d_v))
         return out
