@@ -27,7 +27,17 @@ COMMANDS = """available commands:
 """
 
 
+OLD_NO_CNV = ("-no-cnv", "--no-conversation")
+
+
 def run(argv) -> int:
+    if any(a in OLD_NO_CNV for a in argv):
+        # scripts from before llama-cli became chat-only: llama.cpp 0c1e570 rejects the flag
+        # (its completion mode moved to llama-completion); run that tool, saying so
+        from . import completion
+        print("llama-cli: -no-cnv/--no-conversation is an old spelling: running as "
+              "llama-completion (use llama-completion for raw completions)", file=sys.stderr)
+        return completion.run(argv)
     params = parse_or_exit(C, argv)
     from pyllama.errors import PyllamaError
     out = Output(params)

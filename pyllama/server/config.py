@@ -50,6 +50,9 @@ class ServerConfig:
     cors_methods: str = "GET, POST, DELETE, OPTIONS"
     cors_headers: str = "*"
     cors_credentials: bool = True
+    ui_config: dict | None = None    # --ui-config(-file): default Web UI settings, in /props
+    prefill_assistant: bool = True   # a trailing assistant message is continued, not closed
+    flash_attn: bool = True          # -fa: llama.cpp's flash-attention arithmetic (auto = on)
     api_prefix: str = ""
     ui: bool = True
     embeddings: bool = False

@@ -404,7 +404,7 @@ class Engine:
                                    swa_extra=extra, kv_unified=cfg.unified,
                                    type_k=cfg.type_k, type_v=cfg.type_v,
                                    n_threads=cfg.n_threads, numerics=cfg.numerics,
-                                   kv_k_center=cfg.kv_k_center)
+                                   kv_k_center=cfg.kv_k_center, flash_attn=cfg.flash_attn)
         self.memory = self.ctx.memory
         self.spec = None
         if speculating:
