@@ -1268,4 +1268,4 @@ def _postprocess(p: Params) -> None:
     if p.devices == "none":
         p.n_gpu_layers = "0"
     if p.speculative.model and not p.speculative.types:
-        p.speculative.types = ["draft-simple"]  # -md alone enables drafting (ARCHITECTURE 5)
+        p.speculative.types = ["draft-simple"]  # -md alone enables drafting (as older llama.cpp did; docs/architecture.md)

@@ -1,4 +1,4 @@
-"""llama-cli: the chat front end (llama.cpp's current llama-cli, §1.4). Banner and model info, then
+"""llama-cli: the chat front end (llama.cpp's current llama-cli, tools/cli/cli.cpp). Banner and model info, then
 chat turns: -p is the first user message, further turns come from stdin; /exit, /regen, /clear,
 /read FILE; EOF or /exit ends with `Exiting...`. Timings after each answer unless
 --no-show-timings. Runs the library in-process (llama.cpp starts an in-process server instead).
