@@ -42,7 +42,7 @@ def _flags():
         link_args.append("-fopenmp")
     else:
         print("pyllama: building without OpenMP (kernels run single-threaded)", file=sys.stderr)
-    # never -ffast-math: results must not depend on the batch shape (ARCHITECTURE decision 6)
+    # never -ffast-math: results must not depend on the batch shape (docs/architecture.md)
     return compile_args, link_args
 
 

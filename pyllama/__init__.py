@@ -1,11 +1,11 @@
 """pyllama: a llama.cpp-compatible LLM runtime in Python.
 
-Public API (mirrors llama.h): load_model, Model, Context, Batch; see ARCHITECTURE.md.
+Public API (mirrors llama.h): load_model, Model, Context, Batch; see docs/architecture.md.
 `import pyllama` never needs a GPU, a driver or pycuda.
 """
 from . import omp as _omp
 
-_omp.configure()        # OpenMP wait policy, before any CPU kernel loads (ARCHITECTURE decision 7)
+_omp.configure()        # OpenMP wait policy, before any CPU kernel loads (pyllama/omp.py)
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,4 @@
-"""The layer table of ARCHITECTURE.md, checked with ast: a module imports only from its own layer
+"""The layer table of docs/architecture.md, checked with ast: a module imports only from its own layer
 or below; architecture files see no backend implementation; only backend/cuda imports pycuda;
 sampling needs nothing but numpy; private compiled modules stay inside their package."""
 import ast
@@ -82,7 +82,7 @@ def test_layering(name, path, is_pkg):
     mine = layer_of(name)
     if name == "pyllama":
         return  # the package root re-exports lazily
-    assert mine is not None, f"{name} is not in the layer table (ARCHITECTURE.md)"
+    assert mine is not None, f"{name} is not in the layer table (docs/architecture.md)"
     for imp in imports_of(name, path, is_pkg):
         if imp.startswith("pycuda"):
             assert name.startswith("pyllama.backend.cuda"), f"{name} imports pycuda"
