@@ -69,7 +69,7 @@ setup(
     packages=[
         "pyllama", "pyllama.gguf", "pyllama.quant", "pyllama.backend", "pyllama.backend.cpu",
         "pyllama.backend.cuda", "pyllama.kv", "pyllama.arch", "pyllama.vocab",
-        "pyllama.sampling", "pyllama.speculative", "pyllama.server", "pyllama.tools",
+        "pyllama.sampling", "pyllama.grammar", "pyllama.speculative", "pyllama.server", "pyllama.tools",
         "pyllama._cuda",
     ],
     package_dir={"pyllama.tools": "tools", "pyllama._cuda": "cuda"},
