@@ -863,7 +863,7 @@ OPTIONS += [
     _O("--ui-mcp-proxy --webui-mcp-proxy", "bool", "ui_mcp_proxy", "experimental: whether to "
        "enable MCP CORS proxy - do not enable in untrusted environments (default: disabled)",
        neg="--no-ui-mcp-proxy --no-webui-mcp-proxy", env="LLAMA_ARG_UI_MCP_PROXY", tools={S},
-       status=UNSUP, note="the /cors-proxy MCP proxy", **_EX),
+       **_EX),
     _O("--tools", "str", "server_tools", "experimental: built-in tools for AI agents (default: no "
        "tools)", hint="TOOL1,TOOL2,...", env="LLAMA_ARG_TOOLS", tools={S}, status=UNSUP,
        note=_TOOLS_NOTE, **_EX),

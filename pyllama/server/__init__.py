@@ -26,7 +26,8 @@ def serve(cfg: ServerConfig) -> int:
     uds = cfg.host if cfg.host.endswith(".sock") else None   # llama.cpp: a UNIX socket path
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, uds=uds, log_level="warning",
                             access_log=False, timeout_graceful_shutdown=3,
-                            lifespan="off", ws="none", server_header=False)
+                            lifespan="off", ws="none", server_header=False,
+                            date_header=False)   # cpp-httplib sends no Date either
     server = _Uvicorn(config)
     engine.on_fatal = lambda: setattr(server, "should_exit", True)
     if cfg.port == 8080:
