@@ -162,6 +162,12 @@ class Params:
     tags: str = ""
     reasoning_format: str = "auto"
     reasoning_budget: int = -1
+    # embeddings, rerank, infill (server; llama-embedding)
+    embedding: bool = False
+    reranking: bool = False
+    pooling: str = ""               # "" = unspecified: the model's default
+    embd_normalize: int = 2
+    spm_infill: bool = False
     # perplexity
     ppl_stride: int = 0
     ppl_output_type: int = 0

@@ -45,6 +45,9 @@ def to_config(params):
         chat_template=params.chat_template or None, jinja=params.use_jinja,
         chat_template_kwargs=kwargs, api_prefix=params.api_prefix, ui=params.webui,
         warmup=params.warmup, sse_ping_interval=float(params.sse_ping_interval),
+        embeddings=params.embedding or params.reranking,
+        pooling="rank" if params.reranking else (params.pooling or None),
+        embd_normalize=params.embd_normalize, spm_infill=params.spm_infill,
         model_params=model_kw, **_spec_and_checkpoints(params))
 
 
