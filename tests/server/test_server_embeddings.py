@@ -27,7 +27,7 @@ def fixture():
 
 def _server(qwen_path, pooling):
     return ServerProc(["-m", qwen_path, "-c", "1024", "-np", "2", "--embeddings", "--pooling",
-                       pooling, "--numerics", "llama.cpp", "-t", "2", "--no-warmup"]
+                       pooling, "--numerics", "llama.cpp", "-fa", "off", "-t", "2", "--no-warmup"]
                       ).wait_ready()
 
 
