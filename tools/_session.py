@@ -103,7 +103,8 @@ class ChatSession:
             self.messages.append({"role": "system", "content": params.system_prompt})
 
     def prompt_ids(self) -> list[int]:
-        text = self.template.apply(self.messages, add_generation_prompt=True)
+        text = self.template.apply(self.messages, add_generation_prompt=True,
+                                   **self.params.template_kwargs())
         vocab = self.model.vocab
         bos_text = vocab.token_to_piece(vocab.bos, True).decode("utf-8", "replace") \
             if getattr(vocab, "bos", -1) >= 0 else None

@@ -1,6 +1,6 @@
 """llama-completion (llama.cpp's classic `main`): one-shot completion of -p/-f, interactive mode
 (-i/-if, --in-prefix/--in-suffix, -r), or conversation mode (-cnv; automatic when the model has a
-chat template, -no-cnv turns it off). Generated text on stdout, logs and timings on stderr (§1.5).
+chat template, -no-cnv turns it off). Generated text on stdout, logs and timings on stderr (llama.cpp tools/completion/completion.cpp).
 """
 from __future__ import annotations
 
