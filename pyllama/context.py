@@ -32,6 +32,7 @@ import numpy as np
 from .batch import Batch, validate
 from .errors import ContextError
 from .graph import Graph
+from .hparams import with_rope_cparams
 from .kv import KVLayout, ctx_geometry, make_memory
 from .kv.cache import DTYPES as KV_CACHE_TYPES
 from .log import get_logger
@@ -45,7 +46,8 @@ class Context:
                  kv_unified: bool = False, type_k: str = "f16", type_v: str = "f16",
                  n_threads: int | None = None, numerics: str = "invariant",
                  kv_k_center: bool | None = None, flash_attn: bool = False,
-                 embeddings: bool = False, pooling: str | None = None):
+                 rope: dict | None = None, embeddings: bool = False,
+                 pooling: str | None = None):
         hp = model.hparams
         if n_ctx == 0:
             n_ctx = hp.n_ctx_train
@@ -59,7 +61,7 @@ class Context:
         _check_numerics(numerics, model.backend)
         self.numerics = numerics
         self.flash_attn = bool(flash_attn)
-        self.model, self.hp = model, hp
+        self.model = model
         self.backend = model.backend
         if n_threads is not None:
             self.backend.set_threads(n_threads)
@@ -73,6 +75,9 @@ class Context:
                           swa_type=hp.swa_type, n_swa=hp.n_swa,
                           k_center=_k_centers(model, hp, type_k, kv_k_center))
         self.n_ctx, self.n_ctx_seq, _ = ctx_geometry(n_ctx, n_seq_max, kv_unified)
+        # llama_context's RoPE cparams (rope: rope_scaling_type, rope_freq_base, rope_freq_scale,
+        # yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow, yarn_orig_ctx)
+        self.hp = hp = with_rope_cparams(hp, self.n_ctx_seq, **(rope or {}))
         self.memory = make_memory(layout, n_ctx=n_ctx, n_seq_max=n_seq_max,
                                   n_ubatch=self.n_ubatch, kv_unified=kv_unified,
                                   swa_full=swa_full, swa_extra=swa_extra, type_k=type_k,
@@ -93,9 +98,7 @@ class Context:
 
     def _rope_k(self, k: np.ndarray, delta: np.ndarray, il: int) -> np.ndarray:
         """K-shift: rotate cached K rows [m, n_head_kv, head_dim] by delta positions."""
-        hp = self.hp
-        return self.backend.rope(k, delta, hp.n_rot, hp.rope_base(il), hp.rope_scale(il),
-                                 hp.rope_type)
+        return self.backend.rope(k, delta, **self.hp.rope_args(il))
 
     # -- decode -----------------------------------------------------------------------------
     def decode(self, batch: Batch) -> int:

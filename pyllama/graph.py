@@ -72,8 +72,7 @@ class Graph:
     # -- attention ----------------------------------------------------------------------
     def rope(self, x: np.ndarray, il: int) -> np.ndarray:
         """x [n_tokens, n_head, head_dim] rotated at this ubatch's positions with layer il's base."""
-        hp = self.hp
-        return self.be.rope(x, self.pos, hp.n_rot, hp.rope_base(il), hp.rope_scale(il), hp.rope_type)
+        return self.be.rope(x, self.pos, **self.hp.rope_args(il))
 
     def attention(self, il: int, q: np.ndarray, k: np.ndarray, v: np.ndarray,
                   scale: float | None = None, softcap: float = 0.0) -> np.ndarray:
