@@ -2,11 +2,11 @@
 
 Defaults follow llama.cpp's CLI and server, not llama.h: `swa_full=False` (llama.h's library
 default is true). `swa_extra=N` keeps N positions beyond each sequence's window in the SWA cache so
-that rolling back up to N tokens stays exact (ARCHITECTURE decision 10).
+that rolling back up to N tokens stays exact (docs/architecture.md).
 
 `numerics` picks the arithmetic (docs/numerics.md): "invariant" (default) computes every row with
 llama.cpp's prefill (n >= 8 rows) arithmetic, so results never depend on how work was batched
-(ARCHITECTURE decision 6); "llama.cpp" chooses kernels by each op's row count as llama.cpp's CPU
+(docs/architecture.md); "llama.cpp" chooses kernels by each op's row count as llama.cpp's CPU
 backend does (one-token decodes, Q4_K tail rows, Q6_K under 8 rows), reproducing llama.cpp's own
 greedy continuations bit for bit, at the price of batch-shape dependent results (speculative
 verification then no longer equals plain decoding bit for bit). CPU and ref backends only.

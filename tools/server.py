@@ -23,7 +23,7 @@ def to_config(params):
     from pyllama import models
     from pyllama.server import ServerConfig
     alias = params.alias
-    kwargs = json.loads(params.chat_template_kwargs) if params.chat_template_kwargs else {}
+    kwargs = params.template_kwargs()
     model_kw = {k: v for k, v in params.model_kwargs().items() if k != "n_threads"}
     return ServerConfig(
         model=models.resolve(params.model or None), host=params.hostname, port=params.port,
@@ -44,8 +44,23 @@ def to_config(params):
         endpoint_props=params.endpoint_props, slot_save_path=params.slot_save_path or None,
         chat_template=params.chat_template or None, jinja=params.use_jinja,
         chat_template_kwargs=kwargs, api_prefix=params.api_prefix, ui=params.webui,
+        cors_origins=params.cors_origins, cors_methods=params.cors_methods,
+        cors_headers=params.cors_headers, cors_credentials=params.cors_credentials,
+        ui_config=_ui_config(params.ui_config_json),
+        prefill_assistant=params.prefill_assistant, flash_attn=params.flash_attn != "off",
         warmup=params.warmup, sse_ping_interval=float(params.sse_ping_interval),
         model_params=model_kw, **_spec_and_checkpoints(params))
+
+
+def _ui_config(text: str):
+    """--ui-config(-file): a JSON object of Web UI defaults (llama.cpp fails the start on bad
+    JSON: 'failed to parse UI config')."""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"error: failed to parse UI config: {e}") from None
 
 
 def _spec_and_checkpoints(params) -> dict:

@@ -4,7 +4,7 @@ All activations are float32 numpy arrays in numpy order ([n_tokens, n_embd] etc.
 `Weight` objects made by `Backend.weight(tensor_info)`. KV caches are arrays the backend allocates
 (`alloc_kv`) and the KV bookkeeping (pyllama/kv) indexes by cell.
 
-Batch-invariance contract (ARCHITECTURE decision 6), binding on every backend:
+Batch-invariance contract (docs/architecture.md), binding on every backend:
 - a token's output row is computed by the same code with the same reduction order whatever the
   number of rows in the call; threads split rows/heads/tokens, never one reduction;
 - `attention` reads, for query i, exactly the cells kv_cells[q_start[i]:q_end[i]] in that order

@@ -178,7 +178,7 @@ class Server:
                 "media_marker": "", "endpoint_slots": self.cfg.endpoint_slots,
                 "endpoint_props": self.cfg.endpoint_props,
                 "endpoint_metrics": self.cfg.endpoint_metrics, "ui": self.cfg.ui,
-                "ui_settings": {}, "chat_template": self._template_source(),
+                "ui_settings": self.cfg.ui_config or {}, "chat_template": self._template_source(),
                 "chat_template_caps": {}, "bos_token": piece(getattr(v, "bos", -1)),
                 "eos_token": piece(getattr(v, "eos", -1)), "build_info": S.BUILD_INFO,
                 "is_sleeping": False, "cors_proxy_enabled": False}

@@ -10,7 +10,7 @@ from typing import Any
 
 @dataclass
 class ServerConfig:
-    """Everything llama-server needs; defaults are llama.cpp's (LLAMACPP_INTERFACE.md §1.3)."""
+    """Everything llama-server needs; defaults are llama.cpp's (llama.cpp common/arg.cpp, common/common.h `common_params`)."""
     model: str | None = None
     alias: list[str] = field(default_factory=list)
     host: str = "127.0.0.1"
@@ -50,6 +50,9 @@ class ServerConfig:
     cors_methods: str = "GET, POST, DELETE, OPTIONS"
     cors_headers: str = "*"
     cors_credentials: bool = True
+    ui_config: dict | None = None    # --ui-config(-file): default Web UI settings, in /props
+    prefill_assistant: bool = True   # a trailing assistant message is continued, not closed
+    flash_attn: bool = True          # -fa: llama.cpp's flash-attention arithmetic (auto = on)
     api_prefix: str = ""
     ui: bool = True
     embeddings: bool = False
@@ -57,7 +60,7 @@ class ServerConfig:
     warmup: bool = True
     sse_ping_interval: float = 30.0
     model_params: dict = field(default_factory=dict)  # extra load_model kwargs (e.g. n_gpu_layers)
-    # speculative decoding (-md alone enables draft-simple, ARCHITECTURE decision 5)
+    # speculative decoding (-md alone enables draft-simple, docs/architecture.md)
     draft_model: str | None = None
     spec_types: list[str] = field(default_factory=list)   # --spec-type values ("none" ignored)
     spec_n_max: int = 3
@@ -77,7 +80,7 @@ class ServerConfig:
 
     @property
     def spec_draft(self) -> bool:
-        """Draft-model speculation: -md with no --spec-type (decision 5), or with draft-simple
+        """Draft-model speculation: -md with no --spec-type (as older llama.cpp), or with draft-simple
         among the types (an explicit `--spec-type none` turns it off)."""
         return bool(self.draft_model) and (not self.spec_types
                                            or "draft-simple" in self.spec_types)

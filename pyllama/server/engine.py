@@ -397,14 +397,14 @@ class Engine:
         n = cfg.n_slots
         draft_model = self._load_draft_model() if cfg.spec_draft else None
         speculating = draft_model is not None or cfg.spec_ngram
-        # rollbacks of up to n_max drafts stay exact in a shared SWA cache (decision 10)
+        # rollbacks of up to n_max drafts stay exact in a shared SWA cache (--swa-extra, docs/architecture.md)
         extra = max(cfg.swa_extra, cfg.spec_n_max) if speculating else cfg.swa_extra
         self.ctx = pyllama.Context(self.model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch,
                                    n_ubatch=cfg.n_ubatch, n_seq_max=n, swa_full=cfg.swa_full,
                                    swa_extra=extra, kv_unified=cfg.unified,
                                    type_k=cfg.type_k, type_v=cfg.type_v,
                                    n_threads=cfg.n_threads, numerics=cfg.numerics,
-                                   kv_k_center=cfg.kv_k_center)
+                                   kv_k_center=cfg.kv_k_center, flash_attn=cfg.flash_attn)
         self.memory = self.ctx.memory
         self.spec = None
         if speculating:

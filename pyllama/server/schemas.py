@@ -58,7 +58,7 @@ class StreamOptions(msgspec.Struct):
 
 
 class CompletionBody(msgspec.Struct):
-    """Fields of llama.cpp's completion schema (§2.3); chat-only fields live in ChatBody."""
+    """Fields of llama.cpp's completion schema (tools/server/server-schema.cpp); chat-only fields live in ChatBody."""
     prompt: Any = msgspec.UNSET
     stream: bool | None = None
     stream_options: StreamOptions | None = None

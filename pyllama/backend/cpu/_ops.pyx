@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """Non-matmul CPU ops: rms_norm (optionally fused with the weight), rope, GELU/SiLU/softcap and the
 gated GELU/SiLU products. Threads split rows/tokens/chunks; every reduction runs in one thread in a
-fixed order, so a row's result does not depend on the batch (ARCHITECTURE decision 6).
+fixed order, so a row's result does not depend on the batch (docs/architecture.md).
 
 Numerics follow ggml's CPU ops (see pyllama/backend/ref.py for the oracle and the notes).
 """
