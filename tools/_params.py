@@ -172,6 +172,12 @@ class Params:
     cors_credentials: bool = True
     ui_config_json: str = ""
     ui_mcp_proxy: bool = False
+    # embeddings, rerank, infill (server; llama-embedding)
+    embedding: bool = False
+    reranking: bool = False
+    pooling: str = ""               # "" = unspecified: the model's default
+    embd_normalize: int = 2
+    spm_infill: bool = False
     # perplexity
     ppl_stride: int = 0
     ppl_output_type: int = 0

@@ -50,6 +50,9 @@ def to_config(params):
         ui_config=_ui_config(params.ui_config_json),
         prefill_assistant=params.prefill_assistant, flash_attn=params.flash_attn != "off",
         warmup=params.warmup, sse_ping_interval=float(params.sse_ping_interval),
+        embeddings=params.embedding or params.reranking,
+        pooling="rank" if params.reranking else (params.pooling or None),
+        embd_normalize=params.embd_normalize, spm_infill=params.spm_infill,
         model_params=model_kw, **_spec_and_checkpoints(params))
 
 

@@ -22,6 +22,7 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..log import get_logger
+from . import embeddings as E
 from . import schemas as S
 from .chat import ToolCallStream, parse_tool_calls, render_chat
 from .engine import Channel, Engine, Task
@@ -306,15 +307,17 @@ class Server:
             if getattr(v, "add_bos", False) and getattr(v, "bos", -1) >= 0 else None
         return render_chat(self.template, body, self.cfg.chat_template_kwargs, bos)
 
+    async def embeddings(self, request: Request):
+        return await E.embeddings(self, request, oai=False)
+
+    async def embeddings_oai(self, request: Request):
+        return await E.embeddings(self, request, oai=True)
+
+    async def rerank(self, request: Request):
+        return await E.rerank(self, request)
+
     async def unsupported(self, request: Request):
-        path = request.url.path
-        if "rerank" in path:
-            raise not_supported("This server does not support reranking. Start it with "
-                                "`--reranking`")
-        if "infill" in path:
-            raise not_supported("Infill is not supported by this server")
-        raise not_supported("This server does not support embeddings. Start it with "
-                            "`--embeddings`")
+        raise not_supported("Infill is not supported by this server")
 
     # -- slots and metrics --------------------------------------------------------------------------
     async def slots(self, request: Request):
@@ -459,7 +462,7 @@ class Server:
             ev = await self._next_event(request, ch, tasks)
             if isinstance(ev, dict):
                 return ev
-            if isinstance(ev, S.Final):
+            if isinstance(ev, (S.Final, S.EmbdResult)):
                 results[ev.index] = ev
         return [results[i] for i in sorted(results)]
 
@@ -729,9 +732,12 @@ def create_app(cfg, engine: Engine) -> Gate:
         Route("/v1/chat/completions", s.chat, methods=post),
         Route("/chat/completions/input_tokens", s.input_tokens, methods=post),
         Route("/v1/chat/completions/input_tokens", s.input_tokens, methods=post),
-    ] + [Route(p, s.unsupported, methods=post) for p in (
-        "/embedding", "/embeddings", "/v1/embeddings", "/rerank", "/reranking", "/v1/rerank",
-        "/v1/reranking", "/infill")]
+        Route("/embedding", s.embeddings, methods=post),
+        Route("/embeddings", s.embeddings, methods=post),
+        Route("/v1/embeddings", s.embeddings_oai, methods=post),
+    ] + [Route(p, s.rerank, methods=post) for p in (
+        "/rerank", "/reranking", "/v1/rerank", "/v1/reranking")] + [
+        Route("/infill", s.unsupported, methods=post)]
     app = Starlette(routes=routes, exception_handlers={
         ServerError: _server_error, ClientGone: _client_gone, HTTPException: _http_error,
         ClientDisconnect: _upload_gone, BodyTooLarge: _too_large, Exception: _any_error})

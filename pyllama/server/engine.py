@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from ..log import get_logger
-from .schemas import Final, Partial, Progress, ServerError, TaskParams, Timings, TokenProb
+from .schemas import (EmbdResult, Final, Partial, Progress, ServerError, TaskParams, Timings,
+                      TokenProb, exceed_context)
 
 log = get_logger("server")
 
@@ -50,8 +51,9 @@ class Channel:
 
 @dataclass
 class Task:
-    """One unit of work: a completion (one prompt, one result index) or a slot action."""
-    kind: str                    # completion | save | restore | erase
+    """One unit of work: a completion (one prompt, one result index), an embedding or rerank
+    (one prompt, one stateless decode) or a slot action."""
+    kind: str                    # completion | embedding | rerank | save | restore | erase
     channel: Channel
     prompt: list[int] = field(default_factory=list)
     params: TaskParams = field(default_factory=TaskParams)
@@ -396,6 +398,12 @@ class Engine:
         self.vocab = self.model.vocab
         self.template = ChatTemplate.for_model(self.vocab, override=cfg.chat_template)
         n = cfg.n_slots
+        if cfg.embeddings and cfg.n_batch > cfg.n_ubatch:   # embeddings: one ubatch per prompt
+            log.warning(f"srv  llama_server: embeddings enabled with n_batch ({cfg.n_batch}) > "
+                        f"n_ubatch ({cfg.n_ubatch})")
+            log.warning(f"srv  llama_server: setting n_batch = n_ubatch = {cfg.n_ubatch} to "
+                        "avoid assertion failure")
+            cfg.n_batch = cfg.n_ubatch
         draft_model = self._load_draft_model() if cfg.spec_draft else None
         speculating = draft_model is not None or cfg.spec_ngram
         # rollbacks of up to n_max drafts stay exact in a shared SWA cache (--swa-extra, docs/architecture.md)
@@ -405,7 +413,8 @@ class Engine:
                                    swa_extra=extra, kv_unified=cfg.unified,
                                    type_k=cfg.type_k, type_v=cfg.type_v,
                                    n_threads=cfg.n_threads, numerics=cfg.numerics,
-                                   kv_k_center=cfg.kv_k_center, flash_attn=cfg.flash_attn)
+                                   kv_k_center=cfg.kv_k_center, flash_attn=cfg.flash_attn,
+                                   pooling=cfg.pooling)
         self.memory = self.ctx.memory
         self.spec = None
         if speculating:
@@ -758,6 +767,8 @@ class Engine:
                     slot.start(task)
                     log.info(f"slot {slot.id}: launching task {task.id}, n_prompt = "
                              f"{len(task.prompt)}, n_cached = {slot.n_cached}")
+                elif task.kind in ("embedding", "rerank"):
+                    self._embed(slot, task)
                 else:
                     self._slot_action(slot, task)
             except Exception as e:  # noqa: BLE001
@@ -796,6 +807,43 @@ class Engine:
             self.memory.seq_rm(s.id, -1, -1)
             s.cache.clear()
             s.checkpoints.clear()
+
+    # -- embeddings and rerank (stateless tasks) ---------------------------------------------------
+    def _embed(self, slot: Slot, task: Task) -> None:
+        """Decode the whole prompt in one ubatch with embeddings on (every token an output) in the
+        slot's sequence, send the per-token (pooling none) or pooled and normalised vectors (or the
+        rerank score), and forget the sequence (llama.cpp send_embedding / send_rerank)."""
+        import pyllama
+        from pyllama.embedding import normalize
+        toks, n_ub = task.prompt, self.ctx.n_ubatch
+        if len(toks) > n_ub:
+            raise ServerError(500, f"input ({len(toks)} tokens) is too large to process. increase "
+                                   f"the physical batch size (current batch size: {n_ub})")
+        if len(toks) > slot.n_ctx:
+            raise exceed_context(len(toks), slot.n_ctx, (
+                f"input ({len(toks)} tokens) is larger than the max context size "
+                f"({slot.n_ctx} tokens). skipping"))
+        self.memory.seq_rm(slot.id, -1, -1)
+        slot.cache.clear()
+        slot.checkpoints.clear()
+        self.ctx.set_embeddings(True)
+        try:
+            rc = self.ctx.decode(pyllama.Batch(np.asarray(toks, np.int32),
+                                               pos=np.arange(len(toks), dtype=np.int32),
+                                               seq_ids=[slot.id] * len(toks)))
+            if rc != 0:
+                raise ServerError(500, "failed to find a memory slot" if rc == 1
+                                  else f"decode failed ({rc})")
+            if self.ctx.pooling == "none":
+                vecs = [self.ctx.get_embeddings_ith(i).copy() for i in range(len(toks))]
+            else:
+                v = self.ctx.get_embeddings_seq(slot.id)
+                vecs = [v if task.kind == "rerank" else normalize(v, task.params.embd_normalize)]
+        finally:
+            self.ctx.set_embeddings(False)
+            self.memory.seq_rm(slot.id, -1, -1)
+        score = float(vecs[0][0]) if task.kind == "rerank" else 0.0
+        task.channel.put(EmbdResult(task.index, vecs, len(toks), score))
 
     # -- slot save / restore / erase ---------------------------------------------------------------
     def _slot_action(self, slot: Slot, task: Task) -> None:
