@@ -16,7 +16,8 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     api_keys: list[str] = field(default_factory=list)
-    timeout: float = 3600.0
+    timeout: float = 3600.0          # -to: HTTP read/write timeout (idle half-open sockets close)
+    max_body_size: int = 32 << 20    # pyllama extension: request body limit in bytes, 0 = none
     # context
     n_ctx: int = 0                  # 0 = the model's training context
     n_batch: int = 2048
@@ -55,8 +56,10 @@ class ServerConfig:
     flash_attn: bool = True          # -fa: llama.cpp's flash-attention arithmetic (auto = on)
     api_prefix: str = ""
     ui: bool = True
-    embeddings: bool = False
-    reranking: bool = False
+    embeddings: bool = False        # --embeddings (and --rerank): the embedding endpoints
+    pooling: str | None = None      # --pooling; None: the model's default (pyllama.Context)
+    embd_normalize: int = 2         # --embd-normalize: common_embd_normalize of pooled vectors
+    spm_infill: bool = False        # --spm-infill: Suffix/Prefix/Middle order for /infill
     warmup: bool = True
     sse_ping_interval: float = 30.0
     model_params: dict = field(default_factory=dict)  # extra load_model kwargs (e.g. n_gpu_layers)
