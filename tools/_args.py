@@ -689,6 +689,9 @@ OPTIONS += [
        "none)", hint="FNAME", env="LLAMA_ARG_API_KEY_FILE", tools={S}, **_EX),
     _O("-to --timeout", "int", "timeout", "server read/write timeout in seconds (default: 3600)",
        env="LLAMA_ARG_TIMEOUT", tools={S}, **_EX),
+    _O("--max-body-size", "int", "max_body_size", "pyllama extension: largest request body in "
+       "bytes; a larger one gets 413 (default: 33554432 = 32 MiB, 0 = no limit)",
+       env="LLAMA_ARG_MAX_BODY_SIZE", tools={S}, **_EX),
     _O("--threads-http", "int", "n_threads_http", "number of threads used to process HTTP "
        "requests (default: -1)", env="LLAMA_ARG_THREADS_HTTP", tools={S}, status=NOOP,
        note="requests are served by one asyncio loop", **_EX),

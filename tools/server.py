@@ -29,6 +29,7 @@ def to_config(params):
         model=models.resolve(params.model or None), host=params.hostname, port=params.port,
         alias=[a for a in (alias.split(",") if isinstance(alias, str) else alias or []) if a],
         api_keys=_api_keys(params), timeout=float(params.timeout), n_ctx=params.n_ctx,
+        max_body_size=_max_body_size(params.max_body_size),
         n_batch=params.n_batch, n_ubatch=params.n_ubatch, n_parallel=params.n_parallel,
         n_threads=params.n_threads if params.n_threads > 0 else None,
         swa_full=params.swa_full, swa_extra=params.swa_extra, type_k=params.cache_type_k,
@@ -64,6 +65,12 @@ def _ui_config(text: str):
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise SystemExit(f"error: failed to parse UI config: {e}") from None
+
+
+def _max_body_size(value: int) -> int:
+    if value < 0:
+        raise SystemExit("error: --max-body-size must be >= 0 (0 = no limit)")
+    return value
 
 
 def _spec_and_checkpoints(params) -> dict:

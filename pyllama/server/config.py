@@ -16,7 +16,8 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     api_keys: list[str] = field(default_factory=list)
-    timeout: float = 3600.0
+    timeout: float = 3600.0          # -to: HTTP read/write timeout (idle half-open sockets close)
+    max_body_size: int = 32 << 20    # pyllama extension: request body limit in bytes, 0 = none
     # context
     n_ctx: int = 0                  # 0 = the model's training context
     n_batch: int = 2048
