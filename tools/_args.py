@@ -102,6 +102,15 @@ def _read_file(path: str) -> str:
     return text[:-1] if text.endswith("\n") else text
 
 
+def _json_schema(text: str) -> str:
+    """-j/-jf: llama.cpp converts the schema while parsing the flag (json_schema_to_grammar)."""
+    from pyllama.grammar import GrammarError, json_schema_to_gbnf
+    try:
+        return json_schema_to_gbnf(text)
+    except GrammarError as e:
+        raise ConvertError(str(e).replace("\n", " ")) from None
+
+
 def _logit_bias(s: str) -> tuple:
     import re
     m = re.fullmatch(r"\s*(\d+)\s*([+-])\s*(.*)", s)
@@ -472,13 +481,13 @@ OPTIONS += [
        "token ' Hello',\nor `--logit-bias 15043-1` to decrease likelihood of token ' Hello'",
        hint="TOKEN_ID(+/-)BIAS", conv=_logit_bias, **_SP),
     _O("--grammar", "str", "sampling.grammar", "BNF-like grammar to constrain generations",
-       hint="GRAMMAR", status=UNSUP, note="grammars", **_SP),
+       hint="GRAMMAR", **_SP),
     _O("--grammar-file", "str", "sampling.grammar", "file to read grammar from", hint="FNAME",
-       status=UNSUP, note="grammars", **_SP),
+       conv=_read_file, **_SP),
     _O("-j --json-schema", "str", "sampling.grammar", "JSON schema to constrain generations",
-       hint="SCHEMA", status=UNSUP, note="JSON schemas", **_SP),
+       hint="SCHEMA", conv=_json_schema, **_SP),
     _O("-jf --json-schema-file", "str", "sampling.grammar", "File containing a JSON schema to "
-       "constrain generations", hint="FILE", status=UNSUP, note="JSON schemas", **_SP),
+       "constrain generations", hint="FILE", conv=lambda p: _json_schema(_read_file(p)), **_SP),
 ]
 
 _SPEC = dict(group="speculative", tools=SCSP)
