@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from ..log import get_logger
 from . import embeddings as E
+from . import infill as I
 from . import schemas as S
 from .chat import ToolCallStream, parse_tool_calls, render_chat
 from .engine import Channel, Engine, Task
@@ -280,8 +281,8 @@ class Server:
     async def rerank(self, request: Request):
         return await E.rerank(self, request)
 
-    async def unsupported(self, request: Request):
-        raise not_supported("Infill is not supported by this server")
+    async def infill(self, request: Request):
+        return await I.infill(self, request)
 
     # -- slots and metrics --------------------------------------------------------------------------
     async def slots(self, request: Request):
@@ -334,9 +335,10 @@ class Server:
     async def chat(self, request: Request):
         return await self._complete(request, "chat")
 
-    async def _complete(self, request: Request, mode: str):
+    async def _complete(self, request: Request, mode: str, body=None):
         chat = mode == "chat"
-        body = await self.body(request, S.ChatBody if chat else S.CompletionBody)
+        if body is None:
+            body = await self.body(request, S.ChatBody if chat else S.CompletionBody)
         # templates and tokenization of long prompts run off the event loop
         prompts, params, n_cmpl = await run_in_threadpool(self._prepare, body, chat)
         ch = Channel(asyncio.get_running_loop())
@@ -645,7 +647,7 @@ def create_app(cfg, engine: Engine) -> Gate:
         Route("/v1/embeddings", s.embeddings_oai, methods=post),
     ] + [Route(p, s.rerank, methods=post) for p in (
         "/rerank", "/reranking", "/v1/rerank", "/v1/reranking")] + [
-        Route("/infill", s.unsupported, methods=post)]
+        Route("/infill", s.infill, methods=post)]
     app = Starlette(routes=routes, exception_handlers={
         ServerError: _server_error, ClientGone: _client_gone, HTTPException: _http_error,
         Exception: _any_error})
