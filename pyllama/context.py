@@ -270,8 +270,9 @@ class Context:
     def state_seq_get(self, seq_id: int, flags: int = 0) -> bytes:
         return self.memory.state_write(seq_id, flags)
 
-    def state_seq_set(self, data: bytes, seq_id: int, flags: int = 0) -> None:
-        self.memory.state_read(data, seq_id, flags)
+    def state_seq_set(self, data: bytes, seq_id: int, flags: int = 0) -> int:
+        """Restore a state written by state_seq_get; returns the number of bytes it used."""
+        return self.memory.state_read(data, seq_id, flags)
 
 
 NUMERICS = ("invariant", "llama.cpp")

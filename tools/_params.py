@@ -147,6 +147,7 @@ class Params:
     api_keys: list = field(default_factory=list)
     api_key_file: str = ""
     timeout: int = 3600
+    max_body_size: int = 32 << 20
     n_threads_http: int = -1
     sse_ping_interval: int = 30
     alias: str = ""
