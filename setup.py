@@ -42,7 +42,7 @@ def _flags():
         link_args.append("-fopenmp")
     else:
         print("pyllama: building without OpenMP (kernels run single-threaded)", file=sys.stderr)
-    # never -ffast-math: results must not depend on the batch shape (ARCHITECTURE decision 6)
+    # never -ffast-math: results must not depend on the batch shape (docs/architecture.md)
     return compile_args, link_args
 
 
@@ -69,7 +69,7 @@ setup(
     packages=[
         "pyllama", "pyllama.gguf", "pyllama.quant", "pyllama.backend", "pyllama.backend.cpu",
         "pyllama.backend.cuda", "pyllama.kv", "pyllama.arch", "pyllama.vocab",
-        "pyllama.sampling", "pyllama.speculative", "pyllama.server", "pyllama.tools",
+        "pyllama.sampling", "pyllama.grammar", "pyllama.speculative", "pyllama.server", "pyllama.tools",
         "pyllama._cuda",
     ],
     package_dir={"pyllama.tools": "tools", "pyllama._cuda": "cuda"},

@@ -1,15 +1,15 @@
 """pyllama: a llama.cpp-compatible LLM runtime in Python.
 
-Public API (mirrors llama.h): load_model, Model, Context, Batch; see ARCHITECTURE.md.
+Public API (mirrors llama.h): load_model, Model, Context, Batch; see docs/architecture.md.
 `import pyllama` never needs a GPU, a driver or pycuda.
 """
 from . import omp as _omp
 
-_omp.configure()        # OpenMP wait policy, before any CPU kernel loads (ARCHITECTURE decision 7)
+_omp.configure()        # OpenMP wait policy, before any CPU kernel loads (pyllama/omp.py)
 
 __version__ = "0.1.0"
 
-from .errors import PyllamaError, GgufError, ModelError, ContextError  # noqa: E402
+from .errors import PyllamaError, GgufError, ModelError, ContextError, GrammarError  # noqa: E402
 from . import models  # noqa: E402
 
 
@@ -24,8 +24,12 @@ def __getattr__(name):
     if name == "Batch":
         from .batch import Batch
         return Batch
+    if name in ("Grammar", "json_schema_to_gbnf"):
+        from . import grammar
+        return getattr(grammar, name)
     raise AttributeError(f"module 'pyllama' has no attribute {name!r}")
 
 
 __all__ = ["load_model", "Model", "Context", "Batch", "PyllamaError", "GgufError", "ModelError",
-           "ContextError", "models", "__version__"]
+           "ContextError", "GrammarError", "Grammar", "json_schema_to_gbnf", "models",
+           "__version__"]

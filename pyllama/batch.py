@@ -1,4 +1,4 @@
-"""Batches: validation and splitting into ubatches (llama.cpp `llama_batch_allocr`, LLAMACPP_INTERNALS §2.2-2.3).
+"""Batches: validation and splitting into ubatches (llama.cpp src/llama-batch.cpp `llama_batch_allocr::init`, `split_*`).
 
 A `Batch` is what the user hands to `Context.decode` (like `llama_batch`). `validate` checks it
 against the vocabulary and the memory and fills missing positions; `split_simple` / `split_equal`

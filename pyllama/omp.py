@@ -10,8 +10,8 @@ kernel import), from OMP_WAIT_POLICY and GOMP_SPINCOUNT. This module sets both b
   token, launched tens of microseconds later, finds it awake.
 
 Default (no --poll, no OMP_WAIT_POLICY/GOMP_SPINCOUNT in the environment): poll 50 when the
-machine has idle cores at start-up (runnable tasks sampled for ~10 ms), else 0 (ARCHITECTURE
-decision 7). Measured on the 2-core
+machine has idle cores at start-up (runnable tasks sampled for ~10 ms), else 0 (docs/architecture.md).
+Measured on the 2-core
 box, Gemma 3 270M tg: quiet, passive 31 t/s vs poll 50 38 t/s; overloaded (other busy
 processes), passive 11 t/s vs poll 50 6-8 t/s: spinning only pays when the cores are ours.
 Variables the user set are never changed.

@@ -1,4 +1,4 @@
-"""Batch validation and ubatch splitting (LLAMACPP_INTERNALS §2.2-2.3, §6 item 5)."""
+"""Batch validation and ubatch splitting (llama.cpp src/llama-batch.cpp `llama_batch_allocr::init`, `split_*`)."""
 import numpy as np
 import pytest
 

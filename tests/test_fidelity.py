@@ -1,4 +1,4 @@
-"""Teacher-forced logits of the bundled models vs llama.cpp's (shared/reference, copied to
+"""Teacher-forced logits of the bundled models vs llama.cpp's (recorded with llama.cpp 0c1e570,
 tests/data): top-1 agreement and next-token log-probabilities, f16 KV, every reference prompt."""
 import json
 import os

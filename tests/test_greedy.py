@@ -47,7 +47,7 @@ def test_greedy_llama_cpp_numerics_equal_llama_cpp(fixture, name, request):
     assert equal == n, report
 
 
-# The default numerics ("invariant", ARCHITECTURE decision 6) computes every row with llama.cpp's
+# The default numerics ("invariant", docs/architecture.md) computes every row with llama.cpp's
 # prefill (n >= 8) arithmetic whatever the batch, which makes the teacher-forced logits match
 # (tests/test_fidelity.py); llama.cpp's one-token arithmetic differs, so continuations part at
 # near-ties. Measured: 4/7 prompts equal for 32 tokens on each model. Documented, not required.

@@ -1,4 +1,4 @@
-"""Batch invariance of the whole model (ARCHITECTURE decision 6) on tiny random models of every
+"""Batch invariance of the whole model (docs/architecture.md) on tiny random models of every
 architecture: logits are bit-identical across prefill vs token-by-token, ubatch sizes, iSWA vs
 swa_full, rollbacks within the guarantee, and sequences sharing a unified cache.
 

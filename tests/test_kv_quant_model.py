@@ -1,5 +1,5 @@
 """Whole-model behaviour with quantized KV caches (-ctk/-ctv q8_0, q4_0, bf16) on tiny random
-models: the invariants of ARCHITECTURE decision 6 hold bit for bit (prefill == token by token,
+models: the invariants of docs/architecture.md hold bit for bit (prefill == token by token,
 ubatch size, thread count, iSWA == swa_full past the SWA cache, rollback), state save/restore and
 K-shift of block rows, and the CPU backend agrees with the numpy oracle."""
 import numpy as np

@@ -516,7 +516,7 @@ OPTIONS += [
        env="LLAMA_ARG_SPEC_DRAFT_P_MIN", **_SPEC),
     _O("--spec-draft-p-split --draft-p-split", "float", "speculative.p_split", "speculative "
        "decoding split probability (default: 0.10)", hint="P",
-       env="LLAMA_ARG_SPEC_DRAFT_P_SPLIT", group="speculative", tools={SP}, status=NOOP,
+       env="LLAMA_ARG_SPEC_DRAFT_P_SPLIT", group="speculative", tools=SCSP, status=NOOP,
        note="pyllama drafts a single branch"),
     _O("-ngld --gpu-layers-draft --n-gpu-layers-draft --spec-draft-ngl", "str",
        "speculative.n_gpu_layers", "number of layers to store in VRAM for the draft model "
@@ -543,18 +543,18 @@ OPTIONS += [
     _O("-cmoed --cpu-moe-draft --spec-draft-cpu-moe", "flag", "speculative.cpu_moe", "keep all "
        "MoE weights of the draft model in the CPU", env="LLAMA_ARG_SPEC_DRAFT_CPU_MOE",
        status=NOOP, note=_DRAFT_NOTE, **_SPEC),
-    _O("-ncmoed --n-cpu-moe-draft --spec-draft-n-cpu-moe", "int", "speculative.n_cpu_moe",
+    _O("-ncmoed --n-cpu-moe-draft --spec-draft-n-cpu-moe --spec-draft-ncmoe", "int", "speculative.n_cpu_moe",
        "keep the MoE weights of the first N draft layers in the CPU",
        env="LLAMA_ARG_SPEC_DRAFT_N_CPU_MOE", status=NOOP, note=_DRAFT_NOTE, **_SPEC),
-    _O("-Cd --spec-draft-cpu-mask", "str", "speculative.cpu_mask", "draft CPU affinity mask",
+    _O("-Cd --spec-draft-cpu-mask --cpu-mask-draft", "str", "speculative.cpu_mask", "draft CPU affinity mask",
        hint="M", status=NOOP, note=_DRAFT_NOTE, **_SPEC),
-    _O("-Crd --spec-draft-cpu-range", "str", "speculative.cpu_range", "draft CPU range",
+    _O("-Crd --spec-draft-cpu-range --cpu-range-draft", "str", "speculative.cpu_range", "draft CPU range",
        hint="lo-hi", status=NOOP, note=_DRAFT_NOTE, **_SPEC),
-    _O("--spec-draft-cpu-strict", "int", "speculative.cpu_strict", "draft strict CPU placement",
+    _O("--spec-draft-cpu-strict --cpu-strict-draft", "int", "speculative.cpu_strict", "draft strict CPU placement",
        hint="<0|1>", status=NOOP, note=_DRAFT_NOTE, **_SPEC),
-    _O("--spec-draft-prio", "int", "speculative.prio", "draft thread priority", hint="N",
+    _O("--spec-draft-prio --prio-draft", "int", "speculative.prio", "draft thread priority", hint="N",
        status=NOOP, note=_DRAFT_NOTE, **_SPEC),
-    _O("--spec-draft-poll", "int", "speculative.poll", "draft polling level", hint="<0..100>",
+    _O("--spec-draft-poll --poll-draft", "int", "speculative.poll", "draft polling level", hint="<0..100>",
        status=NOOP, note=_DRAFT_NOTE, **_SPEC),
     _O("--spec-draft-backend-sampling", "bool", "speculative.backend_sampling", "draft "
        "backend sampling (default: true)", neg="--no-spec-draft-backend-sampling",
@@ -643,9 +643,9 @@ OPTIONS += [
     _O("--prompt-cache-ro", "flag", "prompt_cache_ro", "if specified, uses the prompt cache but "
        "does not update it", tools={CO}, status=UNSUP, note="prompt caches", **_EX),
     _O("-gan --grp-attn-n", "int", "grp_attn_n", "group-attention factor (default: 1)",
-       tools={CO}, status=UNSUP, note="self-extend", **_EX),
+       env="LLAMA_ARG_GRP_ATTN_N", tools={CO}, status=UNSUP, note="self-extend", **_EX),
     _O("-gaw --grp-attn-w", "int", "grp_attn_w", "group-attention width (default: 512)",
-       tools={CO}, status=UNSUP, note="self-extend", **_EX),
+       env="LLAMA_ARG_GRP_ATTN_W", tools={CO}, status=UNSUP, note="self-extend", **_EX),
     _O("--simple-io", "flag", "simple_io", "use basic IO for better compatibility in "
        "subprocesses and limited consoles", tools={C, CO}, **_EX, status=NOOP, note="pyllama always uses plain stdin/stdout"),
     _O("--show-timings", "bool", "show_timings", "whether to show timing information after each "
@@ -689,6 +689,9 @@ OPTIONS += [
        "none)", hint="FNAME", env="LLAMA_ARG_API_KEY_FILE", tools={S}, **_EX),
     _O("-to --timeout", "int", "timeout", "server read/write timeout in seconds (default: 3600)",
        env="LLAMA_ARG_TIMEOUT", tools={S}, **_EX),
+    _O("--max-body-size", "int", "max_body_size", "pyllama extension: largest request body in "
+       "bytes; a larger one gets 413 (default: 33554432 = 32 MiB, 0 = no limit)",
+       env="LLAMA_ARG_MAX_BODY_SIZE", tools={S}, **_EX),
     _O("--threads-http", "int", "n_threads_http", "number of threads used to process HTTP "
        "requests (default: -1)", env="LLAMA_ARG_THREADS_HTTP", tools={S}, status=NOOP,
        note="requests are served by one asyncio loop", **_EX),
@@ -733,7 +736,8 @@ OPTIONS += [
     _O("--api-prefix", "str", "api_prefix", "prefix path the server serves from, without the "
        "trailing slash (default: )", hint="PREFIX", env="LLAMA_ARG_API_PREFIX", tools={S}, **_EX),
     _O("--ui --webui", "bool", "webui", "whether to enable the Web UI (default: enabled)",
-       neg="--no-ui --no-webui", env="LLAMA_ARG_WEBUI", tools={S}, **_EX),
+       neg="--no-ui --no-webui", env="LLAMA_ARG_UI", old_env=("LLAMA_ARG_WEBUI",), tools={S},
+       **_EX),
     _O("--path", "str", "public_path", "path to serve static files from (default: )",
        hint="PATH", env="LLAMA_ARG_STATIC_PATH", tools={S}, status=UNSUP,
        note="static file serving", **_EX),
@@ -742,14 +746,18 @@ OPTIONS += [
     _O("--ssl-cert-file", "str", "ssl_file_cert", "PEM-encoded SSL certificate", hint="FNAME",
        env="LLAMA_ARG_SSL_CERT_FILE", tools={S}, status=UNSUP, note="TLS", **_EX),
     _O("--embedding --embeddings", "flag", "embedding", "restrict to only support embedding use "
-       "case", env="LLAMA_ARG_EMBEDDINGS", tools={S}, status=UNSUP, note="embeddings", **_EX),
-    _O("--rerank --reranking", "flag", "reranking", "enable reranking endpoint on server",
-       env="LLAMA_ARG_RERANKING", tools={S}, status=UNSUP, note="reranking", **_EX),
-    _O("--pooling", "enum", "pooling", "pooling type for embeddings",
-       choices=("none", "mean", "cls", "last", "rank"), env="LLAMA_ARG_POOLING", tools={S},
-       status=UNSUP, note="embeddings", **_EX),
-    _O("--spm-infill", "flag", "spm_infill", "use Suffix/Prefix/Middle pattern for infill",
-       tools={S}, status=UNSUP, note="infill", **_EX),
+       "case; use only with dedicated embedding models (default: disabled)",
+       env="LLAMA_ARG_EMBEDDINGS", tools={S}, **_EX),
+    _O("--rerank --reranking", "flag", "reranking", "enable reranking endpoint on server "
+       "(default: disabled)", env="LLAMA_ARG_RERANKING", tools={S}, **_EX),
+    _O("--pooling", "enum", "pooling", "pooling type for embeddings, use model default if "
+       "unspecified", choices=("none", "mean", "cls", "last", "rank"), env="LLAMA_ARG_POOLING",
+       tools={S}, **_EX),
+    _O("--embd-normalize", "int", "embd_normalize", "normalisation for embeddings (default: 2) "
+       "(-1=none, 0=max absolute int16, 1=taxicab, 2=euclidean, >2=p-norm)", tools={S}, **_EX),
+    _O("--spm-infill", "flag", "spm_infill", "use Suffix/Prefix/Middle pattern for infill "
+       "(instead of Prefix/Suffix/Middle) as some models prefer this. (default: disabled)",
+       tools={S}, **_EX),
     _O("--sleep-idle-seconds", "int", "sleep_idle_seconds", "unload the model after N idle "
        "seconds (default: -1 = never)", tools={S}, status=UNSUP, note="idle unloading", **_EX),
     _O("--models-dir", "str", "models_dir", "directory of models for router mode", hint="PATH",
@@ -789,6 +797,170 @@ OPTIONS += [
        tools={T}, **_EX),
     _O("--show-count", "flag", "show_count", "print the total number of tokens", tools={T},
        **_EX),
+]
+
+
+# ---- flags of llama.cpp 0c1e570 found by tests/data/llamacpp_flags.json (the snapshot of its
+# common/arg.cpp, scripts/extract_llamacpp_flags.py) -----------------------------------------------
+_MTMD = "multimodal projectors (pyllama serves text models)"
+_DL = "downloads: pass a local GGUF with -m"
+_ROUTER = "router mode"
+_TOOLS_NOTE = "built-in agent tools and MCP servers"
+_REASON = "reasoning is not extracted: content is returned as generated"
+_MTMD_TOOLS = {S, C}
+OPTIONS += [
+    _O("-mm --mmproj", "str", "mmproj", "path to a multimodal projector file", hint="FILE",
+       env="LLAMA_ARG_MMPROJ", tools=_MTMD_TOOLS, status=UNSUP, note=_MTMD),
+    _O("-mmu --mmproj-url", "str", "mmproj_url", "URL to a multimodal projector file",
+       hint="URL", env="LLAMA_ARG_MMPROJ_URL", tools=_MTMD_TOOLS, status=UNSUP, note=_MTMD),
+    _O("--mmproj-auto", "bool", "mmproj_auto", "whether to use multimodal projector file (if "
+       "available), useful when using -hf (default: enabled)", neg="--no-mmproj --no-mmproj-auto",
+       env="LLAMA_ARG_MMPROJ_AUTO", tools=_MTMD_TOOLS, status=NOOP,
+       note="no projector is looked up: pyllama never downloads (-hf)"),
+    _O("--mmproj-offload", "bool", "mmproj_offload", "whether to enable GPU offloading for "
+       "multimodal projector (default: enabled)", neg="--no-mmproj-offload",
+       env="LLAMA_ARG_MMPROJ_OFFLOAD", tools=_MTMD_TOOLS, status=NOOP,
+       note="no multimodal projector is loaded"),
+    _O("-mmdev --mmproj-device", "str", "mmproj_device", "device for the multimodal "
+       "projector", hint="<dev>", env="MTMD_BACKEND_DEVICE", tools=_MTMD_TOOLS, status=UNSUP,
+       note=_MTMD),
+    _O("--image-min-tokens", "int", "image_min_tokens", "minimum number of tokens each image "
+       "can take", env="LLAMA_ARG_IMAGE_MIN_TOKENS", tools=_MTMD_TOOLS, status=UNSUP,
+       note=_MTMD),
+    _O("--image-max-tokens", "int", "image_max_tokens", "maximum number of tokens each image "
+       "can take", env="LLAMA_ARG_IMAGE_MAX_TOKENS", tools=_MTMD_TOOLS, status=UNSUP,
+       note=_MTMD),
+    _O("--mtmd-batch-max-tokens", "int", "mtmd_batch_max_tokens", "maximum number of image "
+       "tokens per batch when encoding images", env="LLAMA_ARG_MTMD_BATCH_MAX_TOKENS",
+       tools={S}, status=UNSUP, note=_MTMD),
+    _O("--video-fps", "float", "video_fps", "frames per second sampled from a video",
+       env="LLAMA_ARG_VIDEO_FPS", tools=_MTMD_TOOLS, status=UNSUP, note=_MTMD),
+    _O("--video-timestamp-interval", "float", "video_timestamp_interval", "seconds between "
+       "video timestamps", env="LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL", tools=_MTMD_TOOLS,
+       status=UNSUP, note=_MTMD),
+    _O("--video-ffmpeg-dir", "str", "video_ffmpeg_dir", "directory of the ffmpeg executable",
+       hint="PATH", env="LLAMA_ARG_VIDEO_FFMPEG_DIR", tools=_MTMD_TOOLS, status=UNSUP,
+       note=_MTMD),
+    _O("--image --audio --video", "list", "image", "path to an image, audio, or video file",
+       hint="FILE", tools={C}, status=UNSUP, note=_MTMD, **_EX),
+    _O("-o --output --output-file", "str", "out_file", "output file (conversation transcript)",
+       hint="FNAME", tools={C}, status=UNSUP, note="conversation transcript files", **_EX),
+    _O("-dr --docker-repo", "str", "docker_repo", "Docker Hub model repository",
+       hint="[<repo>/]<model>[:quant]", env="LLAMA_ARG_DOCKER_REPO", status=UNSUP, note=_DL),
+    _O("--embd-normalize", "int", "embd_normalize", "normalisation for embeddings (default: 2) "
+       "(-1=none, 0=max absolute int16, 1=taxicab, 2=euclidean, >2=p-norm)", tools={S},
+       status=NOOP, note="no embeddings are served", **_EX),
+    _O("--cors-origins", "str", "cors_origins", "comma-separated list of allowed origins for CORS "
+       "(default: localhost)\nif set to special value 'localhost', reflect the Origin header only "
+       "if it is localhost", hint="ORIGINS", env="LLAMA_ARG_CORS_ORIGINS", tools={S}, **_EX),
+    _O("--cors-methods", "str", "cors_methods", "comma-separated list of allowed methods for "
+       "CORS (default: GET, POST, DELETE, OPTIONS)", hint="METHODS",
+       env="LLAMA_ARG_CORS_METHODS", tools={S}, **_EX),
+    _O("--cors-headers", "str", "cors_headers", "comma-separated list of allowed headers for "
+       "CORS (default: *)", hint="HEADERS", env="LLAMA_ARG_CORS_HEADERS", tools={S}, **_EX),
+    _O("--cors-credentials", "bool", "cors_credentials", "whether to allow credentials for CORS "
+       "(default: enabled)", neg="--no-cors-credentials", env="LLAMA_ARG_CORS_CREDENTIALS",
+       tools={S}, **_EX),
+    _O("--ui-config --webui-config", "str", "ui_config_json", "JSON that provides default UI "
+       "settings (overrides UI defaults)", hint="JSON", env="LLAMA_ARG_UI_CONFIG", tools={S},
+       **_EX),
+    _O("--ui-config-file --webui-config-file", "str", "ui_config_json", "JSON file that "
+       "provides default UI settings (overrides UI defaults)", hint="PATH",
+       env="LLAMA_ARG_UI_CONFIG_FILE", tools={S}, conv=_read_file, **_EX),
+    _O("--ui-mcp-proxy --webui-mcp-proxy", "bool", "ui_mcp_proxy", "experimental: whether to "
+       "enable MCP CORS proxy - do not enable in untrusted environments (default: disabled)",
+       neg="--no-ui-mcp-proxy --no-webui-mcp-proxy", env="LLAMA_ARG_UI_MCP_PROXY", tools={S},
+       status=UNSUP, note="the /cors-proxy MCP proxy", **_EX),
+    _O("--tools", "str", "server_tools", "experimental: built-in tools for AI agents (default: no "
+       "tools)", hint="TOOL1,TOOL2,...", env="LLAMA_ARG_TOOLS", tools={S}, status=UNSUP,
+       note=_TOOLS_NOTE, **_EX),
+    _O("--tools-runtime", "str", "server_tools_runtime", "experimental: run tools in a separate "
+       "runtime environment (default: none, use host environment)", hint="OPTION",
+       env="LLAMA_ARG_TOOLS_RUNTIME", tools={S}, status=UNSUP, note=_TOOLS_NOTE, **_EX),
+    _O("--mcp-servers-config", "str", "mcp_servers_config", "experimental: path to JSON file "
+       "with MCP server definitions (default: none)", hint="PATH",
+       env="LLAMA_ARG_MCP_SERVERS_CONFIG", tools={S}, status=UNSUP, note=_TOOLS_NOTE, **_EX),
+    _O("--mcp-servers-json", "str", "mcp_servers_json", "experimental: inline JSON with MCP "
+       "server definitions (default: none)", hint="JSON", env="LLAMA_ARG_MCP_SERVERS_JSON",
+       tools={S}, status=UNSUP, note=_TOOLS_NOTE, **_EX),
+    _O("-ag --agent", "bool", "agent", "whether to enable CORS proxy and all built-in tools - do "
+       "not enable in untrusted environments (default: disabled)", neg="-no-ag --no-agent",
+       env="LLAMA_ARG_AGENT", tools={S}, status=UNSUP, note=_TOOLS_NOTE, **_EX),
+    _O("--media-path", "str", "media_path", "directory for loading local media files (default: "
+       "disabled)", hint="PATH", tools={S}, status=UNSUP, note=_MTMD, **_EX),
+    _O("--models-preset", "str", "models_preset", "path to INI file containing model presets "
+       "for the router server (default: disabled)", hint="PATH", env="LLAMA_ARG_MODELS_PRESET",
+       tools={S}, status=UNSUP, note=_ROUTER, **_EX),
+    _O("--models-max", "int", "models_max", "for router server, maximum number of models to load "
+       "simultaneously (default: 4, 0 = unlimited)", env="LLAMA_ARG_MODELS_MAX", tools={S},
+       status=UNSUP, note=_ROUTER, **_EX),
+    _O("--models-autoload", "bool", "models_autoload", "for router server, whether to "
+       "automatically load models (default: enabled)", neg="--no-models-autoload",
+       env="LLAMA_ARG_MODELS_AUTOLOAD", tools={S}, status=UNSUP, note=_ROUTER, **_EX),
+    _O("--reasoning-effort", "str", "reasoning_effort", "reasoning effort level given to the chat "
+       "template: 'default' to keep the template default, or a level such as 'minimal', 'low', "
+       "'medium', 'high', 'xhigh' or 'max' (default: default)", hint="LEVEL",
+       env="LLAMA_ARG_REASONING_EFFORT", tools=SCCO, **_EX),
+    _O("--reasoning-budget-message", "str", "reasoning_budget_message", "message injected "
+       "before the end-of-thinking tag when reasoning budget is exhausted (default: none)",
+       hint="MESSAGE", env="LLAMA_ARG_THINK_BUDGET_MESSAGE", tools=SCCO, status=NOOP,
+       note=_REASON, **_EX),
+    _O("--reasoning-preserve", "bool", "reasoning_preserve", "preserve reasoning trace in the "
+       "full history, not just the last assistant message (default: enabled)",
+       neg="--no-reasoning-preserve", env="LLAMA_ARG_REASONING_PRESERVE", tools=SCCO, **_EX),
+    _O("--skip-chat-parsing", "bool", "skip_chat_parsing", "force a pure content parser, even if "
+       "a Jinja template is specified (default: disabled)", neg="--no-skip-chat-parsing",
+       env="LLAMA_ARG_SKIP_CHAT_PARSING", tools=SCCO, status=NOOP,
+       note="chat output is not parsed: content is returned as generated", **_EX),
+    _O("--prefill-assistant", "bool", "prefill_assistant", "whether to prefill the assistant's "
+       "response if the last message is an assistant message (default: prefill enabled)",
+       neg="--no-prefill-assistant", env="LLAMA_ARG_PREFILL_ASSISTANT", tools={S}, **_EX),
+    _O("-Cbd --spec-draft-cpu-mask-batch --cpu-mask-batch-draft", "str",
+       "speculative.cpu_mask_batch", "draft CPU affinity mask for batches", hint="M",
+       status=NOOP, note=_DRAFT_NOTE, **_SPEC),
+    _O("-Crbd --spec-draft-cpu-range-batch --cpu-range-batch-draft", "str",
+       "speculative.cpu_range_batch", "draft CPU range for batches", hint="lo-hi",
+       status=NOOP, note=_DRAFT_NOTE, group="speculative", tools={SP}),
+    _O("--spec-draft-cpu-strict-batch --cpu-strict-batch-draft", "int",
+       "speculative.cpu_strict_batch", "draft strict CPU placement for batches", hint="<0|1>",
+       status=NOOP, note=_DRAFT_NOTE, **_SPEC),
+    _O("--spec-draft-prio-batch --prio-batch-draft", "int", "speculative.prio_batch", "draft "
+       "thread priority for batches", hint="N", status=NOOP, note=_DRAFT_NOTE, **_SPEC),
+    _O("--spec-draft-poll-batch --poll-batch-draft", "int", "speculative.poll_batch", "draft "
+       "polling for batches", hint="<0|1>", status=NOOP, note=_DRAFT_NOTE, **_SPEC),
+    _O("--spec-ngram-map-k4v-size-n", "int", "speculative.ngram_map_k4v_size_n", "ngram-map-k4v: "
+       "length of lookup n-gram (default: 12)", status=UNSUP, note="this n-gram drafter",
+       **_SPEC),
+    _O("--spec-ngram-map-k4v-size-m", "int", "speculative.ngram_map_k4v_size_m", "ngram-map-k4v: "
+       "draft length (default: 48)", status=UNSUP, note="this n-gram drafter", **_SPEC),
+    _O("--spec-ngram-map-k4v-min-hits", "int", "speculative.ngram_map_k4v_min_hits",
+       "ngram-map-k4v: minimum hits (default: 1)", status=UNSUP, note="this n-gram drafter",
+       **_SPEC),
+    _O("--spec-ngram-size-n", "int", "speculative.ngram_simple_size_n", "old spelling of "
+       "--spec-ngram-simple-size-n", status=DEPR, note="use --spec-ngram-simple-size-n",
+       group="speculative", tools={S}),
+    _O("--spec-ngram-size-m", "int", "speculative.ngram_simple_size_m", "old spelling of "
+       "--spec-ngram-simple-size-m", status=DEPR, note="use --spec-ngram-simple-size-m",
+       group="speculative", tools={S}),
+    _O("--spec-ngram-min-hits", "int", "speculative.ngram_simple_min_hits", "old spelling of "
+       "--spec-ngram-simple-min-hits", status=DEPR, note="use --spec-ngram-simple-min-hits",
+       group="speculative", tools={S}),
+] + [
+    # presets: llama.cpp downloads the named model (and sets port/batch/context to match)
+    _O(name, "flag", "preset", f"use the {what} preset (downloads its weights)", tools=tools,
+       status=UNSUP, note=_DL, **_EX)
+    for name, what, tools in (
+        ("--embd-gemma-default", "EmbeddingGemma", {S}),
+        ("--fim-qwen-1.5b-default", "Qwen 2.5 Coder 1.5B", {S}),
+        ("--fim-qwen-3b-default", "Qwen 2.5 Coder 3B", {S}),
+        ("--fim-qwen-7b-default", "Qwen 2.5 Coder 7B", {S}),
+        ("--fim-qwen-7b-spec", "Qwen 2.5 Coder 7B + 0.5B draft", {S}),
+        ("--fim-qwen-14b-spec", "Qwen 2.5 Coder 14B + 0.5B draft", {S}),
+        ("--fim-qwen-30b-default", "Qwen 3 Coder 30B A3B", {S}),
+        ("--gpt-oss-20b-default", "gpt-oss-20b", {S, C}),
+        ("--gpt-oss-120b-default", "gpt-oss-120b", {S, C}),
+        ("--vision-gemma-4b-default", "Gemma 3 4B QAT", {S, C}),
+        ("--vision-gemma-12b-default", "Gemma 3 12B QAT", {S, C}))
 ]
 
 
@@ -1103,4 +1275,4 @@ def _postprocess(p: Params) -> None:
     if p.devices == "none":
         p.n_gpu_layers = "0"
     if p.speculative.model and not p.speculative.types:
-        p.speculative.types = ["draft-simple"]  # -md alone enables drafting (ARCHITECTURE 5)
+        p.speculative.types = ["draft-simple"]  # -md alone enables drafting (as older llama.cpp did; docs/architecture.md)

@@ -147,6 +147,7 @@ class Params:
     api_keys: list = field(default_factory=list)
     api_key_file: str = ""
     timeout: int = 3600
+    max_body_size: int = 32 << 20
     n_threads_http: int = -1
     sse_ping_interval: int = 30
     alias: str = ""
@@ -162,6 +163,21 @@ class Params:
     tags: str = ""
     reasoning_format: str = "auto"
     reasoning_budget: int = -1
+    reasoning_effort: str = "default"
+    reasoning_preserve: bool | None = None
+    prefill_assistant: bool = True
+    cors_origins: str = "*"
+    cors_methods: str = "GET, POST, DELETE, OPTIONS"
+    cors_headers: str = "*"
+    cors_credentials: bool = True
+    ui_config_json: str = ""
+    ui_mcp_proxy: bool = False
+    # embeddings, rerank, infill (server; llama-embedding)
+    embedding: bool = False
+    reranking: bool = False
+    pooling: str = ""               # "" = unspecified: the model's default
+    embd_normalize: int = 2
+    spm_infill: bool = False
     # perplexity
     ppl_stride: int = 0
     ppl_output_type: int = 0
@@ -198,6 +214,18 @@ class Params:
                     n_threads=self.n_threads if self.n_threads > 0 else None,
                     kv_k_center=K_CENTER[self.kv_k_center],
                     flash_attn=self.flash_attn != "off")
+
+    def template_kwargs(self) -> dict:
+        """Extra chat template variables: --chat-template-kwargs (a JSON object), then
+        --reasoning-effort (not 'default') and --reasoning-preserve as llama.cpp sets them in
+        default_template_kwargs (common/arg.cpp)."""
+        import json
+        kw = json.loads(self.chat_template_kwargs) if self.chat_template_kwargs else {}
+        if self.reasoning_effort != "default":
+            kw["reasoning_effort"] = self.reasoning_effort
+        if self.reasoning_preserve is not None:
+            kw["preserve_reasoning"] = self.reasoning_preserve
+        return kw
 
     def numerics_for(self, backend_name: str) -> str:
         """--numerics, else llama.cpp's arithmetic where llama.cpp's CPU outputs are the

@@ -54,15 +54,19 @@ class GenStats:
 
 def stream(ctx, model, prompt_ids: list[int], sampler, n_predict: int, on_piece: Callable,
            special: bool = False, antiprompts=(), ignore_eos: bool = False,
-           print_eog: bool = False) -> GenStats:
+           print_eog: bool = False, n_seen: int = 0) -> GenStats:
     """Generate after prompt_ids, calling on_piece with each token's piece as raw bytes (what
     llama.cpp writes; st.text is their UTF-8 decoding). The EOG token's piece is passed only with
-    print_eog; stops on a reverse prompt."""
+    print_eog; stops on a reverse prompt. The prompt tokens after the first n_seen (those the
+    sampler has not seen yet) are accepted into the sampler first, as llama.cpp's completion
+    loop and server slots (init_sampler) do, so penalties and DRY count them."""
     import codecs
     from pyllama.generate import generate
     st = GenStats(n_prompt=len(prompt_ids))
     dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
     eog = set(model.vocab.eog_ids)
+    for tok in prompt_ids[n_seen:]:
+        sampler.accept(tok)
     t = time.perf_counter()
     for i, tok in enumerate(generate(ctx, prompt_ids, sampler, n_predict=n_predict,
                                      stop_tokens=() if ignore_eos else eog)):
@@ -99,11 +103,13 @@ class ChatSession:
         self.model, self.ctx, self.params, self.sampler = model, ctx, params, sampler
         self.template = ChatTemplate.for_model(model.vocab, override=params.chat_template or None)
         self.messages: list[dict] = []
+        self.n_seen = 0     # conversation tokens the sampler has accepted (llama-completion)
         if params.system_prompt:
             self.messages.append({"role": "system", "content": params.system_prompt})
 
     def prompt_ids(self) -> list[int]:
-        text = self.template.apply(self.messages, add_generation_prompt=True)
+        text = self.template.apply(self.messages, add_generation_prompt=True,
+                                   **self.params.template_kwargs())
         vocab = self.model.vocab
         bos_text = vocab.token_to_piece(vocab.bos, True).decode("utf-8", "replace") \
             if getattr(vocab, "bos", -1) >= 0 else None
@@ -112,8 +118,15 @@ class ChatSession:
 
     def turn(self, user: str, on_text: Callable, n_predict: int) -> GenStats:
         self.messages.append({"role": "user", "content": user})
-        st = stream(self.ctx, self.model, self.prompt_ids(), self.sampler, n_predict, on_text,
-                    special=self.params.special, antiprompts=self.params.antiprompt)
+        ids = self.prompt_ids()
+        if self.params.tool == "cli":
+            # llama.cpp's llama-cli asks its in-process server: a fresh sampler per request
+            self.sampler.reset()
+            self.n_seen = 0
+        st = stream(self.ctx, self.model, ids, self.sampler, n_predict, on_text,
+                    special=self.params.special, antiprompts=self.params.antiprompt,
+                    n_seen=min(self.n_seen, len(ids)))
+        self.n_seen = len(ids) + len(st.tokens)
         self.messages.append({"role": "assistant", "content": st.text})
         return st
 

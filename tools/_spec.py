@@ -1,4 +1,4 @@
-"""Shared body of llama-speculative and llama-speculative-simple (§1.6, §3.1): target + drafter
+"""Shared body of llama-speculative and llama-speculative-simple (llama.cpp examples/speculative/speculative.cpp, examples/speculative-simple/speculative-simple.cpp): target + drafter
 (draft model, or n-gram lookup for -simple), the library's speculative loop, llama.cpp's output."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """llama-bench (tools/llama-bench/llama-bench.cpp): prompt-processing (pp), generation (tg) and
 combined (pp+tg) throughput over every combination of the given parameters, printed as llama.cpp
-does: a markdown table (default), csv, json, jsonl or sql (§1.7, §3.2). Own parser, not _args.
+does: a markdown table (default), csv, json, jsonl or sql (llama.cpp tools/llama-bench/llama-bench.cpp). Own parser, not _args.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""llama-cli: the chat front end (llama.cpp's current llama-cli, §1.4). Banner and model info, then
+"""llama-cli: the chat front end (llama.cpp's current llama-cli, tools/cli/cli.cpp). Banner and model info, then
 chat turns: -p is the first user message, further turns come from stdin; /exit, /regen, /clear,
 /read FILE; EOF or /exit ends with `Exiting...`. Timings after each answer unless
 --no-show-timings. Runs the library in-process (llama.cpp starts an in-process server instead).
@@ -27,7 +27,17 @@ COMMANDS = """available commands:
 """
 
 
+OLD_NO_CNV = ("-no-cnv", "--no-conversation")
+
+
 def run(argv) -> int:
+    if any(a in OLD_NO_CNV for a in argv):
+        # scripts from before llama-cli became chat-only: llama.cpp 0c1e570 rejects the flag
+        # (its completion mode moved to llama-completion); run that tool, saying so
+        from . import completion
+        print("llama-cli: -no-cnv/--no-conversation is an old spelling: running as "
+              "llama-completion (use llama-completion for raw completions)", file=sys.stderr)
+        return completion.run(argv)
     params = parse_or_exit(C, argv)
     from pyllama.errors import PyllamaError
     out = Output(params)

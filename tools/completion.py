@@ -1,6 +1,6 @@
 """llama-completion (llama.cpp's classic `main`): one-shot completion of -p/-f, interactive mode
 (-i/-if, --in-prefix/--in-suffix, -r), or conversation mode (-cnv; automatic when the model has a
-chat template, -no-cnv turns it off). Generated text on stdout, logs and timings on stderr (§1.5).
+chat template, -no-cnv turns it off). Generated text on stdout, logs and timings on stderr (llama.cpp tools/completion/completion.cpp).
 """
 from __future__ import annotations
 
@@ -79,11 +79,12 @@ def completion(params, model, ctx, sampler, out: Output):
     if params.display_prompt:
         out.raw(b"".join(model.token_to_piece(t, params.special) for t in ids))
     interactive = params.interactive or params.interactive_first
-    st = None
+    st, n_seen = None, 0    # n_seen: tokens the sampler has accepted
     if not params.interactive_first:
         st = stream(ctx, model, ids, sampler, _n_predict(params), out, params.special,
                     params.antiprompt, params.sampling.ignore_eos, params.special)
         ids = ids + st.tokens
+        n_seen = len(ids)
         _report_stop(st, out, interactive)
     while interactive:
         line = _read_user(out, params)
@@ -92,8 +93,9 @@ def completion(params, model, ctx, sampler, out: Output):
         text = params.input_prefix + line + params.input_suffix
         ids = ids + model.tokenize(text, add_special=params.input_prefix_bos, parse_special=False)
         st = stream(ctx, model, ids, sampler, _n_predict(params), out, params.special,
-                    params.antiprompt, params.sampling.ignore_eos, params.special)
+                    params.antiprompt, params.sampling.ignore_eos, params.special, n_seen=n_seen)
         ids = ids + st.tokens
+        n_seen = len(ids)
     return st or _empty_stats()
 
 

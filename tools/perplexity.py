@@ -1,6 +1,6 @@
 """llama-perplexity: perplexity of a text (-f) in llama.cpp's chunking, output and ± estimate;
 --kl-divergence-base FILE alone saves a `_logits_` base file, with --kl-divergence compares against
-one (KLD, Δp and same-top statistics). The maths lives in pyllama.perplexity (§3.3).
+one (KLD, Δp and same-top statistics). The maths lives in pyllama.perplexity (llama.cpp tools/perplexity/perplexity.cpp).
 """
 from __future__ import annotations
 

@@ -23,12 +23,13 @@ def to_config(params):
     from pyllama import models
     from pyllama.server import ServerConfig
     alias = params.alias
-    kwargs = json.loads(params.chat_template_kwargs) if params.chat_template_kwargs else {}
+    kwargs = params.template_kwargs()
     model_kw = {k: v for k, v in params.model_kwargs().items() if k != "n_threads"}
     return ServerConfig(
         model=models.resolve(params.model or None), host=params.hostname, port=params.port,
         alias=[a for a in (alias.split(",") if isinstance(alias, str) else alias or []) if a],
         api_keys=_api_keys(params), timeout=float(params.timeout), n_ctx=params.n_ctx,
+        max_body_size=_max_body_size(params.max_body_size),
         n_batch=params.n_batch, n_ubatch=params.n_ubatch, n_parallel=params.n_parallel,
         n_threads=params.n_threads if params.n_threads > 0 else None,
         swa_full=params.swa_full, swa_extra=params.swa_extra, type_k=params.cache_type_k,
@@ -44,8 +45,32 @@ def to_config(params):
         endpoint_props=params.endpoint_props, slot_save_path=params.slot_save_path or None,
         chat_template=params.chat_template or None, jinja=params.use_jinja,
         chat_template_kwargs=kwargs, api_prefix=params.api_prefix, ui=params.webui,
+        cors_origins=params.cors_origins, cors_methods=params.cors_methods,
+        cors_headers=params.cors_headers, cors_credentials=params.cors_credentials,
+        ui_config=_ui_config(params.ui_config_json),
+        prefill_assistant=params.prefill_assistant, flash_attn=params.flash_attn != "off",
         warmup=params.warmup, sse_ping_interval=float(params.sse_ping_interval),
+        embeddings=params.embedding or params.reranking,
+        pooling="rank" if params.reranking else (params.pooling or None),
+        embd_normalize=params.embd_normalize, spm_infill=params.spm_infill,
         model_params=model_kw, **_spec_and_checkpoints(params))
+
+
+def _ui_config(text: str):
+    """--ui-config(-file): a JSON object of Web UI defaults (llama.cpp fails the start on bad
+    JSON: 'failed to parse UI config')."""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"error: failed to parse UI config: {e}") from None
+
+
+def _max_body_size(value: int) -> int:
+    if value < 0:
+        raise SystemExit("error: --max-body-size must be >= 0 (0 = no limit)")
+    return value
 
 
 def _spec_and_checkpoints(params) -> dict:

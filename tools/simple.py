@@ -2,7 +2,7 @@
 
     llama-simple -m model.gguf [-n n_predict] [-ngl n_gpu_layers] [prompt words...]
 The first argument that is not one of these starts the prompt (default "Hello my name is").
-stdout: prompt pieces + generated pieces + newline; stderr: speed and perf lines (§1.8).
+stdout: prompt pieces + generated pieces + newline; stderr: speed and perf lines (llama.cpp examples/simple/simple.cpp).
 """
 from __future__ import annotations
 

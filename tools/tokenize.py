@@ -1,6 +1,6 @@
 """llama-tokenize: print the token ids (and pieces) of a prompt. Loads only the vocabulary.
 
-Output (stdout, §3.4): one `%6d -> '<piece>'` line per token, or `[id, id, ...]` with --ids, then
+Output (stdout, llama.cpp tools/tokenize/tokenize.cpp): one `%6d -> '<piece>'` line per token, or `[id, id, ...]` with --ids, then
 `Total number of tokens: N` with --show-count. -f reads the file verbatim (trailing newline kept).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""gemma2 (src/models/gemma2.cpp; LLAMACPP_INTERNALS §5.3).
+"""gemma2 (llama.cpp src/models/gemma2.cpp; hparams: src/llama-model.cpp `load_hparams`).
 
 Like Gemma 3 without Q/K norms, with attention logit softcapping (default 50) and final logit
 softcapping (default 30); SWA on even layers (pattern 2), window default 4096.

@@ -1,4 +1,4 @@
-"""gemma3 (src/models/gemma3.cpp; LLAMACPP_INTERNALS §5.1-5.2).
+"""gemma3 (llama.cpp src/models/gemma3.cpp; hparams: src/llama-model.cpp `load_hparams`).
 
 Scaled embeddings, Q/K per-head RMSNorm, sandwich norms, GELU-tanh gate, tied output, NEOX RoPE;
 interleaved SWA (pattern 6: layer il is global iff il % 6 == 5) with the local RoPE base on SWA

@@ -4,7 +4,7 @@ All activations are float32 numpy arrays in numpy order ([n_tokens, n_embd] etc.
 `Weight` objects made by `Backend.weight(tensor_info)`. KV caches are arrays the backend allocates
 (`alloc_kv`) and the KV bookkeeping (pyllama/kv) indexes by cell.
 
-Batch-invariance contract (ARCHITECTURE decision 6), binding on every backend:
+Batch-invariance contract (docs/architecture.md), binding on every backend:
 - a token's output row is computed by the same code with the same reduction order whatever the
   number of rows in the call; threads split rows/heads/tokens, never one reduction;
 - `attention` reads, for query i, exactly the cells kv_cells[q_start[i]:q_end[i]] in that order
@@ -181,10 +181,13 @@ class Backend(ABC):
 
     @abstractmethod
     def rope(self, x: np.ndarray, pos: np.ndarray, n_rot: int, base: float, freq_scale: float,
-             mode: int) -> np.ndarray:
+             mode: int, freq_factors: np.ndarray | None = None, ext_factor: float = 0.0,
+             attn_factor: float = 1.0, corr_dims: tuple[float, float] = (0.0, 0.0)) -> np.ndarray:
         """Rotary embedding of x [n, n_head, head_dim] at positions pos [n] (int32); the first
-        n_rot dims rotate, mode ROPE_NORM or ROPE_NEOX; theta_i = pos * freq_scale *
-        base^(-2i/n_rot)."""
+        n_rot dims rotate, mode ROPE_NORM or ROPE_NEOX; ggml_rope_ext: theta_e = pos *
+        base^(-2i/n_rot) / freq_factors[i] (f32 [n_rot/2], Llama 3 / LongRoPE), theta = freq_scale
+        * theta_e, mixed with theta_e by the YaRN ramp over corr_dims when ext_factor != 0 (then
+        mscale = attn_factor * (1 + 0.1 ln(1/freq_scale)), else attn_factor); cos/sin * mscale."""
 
     @abstractmethod
     def attention(self, q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,

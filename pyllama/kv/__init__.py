@@ -1,4 +1,4 @@
-"""KV memory: cells bookkeeping, the KV cache, the iSWA pair (LLAMACPP_INTERNALS §2-3).
+"""KV memory: cells bookkeeping, the KV cache, the iSWA pair (llama.cpp src/llama-kv-cells.h, llama-kv-cache.cpp, llama-kv-cache-iswa.cpp).
 
 How the Context drives it (one object for both cases, per-layer calls take the layer index):
 

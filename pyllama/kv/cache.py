@@ -1,4 +1,4 @@
-"""One KV cache: cells per stream + per-layer K/V buffers (llama.cpp `llama_kv_cache`, §2.4-2.9).
+"""One KV cache: cells per stream + per-layer K/V buffers (llama.cpp src/llama-kv-cache.cpp `llama_kv_cache`).
 
 Bookkeeping lives in `KVCells` (one per stream); the K/V arrays are only indexed by global cell
 (stream * n_cells + idx). With `alloc=None` the cache is bookkeeping only (tests, planning).
@@ -154,7 +154,7 @@ class KVCache:
 
     def _usable(self, cells: KVCells) -> np.ndarray:
         """Empty cells, plus single-owner cells masked for the owner's next position with the
-        retention window n_swa + swa_extra (ARCHITECTURE decision 10)."""
+        retention window n_swa + swa_extra (--swa-extra, docs/architecture.md)."""
         usable = cells.empty()
         if self.swa_type == SWA_NONE:
             return usable

@@ -1,4 +1,4 @@
-"""Cell bookkeeping of one KV stream (llama.cpp `llama_kv_cells`, LLAMACPP_INTERNALS §2.1).
+"""Cell bookkeeping of one KV stream (llama.cpp src/llama-kv-cells.h `llama_kv_cells`).
 
 No tensors: positions, accumulated shifts and sequence membership of `size` cells, held in
 numpy arrays so the slot search and the attention plan are a few vector operations.

@@ -1,5 +1,5 @@
 """Interleaved SWA memory: two KVCache instances, base (dense layers) and swa (window layers)
-(llama.cpp `llama_kv_cache_iswa`, LLAMACPP_INTERNALS §3). Same interface as KVCache; per-layer
+(llama.cpp src/llama-kv-cache-iswa.cpp `llama_kv_cache_iswa`). Same interface as KVCache; per-layer
 calls take the model layer index and go to the layer's cache."""
 from __future__ import annotations
 

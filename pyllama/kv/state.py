@@ -1,4 +1,4 @@
-"""Serialisation of one KVCache (llama.cpp `state_write` / `state_read`, LLAMACPP_INTERNALS §2.9).
+"""Serialisation of one KVCache (llama.cpp src/llama-kv-cache.cpp `state_write` / `state_read`).
 
 Layout (little-endian): u32 n_stream; per stream: u32 cell_count; per cell i32 pos, u32 n_seq,
 i32 seq ids; then u32 v_trans (0: V row-major), u32 n_layer; per layer i32 K type, u64 K row

@@ -1,4 +1,4 @@
-"""SWA predicates and cache geometry (LLAMACPP_INTERNALS §3.2, §3.4, §6 items 1-2; ARCHITECTURE 10)."""
+"""SWA predicates and cache geometry (llama.cpp src/llama-hparams.h `is_masked_swa`, src/llama-kv-cache-iswa.cpp constructor; --swa-extra: docs/architecture.md)."""
 from __future__ import annotations
 
 import numpy as np

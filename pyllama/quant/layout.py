@@ -61,6 +61,19 @@ _FIELDS = {
                     ("d", "<f2", 1)),
     GGMLType.Q8_K: (("d", "<f4", 1), ("qs", "i1", 256), ("bsums", "<i2", 16)),
     GGMLType.IQ4_NL: (("d", "<f2", 1), ("qs", "u1", 16)),
+    GGMLType.IQ2_XXS: (("d", "<f2", 1), ("qs", "<u2", 32)),
+    GGMLType.IQ2_XS: (("d", "<f2", 1), ("qs", "<u2", 32), ("scales", "u1", 8)),
+    GGMLType.IQ2_S: (("d", "<f2", 1), ("qs", "u1", 64), ("qh", "u1", 8), ("scales", "u1", 8)),
+    GGMLType.IQ3_XXS: (("d", "<f2", 1), ("qs", "u1", 96)),
+    GGMLType.IQ3_S: (("d", "<f2", 1), ("qs", "u1", 64), ("qh", "u1", 8), ("signs", "u1", 32),
+                     ("scales", "u1", 4)),
+    GGMLType.IQ1_S: (("d", "<f2", 1), ("qs", "u1", 32), ("qh", "<u2", 8)),
+    GGMLType.IQ1_M: (("qs", "u1", 32), ("qh", "u1", 16), ("scales", "u1", 8)),
+    GGMLType.IQ4_XS: (("d", "<f2", 1), ("scales_h", "<u2", 1), ("scales_l", "u1", 4),
+                      ("qs", "u1", 128)),
+    GGMLType.TQ1_0: (("qs", "u1", 48), ("qh", "u1", 4), ("d", "<f2", 1)),
+    GGMLType.TQ2_0: (("qs", "u1", 64), ("d", "<f2", 1)),
+    GGMLType.MXFP4: (("e", "u1", 1), ("qs", "u1", 16)),
 }
 
 BLOCK_LAYOUT: dict[GGMLType, BlockLayout] = {
@@ -74,6 +87,10 @@ VEC_DOT_TYPE: dict[GGMLType, GGMLType] = {
     GGMLType.Q4_1: GGMLType.Q8_1, GGMLType.Q5_1: GGMLType.Q8_1,
     GGMLType.Q2_K: GGMLType.Q8_K, GGMLType.Q3_K: GGMLType.Q8_K, GGMLType.Q4_K: GGMLType.Q8_K,
     GGMLType.Q5_K: GGMLType.Q8_K, GGMLType.Q6_K: GGMLType.Q8_K, GGMLType.IQ4_NL: GGMLType.Q8_0,
+    GGMLType.MXFP4: GGMLType.Q8_0, GGMLType.IQ4_XS: GGMLType.Q8_K,
+    GGMLType.IQ2_XXS: GGMLType.Q8_K, GGMLType.IQ2_XS: GGMLType.Q8_K, GGMLType.IQ2_S: GGMLType.Q8_K,
+    GGMLType.IQ3_XXS: GGMLType.Q8_K, GGMLType.IQ3_S: GGMLType.Q8_K, GGMLType.IQ1_S: GGMLType.Q8_K,
+    GGMLType.IQ1_M: GGMLType.Q8_K, GGMLType.TQ1_0: GGMLType.Q8_K, GGMLType.TQ2_0: GGMLType.Q8_K,
 }
 
 

@@ -1,6 +1,6 @@
 """numpy reference dequantizers for every supported ggml type (the oracle for all kernels).
 
-Mirrors `dequantize_row_*` in ggml-quants.c, vectorised over blocks: each function takes the
+Mirrors `dequantize_row_*` in ggml-quants.c (the IQ/TQ/MXFP4 types: iquants.py), vectorised over blocks: each function takes the
 block fields (layout.BLOCK_LAYOUT[type], as contiguous arrays [n_blocks, ...] by name) and returns
 float32 [n_blocks, block_elems]. Float operations happen in the same order as ggml's reference code so results are
 bit-identical to it (and to gguf.quants) without FMA contraction.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..gguf import GGMLType
+from . import iquants as iq
 from .iq4nl import dequantize_iq4_nl
 from .layout import BLOCK_LAYOUT, QK_K
 
@@ -153,7 +154,12 @@ _DEQUANT = {
     GGMLType.Q5_1: _deq_q5_1, GGMLType.Q8_0: _deq_q8_0, GGMLType.Q8_1: _deq_q8_1,
     GGMLType.Q2_K: _deq_q2_k, GGMLType.Q3_K: _deq_q3_k, GGMLType.Q4_K: _deq_q4_k,
     GGMLType.Q5_K: _deq_q5_k, GGMLType.Q6_K: _deq_q6_k, GGMLType.Q8_K: _deq_q8_k,
-    GGMLType.IQ4_NL: dequantize_iq4_nl,
+    GGMLType.IQ4_NL: dequantize_iq4_nl, GGMLType.IQ4_XS: iq.dequantize_iq4_xs,
+    GGMLType.IQ2_XXS: iq.dequantize_iq2_xxs, GGMLType.IQ2_XS: iq.dequantize_iq2_xs,
+    GGMLType.IQ2_S: iq.dequantize_iq2_s, GGMLType.IQ3_XXS: iq.dequantize_iq3_xxs,
+    GGMLType.IQ3_S: iq.dequantize_iq3_s, GGMLType.IQ1_S: iq.dequantize_iq1_s,
+    GGMLType.IQ1_M: iq.dequantize_iq1_m, GGMLType.TQ1_0: iq.dequantize_tq1_0,
+    GGMLType.TQ2_0: iq.dequantize_tq2_0, GGMLType.MXFP4: iq.dequantize_mxfp4,
 }
 
 
@@ -195,4 +201,5 @@ def dequantize(raw: np.ndarray, qtype, shape=None) -> np.ndarray:
         return bf16_to_f32(flat.view("<u2")).reshape(shape)
     blocks = flat.view(lay.dtype)
     fields = {name: np.ascontiguousarray(blocks[name]) for name, _, _ in lay.fields}
-    return _DEQUANT[qtype](fields).reshape(shape)
+    with np.errstate(over="ignore", invalid="ignore"):     # inf/NaN scales decode as in ggml
+        return _DEQUANT[qtype](fields).reshape(shape)

@@ -10,13 +10,14 @@ from typing import Any
 
 @dataclass
 class ServerConfig:
-    """Everything llama-server needs; defaults are llama.cpp's (LLAMACPP_INTERFACE.md §1.3)."""
+    """Everything llama-server needs; defaults are llama.cpp's (llama.cpp common/arg.cpp, common/common.h `common_params`)."""
     model: str | None = None
     alias: list[str] = field(default_factory=list)
     host: str = "127.0.0.1"
     port: int = 8080
     api_keys: list[str] = field(default_factory=list)
-    timeout: float = 3600.0
+    timeout: float = 3600.0          # -to: HTTP read/write timeout (idle half-open sockets close)
+    max_body_size: int = 32 << 20    # pyllama extension: request body limit in bytes, 0 = none
     # context
     n_ctx: int = 0                  # 0 = the model's training context
     n_batch: int = 2048
@@ -50,14 +51,19 @@ class ServerConfig:
     cors_methods: str = "GET, POST, DELETE, OPTIONS"
     cors_headers: str = "*"
     cors_credentials: bool = True
+    ui_config: dict | None = None    # --ui-config(-file): default Web UI settings, in /props
+    prefill_assistant: bool = True   # a trailing assistant message is continued, not closed
+    flash_attn: bool = True          # -fa: llama.cpp's flash-attention arithmetic (auto = on)
     api_prefix: str = ""
     ui: bool = True
-    embeddings: bool = False
-    reranking: bool = False
+    embeddings: bool = False        # --embeddings (and --rerank): the embedding endpoints
+    pooling: str | None = None      # --pooling; None: the model's default (pyllama.Context)
+    embd_normalize: int = 2         # --embd-normalize: common_embd_normalize of pooled vectors
+    spm_infill: bool = False        # --spm-infill: Suffix/Prefix/Middle order for /infill
     warmup: bool = True
     sse_ping_interval: float = 30.0
     model_params: dict = field(default_factory=dict)  # extra load_model kwargs (e.g. n_gpu_layers)
-    # speculative decoding (-md alone enables draft-simple, ARCHITECTURE decision 5)
+    # speculative decoding (-md alone enables draft-simple, docs/architecture.md)
     draft_model: str | None = None
     spec_types: list[str] = field(default_factory=list)   # --spec-type values ("none" ignored)
     spec_n_max: int = 3
@@ -77,7 +83,7 @@ class ServerConfig:
 
     @property
     def spec_draft(self) -> bool:
-        """Draft-model speculation: -md with no --spec-type (decision 5), or with draft-simple
+        """Draft-model speculation: -md with no --spec-type (as older llama.cpp), or with draft-simple
         among the types (an explicit `--spec-type none` turns it off)."""
         return bool(self.draft_model) and (not self.spec_types
                                            or "draft-simple" in self.spec_types)

@@ -1,7 +1,7 @@
 """Speculative decoding: drafts (draft model, n-gram lookup, self-draft) verified by the target.
 
 Greedy speculative output equals greedy plain output token for token, with bit-identical logits
-(the target's logits do not depend on the batch shape, ARCHITECTURE decision 6), with or without
+(the target's logits do not depend on the batch shape, docs/architecture.md), with or without
 swa_full; seeded sampling with the target's chain reproduces plain seeded sampling (each emitted token
 consumes one RNG draw from the same logits).
 """

@@ -1,4 +1,4 @@
-"""The draft -> verify -> accept -> rollback loop (LLAMACPP_INTERNALS §4.6-4.8).
+"""The draft -> verify -> accept -> rollback loop (llama.cpp examples/speculative/speculative.cpp, common/speculative.cpp `common_speculative_accept`).
 
 Two acceptance modes:
 - "chain" (llama-speculative-simple and the server): the target's full sampler chain is sampled at

@@ -1,6 +1,6 @@
 """Build the tokenizer of a GGUF vocab: a `tokenizers` splitter in front of our C merge step.
 
-ARCHITECTURE decision 2 keeps the `tokenizers` library for what it does well and fast: splitting
+pyllama keeps the `tokenizers` library (docs/architecture.md) for what it does well and fast: splitting
 out the added tokens (control/unknown ones as special tokens, split only when parsing special
 text; user-defined ones always; matched on the raw text like llama.cpp's tokenizer_st_partition)
 and, for BPE, the pre-tokenizer regexes. Its model is a one-entry WordLevel, so every other piece

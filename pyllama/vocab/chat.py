@@ -1,4 +1,4 @@
-"""Chat templates: tokenizer.chat_template rendered with jinja2 (ARCHITECTURE decision 3).
+"""Chat templates: tokenizer.chat_template rendered with jinja2 (docs/architecture.md, "Files and formats").
 
 Mirrors llama.cpp's `--jinja` path (common/chat.cpp + minja): an
 ImmutableSandboxedEnvironment with trim_blocks/lstrip_blocks and loop controls, the extras

@@ -1,4 +1,5 @@
-"""KVCache bookkeeping (LLAMACPP_INTERNALS §2.4-2.7, §3.4, §6 items 5-9, 15). No tensors unless
+"""KVCache bookkeeping (llama.cpp src/llama-kv-cache.cpp `find_slot`, `seq_*`, `update`;
+src/llama-hparams.h `is_masked_swa`). No tensors unless
 stated; each test runs in milliseconds."""
 import numpy as np
 import pytest

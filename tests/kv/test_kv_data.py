@@ -1,4 +1,4 @@
-"""KV caches with real arrays: state save/restore (§2.9, §6 item 14), K-shift (§2.7), stream
+"""KV caches with real arrays: state save/restore (`llama_kv_cache::state_write`/`state_read`), K-shift (`llama_kv_cache::update`), stream
 copies, clear."""
 import numpy as np
 import pytest

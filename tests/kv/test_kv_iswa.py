@@ -1,5 +1,5 @@
-"""iSWA retention on Gemma 3 270M geometry (LLAMACPP_INTERNALS §3.5-3.6, §4.9, §6 items 8-13) and
-swa_extra (ARCHITECTURE decision 10). Bookkeeping only."""
+"""iSWA retention on Gemma 3 270M geometry (llama.cpp src/llama-kv-cache.cpp `find_slot`,
+`seq_pos_min`) and swa_extra (docs/architecture.md). Bookkeeping only."""
 import copy
 
 import numpy as np
@@ -113,7 +113,7 @@ def test_iswa_seq_ops_route_to_both():
     assert mem.used_cells() == 0 and mem.seq_pos_max(0) == -1
 
 
-# -- swa_extra (decision 10) -----------------------------------------------------------------
+# -- swa_extra (docs/architecture.md) -----------------------------------------------------------------
 
 def two_seq_cache(swa_extra, n_ctx=8192):
     return gemma(n_ubatch=512, swa_extra=swa_extra, n_ctx=n_ctx, n_seq_max=2, kv_unified=True)

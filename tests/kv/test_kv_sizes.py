@@ -1,11 +1,12 @@
-"""Cache geometry: LLAMACPP_INTERNALS §3.2, §6 items 1-4, reference README "Memory", decision 10."""
+"""Cache geometry: llama.cpp src/llama-kv-cache-iswa.cpp constructor sizes as measured on
+0c1e570, and --swa-extra (docs/architecture.md)."""
 import pytest
 
 from pyllama.kv import ISWACache, KVCache, cache_sizes, make_memory
 
 from kvsupport import gemma270m_layout
 
-# llama.cpp 0c1e570 on gemma-3-270m (shared/reference/README.md "Memory"):
+# llama.cpp 0c1e570 on gemma-3-270m (its memory breakdown log lines):
 # (n_ctx, n_ubatch, n_seq_max, kv_unified, swa_full) -> (n_ctx, base cells, swa cells, n_stream, can_shift)
 REFERENCE = [
     ((4096, 512, 1, False, False), (4096, 4096, 1024, 1, False)),

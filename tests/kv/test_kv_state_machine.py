@@ -99,7 +99,7 @@ TestMultiStream = MultiStreamMachine.TestCase
 class ISWAExtraMachine(RuleBasedStateMachine):
     """Two sequences sharing a unified iSWA cache small enough to recycle (256 SWA cells, n_swa 8;
     4096 base cells).
-    Decision 10: a cell is recycled only when masked for its owner's next position with window
+    --swa-extra (docs/architecture.md): a cell is recycled only when masked for its owner's next position with window
     n_swa + N, so while a sequence sits at most N below the highest pos_max it ever had, the
     window of its next token is complete."""
 

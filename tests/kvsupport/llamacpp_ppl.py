@@ -3,7 +3,7 @@ llama.cpp column of docs/kv_cache_types.md was measured). Reproduces llama-perpl
 chunks of -c tokens, BOS in front when the vocab adds it, the second half of each chunk scored,
 --nseq chunks per decode as separate sequences in a unified cache (llama-perplexity's default
 n_batch 2048 gives 4 at -c 512). With f16 K/V it gives 6.1921 on Qwen2.5-Coder 0.5B, c512, 4
-chunks: shared/reference/perplexity.json's figure.
+chunks: tests/data/perplexity.json's figure.
 
     PYTHONPATH=/path/to/llama_cpp python tests/kvsupport/llamacpp_ppl.py -m MODEL \
         -f tests/data/GPL-3.txt -c 512 --chunks 4 --nseq 4 -ctk 8 -ctv 8

@@ -268,7 +268,7 @@ def test_parallel_requests_batch_together_and_match_sequential(client, server):
         t.start()
     for t in threads:
         t.join()
-    assert out == ref  # results do not depend on batching (ARCHITECTURE decision 6)
+    assert out == ref  # results do not depend on batching (docs/architecture.md)
 
 
 def test_disconnect_cancels_the_task(client, server):

@@ -129,7 +129,7 @@ def test_incompatible_draft_runs_without_speculation(models, gemma_path):
 
 
 def test_flags_map_to_the_config(tiny_model_path):
-    """-md alone enables draft-simple (ARCHITECTURE decision 5); --spec-type none turns it off;
+    """-md alone enables draft-simple (as older llama.cpp; docs/architecture.md); --spec-type none turns it off;
     ngram-simple needs no draft model; -ctxcp/-cms reach the config."""
     import importlib
 

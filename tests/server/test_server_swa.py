@@ -1,5 +1,5 @@
 """Prompt-cache reuse on a sliding-window model with a small SWA cache: reusing a prefix never
-changes the result (ARCHITECTURE decision 6); a rollback past the window re-processes."""
+changes the result (docs/architecture.md); a rollback past the window re-processes."""
 import httpx
 import pytest
 

@@ -1,5 +1,5 @@
-"""Tools on the bundled real models against llama.cpp's reference figures (copied into
-tests/data/tools/ from shared/reference): perplexity of the GPL-3 text and KLD against a
+"""Tools on the bundled real models against llama.cpp's reference figures (recorded with
+llama.cpp 0c1e570, tests/data/tools/): perplexity of the GPL-3 text and KLD against a
 llama.cpp `_logits_` base file."""
 import gzip
 import io
@@ -19,7 +19,7 @@ GPL3 = os.path.join(DATA, "gpl3-head.txt")   # first 14000 bytes of texts/GPL-3.
                                           ("qwen2.5-coder-0.5b", "6.1921", "0.42472")])
 def test_perplexity_is_llama_cpps(tool, alias, ppl, err):
     """`llama-perplexity -c 512 --chunks 4` prints llama.cpp 0c1e570's own estimate
-    (shared/reference/perplexity.json), digit for digit: its default -fa auto means flash
+    (tests/data/perplexity.json), digit for digit: its default -fa auto means flash
     attention on the CPU, whose arithmetic numerics='llama.cpp' reproduces."""
     path = real_model_path_or_skip(alias)
     r = tool("perplexity", "-m", path, "-f", GPL3, "-c", "512", "--chunks", "4", "-t", "2",

@@ -1,5 +1,5 @@
-"""llama-tokenize end to end: flags, output format (§3.4), errors, and llama.cpp's ids on the real
-vocabularies (tests/data/tools/tokenize-cases.json, copied from shared/reference)."""
+"""llama-tokenize end to end: flags, output format (llama.cpp tools/tokenize/tokenize.cpp), errors, and llama.cpp's ids on the real
+vocabularies (tests/data/tools/tokenize-cases.json, from tests/data/tokenize-*.json)."""
 import json
 import os
 

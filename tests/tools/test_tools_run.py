@@ -80,6 +80,18 @@ def test_completion_one_shot_greedy(tool, tiny):
     assert "eval time" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_cli_no_cnv_runs_as_completion(tool, tiny):
+    """Old `llama-cli ... -no-cnv` scripts: llama-completion's output, with one line saying so
+    (llama.cpp 0c1e570's llama-cli rejects the flag)."""
+    args = ("-m", tiny, "-p", "the cat", "-n", "8", "--temp", "0", "-c", "256")
+    want = tool("completion", *args, "-no-cnv")
+    for spelling in ("-no-cnv", "--no-conversation"):
+        r = tool("cli", *args, spelling)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == want.stdout
+        assert r.stderr.count("running as llama-completion") == 1
+
+
 def test_completion_reverse_prompt_and_no_display(tool, tiny):
     model, ids, gen = _greedy(tiny, "the cat", 8)
     pieces = [model.token_to_piece(t, False) for t in gen]

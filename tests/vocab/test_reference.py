@@ -1,5 +1,5 @@
-"""The tokenizer against llama.cpp's own output on the two real models (tests/data copies of
-shared/reference/tokenize-*.json): every case, every variant, identical."""
+"""The tokenizer against llama.cpp's own output on the two real models (tests/data/tokenize-*.json,
+recorded with llama.cpp 0c1e570): every case, every variant, identical."""
 import pytest
 
 from vocabsupport import load_data

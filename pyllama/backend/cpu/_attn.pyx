@@ -13,7 +13,7 @@ for those heads. For every (query, head) pair the arithmetic is fixed, whatever 
 Lanes follow the list index, i.e. the position when the visible positions start at a multiple of
 8 (always true without a sliding window); llama.cpp aligns them to the cell index.
 So a query's output is bit-identical whatever the other queries in the call, the head grouping
-and the number of threads (ARCHITECTURE decision 6). Unlisted cells are never read.
+and the number of threads (docs/architecture.md). Unlisted cells are never read.
 With AVX-512 the same lanes run two cells (q.k) or two heads (p.v) per 512-bit register, q is
 rounded once per task and each V slice is converted once for the task's 4 heads: same bits.
 """

@@ -19,7 +19,7 @@ attention, per (query, head):
   3. p_j = exp(s_j - max) (8-lane exp), sum in double; out = (sum_j p_j v_j) / sum with V rows
      dequantized to f32 exactly (dequantize_row_*) and each output lane one FMA chain over j.
 Every (query, head) pair is computed alone, so results do not depend on the other queries, the
-thread count or the split (ARCHITECTURE decision 6). The integer dots are exact, so the portable
+thread count or the split (docs/architecture.md). The integer dots are exact, so the portable
 path gives the same scores as the AVX2 one; only its exp differs.
 """
 import numpy as np

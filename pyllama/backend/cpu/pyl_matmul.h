@@ -1,6 +1,6 @@
 /* Quantized mat-vec / mat-mat kernels (llama.cpp numerics), used by _matmul.pyx.
  *
- * Plan (ARCHITECTURE decisions 6-7):
+ * Plan (batch invariance: docs/architecture.md, docs/numerics.md):
  * - activations x [n, k] f32 are quantized once per call into the weight type's vec_dot type
  *   (q8_0 / q8_1 for 32-blocks, q8_K for K-quants, f16/bf16/f32 for float weights);
  * - a tile of PYL_R weight rows is decoded once into a per-thread scratch ("decoded rows":
