@@ -18,7 +18,8 @@ from .hparams import HParams
 
 class Graph:
     def __init__(self, backend: Backend, hp: HParams, memory, ubatch, out_idx: np.ndarray,
-                 numerics: str = "invariant", flash_attn: bool = False):
+                 numerics: str = "invariant", flash_attn: bool = False,
+                 want_logits: bool = True):
         self.be = backend
         self.llama_cpp = numerics == "llama.cpp"    # llama.cpp's row-count dependent kernels
         self.flash_attn = flash_attn                # with llama_cpp: its flash-attention kernels
@@ -29,6 +30,8 @@ class Graph:
         self.tokens = ubatch.tokens
         self.pos = np.ascontiguousarray(ubatch.pos, dtype=np.int32)
         self.out_idx = out_idx            # int32[n_out]: ubatch rows whose logits are wanted
+        self.want_logits = want_logits    # False: the forward pass stops after result_norm
+        self.embd = None                  # [n_out, n_embd] result_norm rows (llama.cpp t_embd)
         memory.apply_ubatch(ubatch)
         self._ubatch = ubatch
 
@@ -144,6 +147,10 @@ class Graph:
         return llama_cpp_numerics.attention(self.be, *args, flash_attn=self.flash_attn, view=view)
 
     # -- outputs ------------------------------------------------------------------------
+    def result_norm(self, x: np.ndarray) -> None:
+        """The final-norm hidden states of the output rows (the Context pools them)."""
+        self.embd = x
+
     def select_outputs(self, x: np.ndarray) -> np.ndarray:
         """Keep only the rows whose logits are wanted (llama.cpp does this at the last layer)."""
         if len(self.out_idx) == x.shape[0]:

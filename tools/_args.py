@@ -689,6 +689,9 @@ OPTIONS += [
        "none)", hint="FNAME", env="LLAMA_ARG_API_KEY_FILE", tools={S}, **_EX),
     _O("-to --timeout", "int", "timeout", "server read/write timeout in seconds (default: 3600)",
        env="LLAMA_ARG_TIMEOUT", tools={S}, **_EX),
+    _O("--max-body-size", "int", "max_body_size", "pyllama extension: largest request body in "
+       "bytes; a larger one gets 413 (default: 33554432 = 32 MiB, 0 = no limit)",
+       env="LLAMA_ARG_MAX_BODY_SIZE", tools={S}, **_EX),
     _O("--threads-http", "int", "n_threads_http", "number of threads used to process HTTP "
        "requests (default: -1)", env="LLAMA_ARG_THREADS_HTTP", tools={S}, status=NOOP,
        note="requests are served by one asyncio loop", **_EX),
@@ -743,14 +746,18 @@ OPTIONS += [
     _O("--ssl-cert-file", "str", "ssl_file_cert", "PEM-encoded SSL certificate", hint="FNAME",
        env="LLAMA_ARG_SSL_CERT_FILE", tools={S}, status=UNSUP, note="TLS", **_EX),
     _O("--embedding --embeddings", "flag", "embedding", "restrict to only support embedding use "
-       "case", env="LLAMA_ARG_EMBEDDINGS", tools={S}, status=UNSUP, note="embeddings", **_EX),
-    _O("--rerank --reranking", "flag", "reranking", "enable reranking endpoint on server",
-       env="LLAMA_ARG_RERANKING", tools={S}, status=UNSUP, note="reranking", **_EX),
-    _O("--pooling", "enum", "pooling", "pooling type for embeddings",
-       choices=("none", "mean", "cls", "last", "rank"), env="LLAMA_ARG_POOLING", tools={S},
-       status=UNSUP, note="embeddings", **_EX),
-    _O("--spm-infill", "flag", "spm_infill", "use Suffix/Prefix/Middle pattern for infill",
-       tools={S}, status=UNSUP, note="infill", **_EX),
+       "case; use only with dedicated embedding models (default: disabled)",
+       env="LLAMA_ARG_EMBEDDINGS", tools={S}, **_EX),
+    _O("--rerank --reranking", "flag", "reranking", "enable reranking endpoint on server "
+       "(default: disabled)", env="LLAMA_ARG_RERANKING", tools={S}, **_EX),
+    _O("--pooling", "enum", "pooling", "pooling type for embeddings, use model default if "
+       "unspecified", choices=("none", "mean", "cls", "last", "rank"), env="LLAMA_ARG_POOLING",
+       tools={S}, **_EX),
+    _O("--embd-normalize", "int", "embd_normalize", "normalisation for embeddings (default: 2) "
+       "(-1=none, 0=max absolute int16, 1=taxicab, 2=euclidean, >2=p-norm)", tools={S}, **_EX),
+    _O("--spm-infill", "flag", "spm_infill", "use Suffix/Prefix/Middle pattern for infill "
+       "(instead of Prefix/Suffix/Middle) as some models prefer this. (default: disabled)",
+       tools={S}, **_EX),
     _O("--sleep-idle-seconds", "int", "sleep_idle_seconds", "unload the model after N idle "
        "seconds (default: -1 = never)", tools={S}, status=UNSUP, note="idle unloading", **_EX),
     _O("--models-dir", "str", "models_dir", "directory of models for router mode", hint="PATH",
@@ -840,11 +847,8 @@ OPTIONS += [
        hint="FNAME", tools={C}, status=UNSUP, note="conversation transcript files", **_EX),
     _O("-dr --docker-repo", "str", "docker_repo", "Docker Hub model repository",
        hint="[<repo>/]<model>[:quant]", env="LLAMA_ARG_DOCKER_REPO", status=UNSUP, note=_DL),
-    _O("--embd-normalize", "int", "embd_normalize", "normalisation for embeddings (default: 2) "
-       "(-1=none, 0=max absolute int16, 1=taxicab, 2=euclidean, >2=p-norm)", tools={S},
-       status=NOOP, note="no embeddings are served", **_EX),
     _O("--cors-origins", "str", "cors_origins", "comma-separated list of allowed origins for CORS "
-       "(default: localhost)\nif set to special value 'localhost', reflect the Origin header only "
+       "(default: *)\nif set to special value 'localhost', reflect the Origin header only "
        "if it is localhost", hint="ORIGINS", env="LLAMA_ARG_CORS_ORIGINS", tools={S}, **_EX),
     _O("--cors-methods", "str", "cors_methods", "comma-separated list of allowed methods for "
        "CORS (default: GET, POST, DELETE, OPTIONS)", hint="METHODS",
@@ -863,7 +867,7 @@ OPTIONS += [
     _O("--ui-mcp-proxy --webui-mcp-proxy", "bool", "ui_mcp_proxy", "experimental: whether to "
        "enable MCP CORS proxy - do not enable in untrusted environments (default: disabled)",
        neg="--no-ui-mcp-proxy --no-webui-mcp-proxy", env="LLAMA_ARG_UI_MCP_PROXY", tools={S},
-       status=UNSUP, note="the /cors-proxy MCP proxy", **_EX),
+       **_EX),
     _O("--tools", "str", "server_tools", "experimental: built-in tools for AI agents (default: no "
        "tools)", hint="TOOL1,TOOL2,...", env="LLAMA_ARG_TOOLS", tools={S}, status=UNSUP,
        note=_TOOLS_NOTE, **_EX),

@@ -57,6 +57,9 @@ def moe_ffn(g, L, hp: HParams, x: np.ndarray, *, norm_w: bool = True) -> np.ndar
 def output(g, w, hp: HParams, x: np.ndarray) -> np.ndarray:
     """Final norm and the vocabulary projection (tied to token_embd when output is absent)."""
     x = g.rms_norm(x, w.output_norm)
+    g.result_norm(x)          # llama.cpp's t_embd (the embeddings of Context(embeddings=True))
+    if not g.want_logits:
+        return None
     logits = g.matmul(w.output if w.output is not None else w.token_embd, x)
     if hp.f_final_logit_softcapping > 0:
         logits = g.softcap(logits, hp.f_final_logit_softcapping)

@@ -26,7 +26,9 @@ def serve(cfg: ServerConfig) -> int:
     uds = cfg.host if cfg.host.endswith(".sock") else None   # llama.cpp: a UNIX socket path
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, uds=uds, log_level="warning",
                             access_log=False, timeout_graceful_shutdown=3,
-                            lifespan="off", ws="none", server_header=False)
+                            lifespan="off", ws="none", server_header=False,
+                            date_header=False,   # cpp-httplib sends no Date either
+                            http=read_timeout_protocol(cfg.timeout))
     server = _Uvicorn(config)
     engine.on_fatal = lambda: setattr(server, "should_exit", True)
     if cfg.port == 8080:
@@ -79,3 +81,43 @@ class _Uvicorn:
                 get_logger("server").info("srv  operator(): received signal, shutting down")
                 super().handle_exit(sig, frame)
         return Server(config)
+
+
+def read_timeout_protocol(timeout: float):
+    """uvicorn's h11 protocol with llama.cpp's read timeout (-to, httplib's set_read_timeout): a
+    connection whose request is incomplete (headers or body still arriving, or nothing sent yet)
+    and that receives nothing for `timeout` seconds is closed. A request being answered is not
+    affected; an idle keep-alive connection closes after uvicorn's keep-alive timeout (5 s, as
+    httplib's)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class ReadTimeoutProtocol(H11Protocol):
+        _read_timer = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._arm()
+
+        def connection_lost(self, exc) -> None:
+            if self._read_timer is not None:
+                self._read_timer.cancel()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self._read_timer is not None:
+                self._read_timer.cancel()
+            if timeout > 0:
+                self._read_timer = self.loop.call_later(timeout, self._read_timed_out)
+
+        def _read_timed_out(self) -> None:
+            self._read_timer = None
+            cycle = self.cycle
+            reading = cycle is None or cycle.response_complete or cycle.more_body
+            if reading and not self.transport.is_closing():
+                self.transport.close()
+
+    return ReadTimeoutProtocol
