@@ -70,7 +70,7 @@ setup(
         "pyllama", "pyllama.gguf", "pyllama.quant", "pyllama.backend", "pyllama.backend.cpu",
         "pyllama.backend.cuda", "pyllama.kv", "pyllama.arch", "pyllama.vocab",
         "pyllama.sampling", "pyllama.grammar", "pyllama.speculative", "pyllama.server", "pyllama.tools",
-        "pyllama._cuda",
+        "pyllama._cuda", "pyllama.llama_cpp",
     ],
     package_dir={"pyllama.tools": "tools", "pyllama._cuda": "cuda"},
     package_data={"pyllama._cuda": ["*.cu", "*.cuh", "*.fatbin"],

@@ -27,9 +27,15 @@ def __getattr__(name):
     if name in ("Grammar", "json_schema_to_gbnf"):
         from . import grammar
         return getattr(grammar, name)
+    if name in _LLAMA_CPP_NAMES:       # llama-cpp-python's high-level API (pyllama.llama_cpp)
+        from . import llama_cpp
+        return getattr(llama_cpp, name)
     raise AttributeError(f"module 'pyllama' has no attribute {name!r}")
 
 
+_LLAMA_CPP_NAMES = ("Llama", "LlamaGrammar", "LlamaPromptLookupDecoding", "LlamaRAMCache",
+                    "LlamaDiskCache", "LlamaCache", "LlamaState")
+
 __all__ = ["load_model", "Model", "Context", "Batch", "PyllamaError", "GgufError", "ModelError",
            "ContextError", "GrammarError", "Grammar", "json_schema_to_gbnf", "models",
-           "__version__"]
+           "__version__", *_LLAMA_CPP_NAMES]

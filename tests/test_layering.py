@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (module prefix, layer); the longest matching prefix wins
 LAYERS = [
     ("pyllama.tools", 9), ("pyllama.__main__", 9), ("pyllama.synthetic", 9),
-    ("pyllama.server", 8),
+    ("pyllama.server", 8), ("pyllama.llama_cpp", 8),
     ("pyllama.speculative", 7), ("pyllama.generate", 7), ("pyllama.perplexity", 7),
     ("pyllama.embedding", 7),
     ("pyllama.sampling", 6), ("pyllama.grammar", 6),

@@ -849,11 +849,8 @@ OPTIONS += [
        hint="FNAME", tools={C}, status=UNSUP, note="conversation transcript files", **_EX),
     _O("-dr --docker-repo", "str", "docker_repo", "Docker Hub model repository",
        hint="[<repo>/]<model>[:quant]", env="LLAMA_ARG_DOCKER_REPO", status=UNSUP, note=_DL),
-    _O("--embd-normalize", "int", "embd_normalize", "normalisation for embeddings (default: 2) "
-       "(-1=none, 0=max absolute int16, 1=taxicab, 2=euclidean, >2=p-norm)", tools={S},
-       status=NOOP, note="no embeddings are served", **_EX),
     _O("--cors-origins", "str", "cors_origins", "comma-separated list of allowed origins for CORS "
-       "(default: localhost)\nif set to special value 'localhost', reflect the Origin header only "
+       "(default: *)\nif set to special value 'localhost', reflect the Origin header only "
        "if it is localhost", hint="ORIGINS", env="LLAMA_ARG_CORS_ORIGINS", tools={S}, **_EX),
     _O("--cors-methods", "str", "cors_methods", "comma-separated list of allowed methods for "
        "CORS (default: GET, POST, DELETE, OPTIONS)", hint="METHODS",
@@ -872,7 +869,7 @@ OPTIONS += [
     _O("--ui-mcp-proxy --webui-mcp-proxy", "bool", "ui_mcp_proxy", "experimental: whether to "
        "enable MCP CORS proxy - do not enable in untrusted environments (default: disabled)",
        neg="--no-ui-mcp-proxy --no-webui-mcp-proxy", env="LLAMA_ARG_UI_MCP_PROXY", tools={S},
-       status=UNSUP, note="the /cors-proxy MCP proxy", **_EX),
+       **_EX),
     _O("--tools", "str", "server_tools", "experimental: built-in tools for AI agents (default: no "
        "tools)", hint="TOOL1,TOOL2,...", env="LLAMA_ARG_TOOLS", tools={S}, status=UNSUP,
        note=_TOOLS_NOTE, **_EX),

@@ -27,6 +27,7 @@ def serve(cfg: ServerConfig) -> int:
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, uds=uds, log_level="warning",
                             access_log=False, timeout_graceful_shutdown=3,
                             lifespan="off", ws="none", server_header=False,
+                            date_header=False,   # cpp-httplib sends no Date either
                             http=read_timeout_protocol(cfg.timeout))
     server = _Uvicorn(config)
     engine.on_fatal = lambda: setattr(server, "should_exit", True)

@@ -9,7 +9,6 @@ import asyncio
 import gc
 import hmac
 import os
-import re
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..log import get_logger
+from . import cors_proxy
 from . import embeddings as E
 from . import schemas as S
 from .chat import ToolCallStream, parse_tool_calls, render_chat
@@ -71,7 +71,8 @@ class Gate:
         async def send_wrapped(msg):
             if msg["type"] == "http.response.start":
                 status[0] = msg["status"]
-                msg = {**msg, "headers": list(msg.get("headers", [])) + cors}
+                msg = {**msg, "headers": [(wire_name(k), v) for k, v in
+                                          list(msg.get("headers", [])) + cors]}
             await send(msg)
 
         early = self._precheck(method, path, headers)
@@ -125,16 +126,41 @@ class Gate:
         return key_matches(key, self.cfg.api_keys)
 
     def _cors(self, origin: str) -> list[tuple[bytes, bytes]]:
+        """llama.cpp's pre-routing CORS: '*' with credentials echoes the Origin, 'localhost'
+        echoes only a localhost origin (else no header), anything else is sent as given."""
         allowed = self.cfg.cors_origins
+        out = [(b"Server", b"llama.cpp")]
         if allowed == "*" and self.cfg.cors_credentials:
             value = origin
         elif allowed == "localhost":
-            host = re.sub(r"^[a-z]+://", "", origin).rsplit(":", 1)[0].strip("[]")
-            value = origin if host in ("localhost", "127.0.0.1", "::1") else ""
+            if not _origin_is_localhost(origin):
+                if origin:
+                    log.warning(f"srv  operator(): (CORS) skip non-localhost origin: {origin}")
+                return out
+            value = origin
         else:
             value = allowed
-        return [(b"server", b"llama.cpp"),
-                (b"access-control-allow-origin", value.encode("latin-1"))]
+        return out + [(b"Access-Control-Allow-Origin", value.encode("latin-1"))]
+
+
+def _origin_is_localhost(origin: str) -> bool:
+    """The Origin's host is localhost, 127.0.0.1 or ::1, any port (an http(s) URL only, as
+    llama.cpp's common_http_parse_url requires)."""
+    try:
+        return cors_proxy.target(origin)[1] in ("localhost", "127.0.0.1", "::1")
+    except ValueError:
+        return False
+
+
+_WIRE_SPECIAL = {b"etag": b"ETag", b"www-authenticate": b"WWW-Authenticate"}
+
+
+def wire_name(name: bytes) -> bytes:
+    """A response header name as llama.cpp's cpp-httplib writes it (Content-Type,
+    Access-Control-Allow-Origin, Process-Start-Time-Unix): starlette lower-cases the names it
+    builds and h11 sends them as given, and clients exist that compare case-sensitively."""
+    low = name.lower()
+    return _WIRE_SPECIAL.get(low) or b"-".join(p[:1].upper() + p[1:] for p in low.split(b"-"))
 
 
 class Server:
@@ -210,7 +236,7 @@ class Server:
                 "ui_settings": self.cfg.ui_config or {}, "chat_template": self._template_source(),
                 "chat_template_caps": {}, "bos_token": piece(getattr(v, "bos", -1)),
                 "eos_token": piece(getattr(v, "eos", -1)), "build_info": S.BUILD_INFO,
-                "is_sleeping": False, "cors_proxy_enabled": False}
+                "is_sleeping": False, "cors_proxy_enabled": self.cfg.ui_mcp_proxy}
 
     def _template_source(self) -> str:
         try:
@@ -732,6 +758,7 @@ def create_app(cfg, engine: Engine) -> Gate:
         Route("/v1/chat/completions", s.chat, methods=post),
         Route("/chat/completions/input_tokens", s.input_tokens, methods=post),
         Route("/v1/chat/completions/input_tokens", s.input_tokens, methods=post),
+        Route("/cors-proxy", cors_proxy.make_handler(cfg.ui_mcp_proxy), methods=["GET", "POST"]),
         Route("/embedding", s.embeddings, methods=post),
         Route("/embeddings", s.embeddings, methods=post),
         Route("/v1/embeddings", s.embeddings_oai, methods=post),
