@@ -63,14 +63,15 @@ EXTENSIONS = [
     ext("pyllama.backend.cpu._attn_q", "pyllama/backend/cpu/_attn_q.pyx"),
     ext("pyllama.backend.cpu._compat", "pyllama/backend/cpu/_compat.pyx"),
     ext("pyllama.vocab._merge", "pyllama/vocab/_merge.pyx"),
+    ext("pyllama.grammar._filter", "pyllama/grammar/_filter.pyx"),
 ]
 
 setup(
     packages=[
         "pyllama", "pyllama.gguf", "pyllama.quant", "pyllama.backend", "pyllama.backend.cpu",
         "pyllama.backend.cuda", "pyllama.kv", "pyllama.arch", "pyllama.vocab",
-        "pyllama.sampling", "pyllama.speculative", "pyllama.server", "pyllama.tools",
-        "pyllama._cuda",
+        "pyllama.sampling", "pyllama.grammar", "pyllama.speculative", "pyllama.server", "pyllama.tools",
+        "pyllama._cuda", "pyllama.llama_cpp",
     ],
     package_dir={"pyllama.tools": "tools", "pyllama._cuda": "cuda"},
     package_data={"pyllama._cuda": ["*.cu", "*.cuh", "*.fatbin"],

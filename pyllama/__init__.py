@@ -9,7 +9,7 @@ _omp.configure()        # OpenMP wait policy, before any CPU kernel loads (pylla
 
 __version__ = "0.1.0"
 
-from .errors import PyllamaError, GgufError, ModelError, ContextError  # noqa: E402
+from .errors import PyllamaError, GgufError, ModelError, ContextError, GrammarError  # noqa: E402
 from . import models  # noqa: E402
 
 
@@ -24,8 +24,18 @@ def __getattr__(name):
     if name == "Batch":
         from .batch import Batch
         return Batch
+    if name in ("Grammar", "json_schema_to_gbnf"):
+        from . import grammar
+        return getattr(grammar, name)
+    if name in _LLAMA_CPP_NAMES:       # llama-cpp-python's high-level API (pyllama.llama_cpp)
+        from . import llama_cpp
+        return getattr(llama_cpp, name)
     raise AttributeError(f"module 'pyllama' has no attribute {name!r}")
 
 
+_LLAMA_CPP_NAMES = ("Llama", "LlamaGrammar", "LlamaPromptLookupDecoding", "LlamaRAMCache",
+                    "LlamaDiskCache", "LlamaCache", "LlamaState")
+
 __all__ = ["load_model", "Model", "Context", "Batch", "PyllamaError", "GgufError", "ModelError",
-           "ContextError", "models", "__version__"]
+           "ContextError", "GrammarError", "Grammar", "json_schema_to_gbnf", "models",
+           "__version__", *_LLAMA_CPP_NAMES]

@@ -16,6 +16,14 @@ and llama.cpp's default `-fa auto` give on its CPU backend); "invariant" numeric
 `kv_k_center` (None: auto, on for a quantized K cache of a model with K biases; not llama.cpp's
 bytes) stores quantized K rows minus the layer's K bias (docs/kv_cache_types.md): the same logits
 in exact arithmetic, much less q8_0 error on Qwen2. State written with it says so (v_trans bit 1).
+
+`embeddings=True` (llama_context_params.embeddings / llama_set_embeddings) makes every token of a
+batch an output and keeps the final-norm hidden states (llama.cpp's `result_norm`); `pooling`
+("none" | "mean" | "cls" | "last" | "rank"; None: the model's `<arch>.pooling_type`, else
+"none") pools them per sequence and ubatch as llama.cpp's build_pooling does. Read them with
+get_embeddings_ith(i) (pooling none) and get_embeddings_seq(seq_id) (pooled). An embeddings
+decode does not compute logits (llama.cpp's server never reads them from such a batch): switch
+back with set_embeddings(False) to generate.
 """
 from __future__ import annotations
 
@@ -24,6 +32,7 @@ import numpy as np
 from .batch import Batch, validate
 from .errors import ContextError
 from .graph import Graph
+from .hparams import with_rope_cparams
 from .kv import KVLayout, ctx_geometry, make_memory
 from .kv.cache import DTYPES as KV_CACHE_TYPES
 from .log import get_logger
@@ -36,7 +45,9 @@ class Context:
                  n_seq_max: int = 1, swa_full: bool = False, swa_extra: int = 0,
                  kv_unified: bool = False, type_k: str = "f16", type_v: str = "f16",
                  n_threads: int | None = None, numerics: str = "invariant",
-                 kv_k_center: bool | None = None, flash_attn: bool = False):
+                 kv_k_center: bool | None = None, flash_attn: bool = False,
+                 rope: dict | None = None, embeddings: bool = False,
+                 pooling: str | None = None):
         hp = model.hparams
         if n_ctx == 0:
             n_ctx = hp.n_ctx_train
@@ -50,7 +61,7 @@ class Context:
         _check_numerics(numerics, model.backend)
         self.numerics = numerics
         self.flash_attn = bool(flash_attn)
-        self.model, self.hp = model, hp
+        self.model = model
         self.backend = model.backend
         if n_threads is not None:
             self.backend.set_threads(n_threads)
@@ -64,6 +75,9 @@ class Context:
                           swa_type=hp.swa_type, n_swa=hp.n_swa,
                           k_center=_k_centers(model, hp, type_k, kv_k_center))
         self.n_ctx, self.n_ctx_seq, _ = ctx_geometry(n_ctx, n_seq_max, kv_unified)
+        # llama_context's RoPE cparams (rope: rope_scaling_type, rope_freq_base, rope_freq_scale,
+        # yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow, yarn_orig_ctx)
+        self.hp = hp = with_rope_cparams(hp, self.n_ctx_seq, **(rope or {}))
         self.memory = make_memory(layout, n_ctx=n_ctx, n_seq_max=n_seq_max,
                                   n_ubatch=self.n_ubatch, kv_unified=kv_unified,
                                   swa_full=swa_full, swa_extra=swa_extra, type_k=type_k,
@@ -71,12 +85,20 @@ class Context:
         self._logits = np.zeros((0, hp.n_vocab), dtype=np.float32)
         self._out_row = np.full(0, -1, dtype=np.int64)   # batch index -> row in _logits
         self._n_outputs = 0
+        self.embeddings = bool(embeddings)
+        self.pooling = _pooling_type(model, pooling)
+        self._cls_head = _cls_head(model) if self.pooling == "rank" else None
+        self._embd = np.zeros((0, hp.n_embd), dtype=np.float32)
+        self._embd_seq: dict[int, np.ndarray] = {}
+        self._logits_ok = True
+
+    def set_embeddings(self, value: bool) -> None:
+        """llama_set_embeddings: the next decodes compute embeddings (True) or logits (False)."""
+        self.embeddings = bool(value)
 
     def _rope_k(self, k: np.ndarray, delta: np.ndarray, il: int) -> np.ndarray:
         """K-shift: rotate cached K rows [m, n_head_kv, head_dim] by delta positions."""
-        hp = self.hp
-        return self.backend.rope(k, delta, hp.n_rot, hp.rope_base(il), hp.rope_scale(il),
-                                 hp.rope_type)
+        return self.backend.rope(k, delta, **self.hp.rope_args(il))
 
     # -- decode -----------------------------------------------------------------------------
     def decode(self, batch: Batch) -> int:
@@ -91,6 +113,9 @@ class Context:
         if rc != 0:
             log.error(f"decode: invalid batch: {reason}")
             return rc
+        if self.embeddings:       # llama.cpp: when computing embeddings, all tokens are output
+            batch = Batch(batch.tokens, pos=batch.pos, seq_ids=batch.seq_ids,
+                          logits=np.ones(batch.n_tokens, bool))
         self.memory.update()
         ubatches = self.memory.init_batch(batch, self.n_ubatch)
         if ubatches is None:
@@ -104,7 +129,12 @@ class Context:
 
     def _reserve_outputs(self, batch: Batch) -> None:
         n_out = int(np.count_nonzero(batch.logits))
-        if self._logits.shape[0] < n_out:
+        self._logits_ok = not self.embeddings
+        self._embd_seq = {}
+        if self.embeddings:
+            if self.pooling == "none" and self._embd.shape[0] < n_out:
+                self._embd = np.empty((n_out, self.hp.n_embd), dtype=np.float32)
+        elif self._logits.shape[0] < n_out:
             self._logits = np.empty((n_out, self.hp.n_vocab), dtype=np.float32)
         out_row = np.full(batch.n_tokens, -1, dtype=np.int64)
         out_row[np.flatnonzero(batch.logits)] = np.arange(n_out)
@@ -113,27 +143,103 @@ class Context:
     def _decode_ubatch(self, ub) -> None:
         out_local = np.flatnonzero(ub.output).astype(np.int32)
         g = Graph(self.backend, self.hp, self.memory, ub, out_local, self.numerics,
-                  self.flash_attn)
+                  self.flash_attn, want_logits=not self.embeddings)
         logits = self.model.arch.forward(g, self.model.weights, self.hp)
-        if len(out_local):
-            rows = self._out_row[np.asarray(ub.idx)[out_local]]
+        if not len(out_local):
+            return
+        rows = self._out_row[np.asarray(ub.idx)[out_local]]
+        if not self.embeddings:
             self._logits[rows] = logits
+        elif self.pooling == "none":
+            self._embd[rows] = g.embd
+        else:
+            self._embd_seq.update(self._pool(ub, np.asarray(g.embd, dtype=np.float32)))
+
+    def _pool(self, ub, x: np.ndarray) -> dict:
+        """llama.cpp build_pooling over one ubatch: x [n_tokens, n_embd] (every row an output)
+        -> {seq_id: pooled vector} (rank: the classification head's scores)."""
+        rows: dict[int, list[int]] = {}
+        for i, ids in enumerate(ub.seq_ids):
+            for s in ids:
+                rows.setdefault(s, []).append(i)
+        last = self.pooling == "last" or self.pooling == "rank"   # causal rankers read the last
+        out = {}
+        for s, idx in rows.items():
+            if self.pooling == "mean":
+                w = np.full(len(idx), np.float32(1.0) / np.float32(len(idx)), np.float32)
+                out[s] = np.dot(w, x[idx]).astype(np.float32)
+                continue
+            pos = ub.pos[idx]
+            # llama_graph_input_cls: the first (cls) or last (>=) position of the sequence
+            k = int(np.flatnonzero(pos == pos.max())[-1]) if last else int(np.argmin(pos))
+            v = x[idx[k]]
+            out[s] = self._rank(v) if self.pooling == "rank" else v.copy()
+        return out
+
+    def _rank(self, v: np.ndarray) -> np.ndarray:
+        """The classification head of rank pooling: cls (tanh) then cls_out, softmax for qwen3."""
+        head = self._cls_head
+        be = self.backend
+        x = v.reshape(1, -1)
+        if head["cls"] is not None:
+            x = np.tanh(be.add(be.matmul(head["cls"], x), be.vec(head["cls_b"]))
+                        if head["cls_b"] is not None else be.matmul(head["cls"], x))
+        x = be.matmul(head["cls_out"], x)
+        if head["cls_out_b"] is not None:
+            x = be.add(x, be.vec(head["cls_out_b"]))
+        x = np.asarray(x, dtype=np.float32).reshape(-1)
+        if self.model.arch.name == "qwen3":
+            e = np.exp(x - x.max())
+            x = (e / e.sum()).astype(np.float32)
+        return x
 
     # -- outputs ----------------------------------------------------------------------------
-    def get_logits_ith(self, i: int) -> np.ndarray:
-        """Logits of batch index i of the last decode (negative i: from the last output)."""
+    def _output_row(self, i: int, what: str) -> int:
         if i < 0:
             j = self._n_outputs + i
             if j < 0:
-                raise IndexError(f"logits index {i} out of range ({self._n_outputs} outputs)")
-            return self._logits[j]
+                raise IndexError(f"{what} index {i} out of range ({self._n_outputs} outputs)")
+            return j
         if i >= len(self._out_row) or self._out_row[i] < 0:
-            raise IndexError(f"token {i} of the last batch has no logits (not flagged as output)")
-        return self._logits[self._out_row[i]]
+            raise IndexError(f"token {i} of the last batch has no {what} (not flagged as output)")
+        return int(self._out_row[i])
+
+    def _check_logits(self) -> None:
+        if not self._logits_ok:
+            raise ContextError("the last decode computed embeddings (embeddings=True), not "
+                               "logits: call set_embeddings(False) before decoding for logits")
+
+    def get_logits_ith(self, i: int) -> np.ndarray:
+        """Logits of batch index i of the last decode (negative i: from the last output)."""
+        self._check_logits()
+        return self._logits[self._output_row(i, "logits")]
 
     def get_logits(self) -> np.ndarray:
         """[n_outputs, n_vocab] logits of the last decode, in batch order."""
+        self._check_logits()
         return self._logits[:self._n_outputs]
+
+    def get_embeddings_ith(self, i: int) -> np.ndarray:
+        """llama_get_embeddings_ith: the [n_embd] embedding of batch index i of the last decode
+        (pooling "none"; negative i: from the last output)."""
+        if self._logits_ok or self.pooling != "none":
+            raise ContextError("token embeddings need embeddings=True and pooling 'none' "
+                               f"(pooling is {self.pooling!r}: use get_embeddings_seq)")
+        return self._embd[self._output_row(i, "embeddings")]
+
+    def get_embeddings(self) -> np.ndarray:
+        """llama_get_embeddings: [n_outputs, n_embd] token embeddings of the last decode."""
+        if self._logits_ok or self.pooling != "none":
+            raise ContextError("token embeddings need embeddings=True and pooling 'none'")
+        return self._embd[:self._n_outputs]
+
+    def get_embeddings_seq(self, seq_id: int) -> np.ndarray | None:
+        """llama_get_embeddings_seq: the pooled embedding of seq_id in the last decode ([n_embd];
+        rank pooling: the [n_cls_out] scores); None with pooling "none" or an absent sequence
+        (llama.h's NULL)."""
+        if self.pooling == "none":
+            return None
+        return self._embd_seq.get(seq_id)
 
     # -- convenience ------------------------------------------------------------------------
     def eval(self, tokens, seq_id: int = 0, logits_all: bool = False) -> np.ndarray:
@@ -164,11 +270,39 @@ class Context:
     def state_seq_get(self, seq_id: int, flags: int = 0) -> bytes:
         return self.memory.state_write(seq_id, flags)
 
-    def state_seq_set(self, data: bytes, seq_id: int, flags: int = 0) -> None:
-        self.memory.state_read(data, seq_id, flags)
+    def state_seq_set(self, data: bytes, seq_id: int, flags: int = 0) -> int:
+        """Restore a state written by state_seq_get; returns the number of bytes it used."""
+        return self.memory.state_read(data, seq_id, flags)
 
 
 NUMERICS = ("invariant", "llama.cpp")
+# llama_pooling_type values (llama.h): UNSPECIFIED = -1, NONE, MEAN, CLS, LAST, RANK
+POOLING_TYPES = ("none", "mean", "cls", "last", "rank")
+
+
+def _pooling_type(model, pooling: str | None) -> str:
+    """The pooling of a context: the one asked for, else the model's `<arch>.pooling_type`."""
+    if pooling is None or pooling == "unspecified":
+        value = model.metadata.get(f"{model.arch.name}.pooling_type", -1)
+        try:
+            value = int(value)
+        except (ValueError, TypeError):
+            value = -1
+        return POOLING_TYPES[value] if 0 <= value < len(POOLING_TYPES) else "none"
+    if pooling not in POOLING_TYPES:
+        raise ContextError(f"unknown pooling type {pooling!r} ({', '.join(POOLING_TYPES)})")
+    return pooling
+
+
+def _cls_head(model) -> dict:
+    """The classification head rank pooling needs (cls_out, optional cls and biases)."""
+    w = model.weights
+    names = {"cls": "cls", "cls_b": "cls_b", "cls_out": "cls.output", "cls_out_b": "cls.output_b"}
+    head = {k: w.__dict__.get(name) for k, name in names.items()}
+    if head["cls_out"] is None and head["cls"] is None:
+        raise ContextError("pooling 'rank' needs a model with a classification head "
+                           "(cls.weight / cls.output.weight); this model has none")
+    return head
 
 
 def _check_numerics(numerics: str, backend) -> None:

@@ -18,7 +18,8 @@ from .hparams import HParams
 
 class Graph:
     def __init__(self, backend: Backend, hp: HParams, memory, ubatch, out_idx: np.ndarray,
-                 numerics: str = "invariant", flash_attn: bool = False):
+                 numerics: str = "invariant", flash_attn: bool = False,
+                 want_logits: bool = True):
         self.be = backend
         self.llama_cpp = numerics == "llama.cpp"    # llama.cpp's row-count dependent kernels
         self.flash_attn = flash_attn                # with llama_cpp: its flash-attention kernels
@@ -29,6 +30,8 @@ class Graph:
         self.tokens = ubatch.tokens
         self.pos = np.ascontiguousarray(ubatch.pos, dtype=np.int32)
         self.out_idx = out_idx            # int32[n_out]: ubatch rows whose logits are wanted
+        self.want_logits = want_logits    # False: the forward pass stops after result_norm
+        self.embd = None                  # [n_out, n_embd] result_norm rows (llama.cpp t_embd)
         memory.apply_ubatch(ubatch)
         self._ubatch = ubatch
 
@@ -66,11 +69,44 @@ class Graph:
     def softcap(self, x, cap: float):
         return self.be.softcap(x, cap)
 
+    def softmax(self, x):
+        return self.be.softmax(x)
+
+    # -- mixture of experts ---------------------------------------------------------------
+    def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """x [n, m, cols] by the experts ids [n, k] of w [n_expert, rows, cols] -> [n, k, rows]."""
+        return self.be.mul_mat_id(w, x, ids, one_token=self.llama_cpp)
+
+    @staticmethod
+    def top_k(p: np.ndarray, k: int) -> np.ndarray:
+        """ggml_argsort_top_k: indices of the k largest of each row of p [n, n_expert], largest
+        first (int32 [n, k])."""
+        return np.ascontiguousarray(np.argsort(-p, axis=-1, kind="stable")[:, :k], dtype=np.int32)
+
+    @staticmethod
+    def expert_weights(probs: np.ndarray, ids: np.ndarray, norm: bool, scale: float) -> np.ndarray:
+        """build_moe_ffn's weights [n, k]: probs at ids; norm: divided by their sum (ggml_sum_rows:
+        a double sum, clamped to >= 6.103515625e-5); scale (not 0 or 1): multiplied by it."""
+        w = np.take_along_axis(probs, ids, axis=-1).astype(np.float32)
+        if norm:
+            s = w.astype(np.float64).sum(axis=-1, keepdims=True).astype(np.float32)
+            w = (w / np.maximum(s, np.float32(6.103515625e-5))).astype(np.float32)
+        if scale not in (0.0, 1.0):
+            w = (w * np.float32(scale)).astype(np.float32)
+        return w
+
+    @staticmethod
+    def sum_experts(y: np.ndarray) -> np.ndarray:
+        """y [n, k, d] -> [n, d]: ((y0 + y1) + y2) + ..., the expert views added in slot order."""
+        out = y[:, 0].copy()
+        for j in range(1, y.shape[1]):
+            out += y[:, j]
+        return out
+
     # -- attention ----------------------------------------------------------------------
     def rope(self, x: np.ndarray, il: int) -> np.ndarray:
         """x [n_tokens, n_head, head_dim] rotated at this ubatch's positions with layer il's base."""
-        hp = self.hp
-        return self.be.rope(x, self.pos, hp.n_rot, hp.rope_base(il), hp.rope_scale(il), hp.rope_type)
+        return self.be.rope(x, self.pos, **self.hp.rope_args(il))
 
     def attention(self, il: int, q: np.ndarray, k: np.ndarray, v: np.ndarray,
                   scale: float | None = None, softcap: float = 0.0) -> np.ndarray:
@@ -111,6 +147,10 @@ class Graph:
         return llama_cpp_numerics.attention(self.be, *args, flash_attn=self.flash_attn, view=view)
 
     # -- outputs ------------------------------------------------------------------------
+    def result_norm(self, x: np.ndarray) -> None:
+        """The final-norm hidden states of the output rows (the Context pools them)."""
+        self.embd = x
+
     def select_outputs(self, x: np.ndarray) -> np.ndarray:
         """Keep only the rows whose logits are wanted (llama.cpp does this at the last layer)."""
         if len(self.out_idx) == x.shape[0]:

@@ -5,7 +5,8 @@ specific to them (llama_model::load_hparams + the per-arch load_arch_hparams in 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -41,6 +42,23 @@ class HParams:
     f_attn_logit_softcapping: float = 0.0
     f_final_logit_softcapping: float = 0.0
     f_embedding_scale: float = 0.0           # 0 -> none (Gemma: sqrt(n_embd))
+    # mixture of experts (llama_model_base::load_hparams: expert_count, expert_used_count)
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0                        # expert_feed_forward_length (0: n_ff)
+    expert_weights_scale: float = 0.0        # 0 or 1: none
+    # RoPE scaling (llama_model_base::load_hparams; resolved per context by with_rope_cparams)
+    rope_scaling_type: str = "linear"        # none | linear | yarn | longrope
+    n_ctx_orig_yarn: int = 0
+    rope_attn_factor: float = 1.0
+    rope_yarn_log_mul: float = 0.0
+    yarn_ext_factor: float = -1.0            # < 0: not set (yarn -> 1, else 0)
+    yarn_attn_factor: float = 1.0
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
+    rope_factors: dict = field(default_factory=dict)   # rope_freqs / rope_factors_long|short
+    rope_freq_factors: object = None         # the f32 [n_rot/2] factors this context uses
+    rope_layers: list[bool] = field(default_factory=list)   # False: a layer without RoPE
 
     @property
     def n_embd_k_gqa(self) -> int:
@@ -67,6 +85,97 @@ class HParams:
 
     def rope_scale(self, il: int) -> float:
         return self.rope_freq_scale_train_swa if self.is_swa[il] else self.rope_freq_scale_train
+
+    def has_rope(self, il: int) -> bool:
+        return not self.rope_layers or self.rope_layers[il]
+
+    def rope_args(self, il: int) -> dict:
+        """Keyword arguments of Backend.rope for layer il (ggml_rope_ext's as llama.cpp's graph
+        passes them: llama_model::get_rope_freq_base/scale, get_rope_factors, cparams yarn_*)."""
+        base, scale = self.rope_base(il), self.rope_scale(il)
+        ext = max(self.yarn_ext_factor, 0.0)
+        corr = (0.0, 0.0)
+        if ext != 0.0:
+            corr = yarn_corr_dims(self.n_rot, self.n_ctx_orig_yarn or self.n_ctx_train, base,
+                                  self.yarn_beta_fast, self.yarn_beta_slow)
+        return dict(n_rot=self.n_rot, base=base, freq_scale=scale, mode=self.rope_type,
+                    freq_factors=self.rope_freq_factors, ext_factor=ext,
+                    attn_factor=self.yarn_attn_factor, corr_dims=corr)
+
+
+def _f32(x: float) -> float:
+    return float(np.float32(x))
+
+
+def yarn_corr_dims(n_dims: int, n_ctx_orig: int, base: float, beta_fast: float,
+                   beta_slow: float) -> tuple[float, float]:
+    """ggml_rope_yarn_corr_dims (ggml.c), in f32."""
+    def corr_dim(n_rot):
+        num = _f32(n_dims * _f32(math.log(_f32(n_ctx_orig / _f32(n_rot * _f32(2 * _f32(math.pi)))))))
+        return _f32(num / _f32(2 * _f32(math.log(base))))
+    start = math.floor(corr_dim(beta_fast))
+    end = math.ceil(corr_dim(beta_slow))
+    return float(max(0, start)), float(min(n_dims - 1, end))
+
+
+ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
+
+
+def with_rope_cparams(hp: HParams, n_ctx_seq: int, rope_scaling_type: str | None = None,
+                      rope_freq_base: float = 0.0, rope_freq_scale: float = 0.0,
+                      yarn_ext_factor: float = -1.0, yarn_attn_factor: float = -1.0,
+                      yarn_beta_fast: float = -1.0, yarn_beta_slow: float = -1.0,
+                      yarn_orig_ctx: int = 0) -> HParams:
+    """A copy of hp with llama_context's RoPE cparams resolved (src/llama-context.cpp): the
+    context's freq base/scale (0: the model's), scaling type (None: the model's; none -> scale 1),
+    YaRN ext factor (< 0: 1 for yarn else 0) and attention factor (YaRN's mscale, cancelled
+    against ggml's own 1 + 0.1 ln(factor), times rope.scaling.attn_factor), and the frequency
+    factors (rope_freqs, else LongRoPE's long set when n_ctx_seq > n_ctx_orig_yarn, else short)."""
+    if rope_scaling_type is not None and rope_scaling_type not in ROPE_SCALING_TYPES:
+        raise ModelError(f"unknown RoPE scaling type '{rope_scaling_type}' "
+                         f"({', '.join(ROPE_SCALING_TYPES)})")
+    c = replace(hp)
+    if rope_freq_base:
+        c.rope_freq_base_train = float(rope_freq_base)
+        if not any(hp.is_swa):
+            c.rope_freq_base_train_swa = c.rope_freq_base_train
+    if rope_freq_scale:
+        c.rope_freq_scale_train = float(rope_freq_scale)
+    c.n_ctx_orig_yarn = yarn_orig_ctx or hp.n_ctx_orig_yarn or hp.n_ctx_train
+    stype = rope_scaling_type or hp.rope_scaling_type
+    c.rope_scaling_type = stype
+    if stype == "none":
+        c.rope_freq_scale_train = 1.0
+    if not any(hp.is_swa):
+        c.rope_freq_scale_train_swa = c.rope_freq_scale_train
+    ext = yarn_ext_factor if yarn_ext_factor >= 0 else hp.yarn_ext_factor
+    if ext < 0:
+        ext = 1.0 if stype == "yarn" else 0.0
+    c.yarn_ext_factor = ext
+    attn = yarn_attn_factor if yarn_attn_factor >= 0 else hp.yarn_attn_factor
+    if yarn_beta_fast >= 0:
+        c.yarn_beta_fast = yarn_beta_fast
+    if yarn_beta_slow >= 0:
+        c.yarn_beta_slow = yarn_beta_slow
+    if ext != 0:
+        factor = _f32(1.0 / _f32(c.rope_freq_scale_train))
+
+        def mscale(scale, m):
+            return 1.0 if scale <= 1.0 else _f32(_f32(0.1 * m) * _f32(math.log(scale)) + 1.0)
+        if hp.rope_yarn_log_mul != 0.0:
+            m_all = hp.rope_yarn_log_mul
+            m = m_all if hp.arch == "deepseek2" and m_all != 1.0 else 1.0
+            attn = _f32(mscale(factor, m) / mscale(factor, m_all))
+        else:
+            attn = mscale(factor, 1.0)
+        attn = _f32(attn * _f32(1.0 / _f32(1.0 + _f32(0.1 * _f32(math.log(factor))))))
+    c.yarn_attn_factor = _f32(attn * hp.rope_attn_factor)
+    f = hp.rope_factors
+    c.rope_freq_factors = f.get("rope_freqs")
+    if c.rope_freq_factors is None and ("rope_factors_long" in f or "rope_factors_short" in f):
+        c.rope_freq_factors = f.get("rope_factors_long" if n_ctx_seq > c.n_ctx_orig_yarn
+                                    else "rope_factors_short")
+    return c
 
 
 class MetaReader:
@@ -116,11 +225,19 @@ def load_common(metadata: dict, arch: str) -> HParams:
         f_norm_rms_eps=float(m.get("attention.layer_norm_rms_epsilon", 1e-5)),
         rope_freq_base_train=float(m.get("rope.freq_base", 10000.0)),
     )
-    factor = m.get("rope.scaling.factor")
-    stype = m.get("rope.scaling.type", "linear")
-    if factor and stype not in ("none", "linear"):
-        raise ModelError(f"{arch}: rope scaling type '{stype}' is not supported yet")
+    hp.n_expert = int(m.get("expert_count", 0))
+    hp.n_expert_used = int(m.per_layer("expert_used_count", n_layer, 0)[0])
+    if hp.n_expert and not 0 < hp.n_expert_used <= hp.n_expert:
+        raise ModelError(f"{arch}: expert_used_count {hp.n_expert_used} for {hp.n_expert} "
+                         "experts")
+    stype = str(m.get("rope.scaling.type", "linear"))
+    if stype not in ROPE_SCALING_TYPES:
+        raise ModelError(f"{arch}: unknown rope scaling type '{stype}'")
+    hp.rope_scaling_type = stype
+    factor = m.get("rope.scaling.factor") or m.get("rope.scale_linear")
     hp.rope_freq_scale_train = 1.0 / float(factor) if factor else 1.0
+    hp.n_ctx_orig_yarn = int(m.get("rope.scaling.original_context_length", hp.n_ctx_train))
+    hp.rope_attn_factor = float(m.get("rope.scaling.attn_factor", 1.0))
     hp.rope_freq_base_train_swa = hp.rope_freq_base_train
     hp.rope_freq_scale_train_swa = hp.rope_freq_scale_train
     hp.is_swa = [False] * n_layer

@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import re
 
+import numpy as np
+
 from . import arch as arch_registry
 from .arch.base import LayerWeights, ModelWeights, check_hparams
 from .backend import get_backend
@@ -11,6 +13,7 @@ from .errors import ModelError
 from .gguf import GGUFReader
 from .log import get_logger
 from .models import resolve
+from .quant import dequantize
 
 log = get_logger("model")
 
@@ -66,6 +69,11 @@ class Model:
                     name.replace(".bias", "_b")] = w
         mw = ModelWeights(top)
         mw.layers = [LayerWeights(d) for d in per_layer]
+        for name in ("rope_freqs", "rope_factors_long", "rope_factors_short"):
+            if name in top:                  # RoPE frequency factors: context-level (hparams)
+                w = top[name]
+                self.hparams.rope_factors[name] = dequantize(
+                    np.ascontiguousarray(w.raw).view(np.uint8), w.type).reshape(-1)
         return mw
 
     # -- info ---------------------------------------------------------------------------------

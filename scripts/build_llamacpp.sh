@@ -8,7 +8,8 @@
 #   scripts/build_llamacpp.sh exe [DIR] [TARGET...]
 #                                            llama.cpp's own executables in DIR/build/bin (default
 #                                            ~/.cache/pyllama-oracle/llama.cpp; targets default to
-#                                            llama-server llama-completion)
+#                                            llama-server llama-completion; examples such as
+#                                            llama-embedding are configured too, built only if named)
 #   scripts/build_llamacpp.sh src            print the path of the unpacked source tree
 #
 # LLAMACPP_VARIANT=avx2 (default) builds the arithmetic docs/numerics.md pins as the reference
@@ -62,7 +63,7 @@ case "$cmd" in
     command -v ninja >/dev/null || python3 -m pip install -q ninja
     # shellcheck disable=SC2086
     cmake -S "$src/vendor/llama.cpp" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON \
       -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF $CMAKE_FLAGS >/dev/null
     # shellcheck disable=SC2086
     cmake --build "$dir/build" --target $targets -j "$(nproc)"

@@ -147,6 +147,7 @@ class Params:
     api_keys: list = field(default_factory=list)
     api_key_file: str = ""
     timeout: int = 3600
+    max_body_size: int = 32 << 20
     n_threads_http: int = -1
     sse_ping_interval: int = 30
     alias: str = ""
@@ -171,6 +172,12 @@ class Params:
     cors_credentials: bool = True
     ui_config_json: str = ""
     ui_mcp_proxy: bool = False
+    # embeddings, rerank, infill (server; llama-embedding)
+    embedding: bool = False
+    reranking: bool = False
+    pooling: str = ""               # "" = unspecified: the model's default
+    embd_normalize: int = 2
+    spm_infill: bool = False
     # perplexity
     ppl_stride: int = 0
     ppl_output_type: int = 0

@@ -31,10 +31,42 @@ def make_sampler(model, params: Params, ctx=None, **overrides):
     if sp.dry_multiplier > 0:
         pieces = [vocab.token_to_piece(i, True).decode("utf-8", "replace")
                   for i in range(model.n_vocab)]
-    return SamplerChain(sp, model.n_vocab, eog_ids=tuple(vocab.eog_ids), token_pieces=pieces,
-                        tokenize=lambda s: model.tokenize(s, False, False),
-                        n_ctx=ctx.n_ctx if ctx is not None else 0,
-                        n_ctx_train=model.hparams.n_ctx_train)
+    from pyllama.errors import GrammarError, PyllamaError
+    try:
+        return SamplerChain(sp, model.n_vocab, eog_ids=tuple(vocab.eog_ids), token_pieces=pieces,
+                            tokenize=lambda s: model.tokenize(s, False, False),
+                            n_ctx=ctx.n_ctx if ctx is not None else 0,
+                            n_ctx_train=model.hparams.n_ctx_train, vocab=vocab)
+    except GrammarError as e:  # llama.cpp: "failed to parse grammar" (common_sampler_init)
+        raise PyllamaError(f"failed to parse grammar: {e.describe()}") from None
+
+
+class TimedSampler:
+    """A sampler that keeps llama.cpp's perf counters (common_sampler's t_total_us, the chain's
+    t_sample_us / n_sample): time spent in sample() and accept(), and the accepted tokens
+    (prompt tokens included, as llama.cpp's completion accepts them). pyllama has no layer
+    between the two, so "sampling" and "samplers" time are the same measurement."""
+
+    def __init__(self, sampler):
+        self.inner, self.t_total, self.n_sample = sampler, 0.0, 0
+
+    def sample(self, *args, **kw):
+        t = time.perf_counter()
+        try:
+            return self.inner.sample(*args, **kw)
+        finally:
+            self.t_total += time.perf_counter() - t
+
+    def accept(self, token) -> None:
+        t = time.perf_counter()
+        try:
+            self.inner.accept(token)
+        finally:
+            self.t_total += time.perf_counter() - t
+            self.n_sample += 1
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
 
 
 @dataclass
@@ -54,23 +86,30 @@ class GenStats:
 
 def stream(ctx, model, prompt_ids: list[int], sampler, n_predict: int, on_piece: Callable,
            special: bool = False, antiprompts=(), ignore_eos: bool = False,
-           print_eog: bool = False) -> GenStats:
+           print_eog: bool = False, n_seen: int = 0) -> GenStats:
     """Generate after prompt_ids, calling on_piece with each token's piece as raw bytes (what
     llama.cpp writes; st.text is their UTF-8 decoding). The EOG token's piece is passed only with
-    print_eog; stops on a reverse prompt."""
+    print_eog; stops on a reverse prompt. The prompt tokens after the first n_seen (those the
+    sampler has not seen yet) are accepted into the sampler first, as llama.cpp's completion
+    loop and server slots (init_sampler) do, so penalties and DRY count them."""
     import codecs
     from pyllama.generate import generate
     st = GenStats(n_prompt=len(prompt_ids))
     dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
     eog = set(model.vocab.eog_ids)
+    for tok in prompt_ids[n_seen:]:
+        sampler.accept(tok)
     t = time.perf_counter()
+    t_smpl = getattr(sampler, "t_total", 0.0)    # a TimedSampler's time is not decode time
     for i, tok in enumerate(generate(ctx, prompt_ids, sampler, n_predict=n_predict,
                                      stop_tokens=() if ignore_eos else eog)):
         now = time.perf_counter()
+        t_smpl, spent = getattr(sampler, "t_total", 0.0), t_smpl
+        spent = t_smpl - spent
         if i == 0:
-            st.t_prompt = now - t
+            st.t_prompt = now - t - spent
         else:
-            st.t_eval += now - t
+            st.t_eval += now - t - spent
             st.n_eval += 1
         t = now
         st.tokens.append(tok)
@@ -99,6 +138,7 @@ class ChatSession:
         self.model, self.ctx, self.params, self.sampler = model, ctx, params, sampler
         self.template = ChatTemplate.for_model(model.vocab, override=params.chat_template or None)
         self.messages: list[dict] = []
+        self.n_seen = 0     # conversation tokens the sampler has accepted (llama-completion)
         if params.system_prompt:
             self.messages.append({"role": "system", "content": params.system_prompt})
 
@@ -113,8 +153,15 @@ class ChatSession:
 
     def turn(self, user: str, on_text: Callable, n_predict: int) -> GenStats:
         self.messages.append({"role": "user", "content": user})
-        st = stream(self.ctx, self.model, self.prompt_ids(), self.sampler, n_predict, on_text,
-                    special=self.params.special, antiprompts=self.params.antiprompt)
+        ids = self.prompt_ids()
+        if self.params.tool == "cli":
+            # llama.cpp's llama-cli asks its in-process server: a fresh sampler per request
+            self.sampler.reset()
+            self.n_seen = 0
+        st = stream(self.ctx, self.model, ids, self.sampler, n_predict, on_text,
+                    special=self.params.special, antiprompts=self.params.antiprompt,
+                    n_seen=min(self.n_seen, len(ids)))
+        self.n_seen = len(ids) + len(st.tokens)
         self.messages.append({"role": "assistant", "content": st.text})
         return st
 

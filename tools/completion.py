@@ -25,6 +25,9 @@ def run(argv) -> int:
     if params.n_predict < -2:
         log().error("--n-predict must be >= -2")
         return 1
+    if params.n_ctx != 0 and params.n_ctx < 8:     # completion.cpp: -c -5 runs with 8
+        log().warning("main: warning: minimum context size is 8, using minimum size.")
+        params.n_ctx = 8
     from pyllama.errors import PyllamaError
     t0 = time.perf_counter()
     try:
@@ -34,9 +37,10 @@ def run(argv) -> int:
         log().error("llama_completion: error: unable to create context")
         return 1
     t_load = time.perf_counter() - t0
-    from ._session import make_context, make_sampler
+    t_ctx = time.perf_counter()     # llama.cpp's t_start_ms: the context's creation
+    from ._session import TimedSampler, make_context, make_sampler
     ctx = make_context(model, params)
-    sampler = make_sampler(model, params, ctx)
+    sampler = TimedSampler(make_sampler(model, params, ctx))
     out = Output(params)
     if _conversation(params, model):
         stats = chat_loop(params, model, ctx, sampler, out)
@@ -46,7 +50,9 @@ def run(argv) -> int:
         return 1
     out("\n\n")
     if params.perf:
-        print_perf(log(), t_load, stats.n_prompt, stats.t_prompt, stats.n_eval, stats.t_eval)
+        print_perf(log(), t_load, stats.n_prompt, stats.t_prompt, stats.n_eval, stats.t_eval,
+                   t_sample=sampler.t_total, n_sample=sampler.n_sample,
+                   t_total=time.perf_counter() - t_ctx)
     return 0
 
 
@@ -79,11 +85,12 @@ def completion(params, model, ctx, sampler, out: Output):
     if params.display_prompt:
         out.raw(b"".join(model.token_to_piece(t, params.special) for t in ids))
     interactive = params.interactive or params.interactive_first
-    st = None
+    st, n_seen = None, 0    # n_seen: tokens the sampler has accepted
     if not params.interactive_first:
         st = stream(ctx, model, ids, sampler, _n_predict(params), out, params.special,
                     params.antiprompt, params.sampling.ignore_eos, params.special)
         ids = ids + st.tokens
+        n_seen = len(ids)
         _report_stop(st, out, interactive)
     while interactive:
         line = _read_user(out, params)
@@ -92,8 +99,9 @@ def completion(params, model, ctx, sampler, out: Output):
         text = params.input_prefix + line + params.input_suffix
         ids = ids + model.tokenize(text, add_special=params.input_prefix_bos, parse_special=False)
         st = stream(ctx, model, ids, sampler, _n_predict(params), out, params.special,
-                    params.antiprompt, params.sampling.ignore_eos, params.special)
+                    params.antiprompt, params.sampling.ignore_eos, params.special, n_seen=n_seen)
         ids = ids + st.tokens
+        n_seen = len(ids)
     return st or _empty_stats()
 
 

@@ -28,7 +28,9 @@ def to_config(params):
     return ServerConfig(
         model=models.resolve(params.model or None), host=params.hostname, port=params.port,
         alias=[a for a in (alias.split(",") if isinstance(alias, str) else alias or []) if a],
+        tags=[t.strip() for t in (params.tags or "").split(",") if t.strip()],
         api_keys=_api_keys(params), timeout=float(params.timeout), n_ctx=params.n_ctx,
+        max_body_size=_max_body_size(params.max_body_size),
         n_batch=params.n_batch, n_ubatch=params.n_ubatch, n_parallel=params.n_parallel,
         n_threads=params.n_threads if params.n_threads > 0 else None,
         swa_full=params.swa_full, swa_extra=params.swa_extra, type_k=params.cache_type_k,
@@ -47,8 +49,11 @@ def to_config(params):
         cors_origins=params.cors_origins, cors_methods=params.cors_methods,
         cors_headers=params.cors_headers, cors_credentials=params.cors_credentials,
         ui_config=_ui_config(params.ui_config_json),
-        prefill_assistant=params.prefill_assistant, flash_attn=params.flash_attn != "off",
+        prefill_assistant=params.prefill_assistant, ui_mcp_proxy=params.ui_mcp_proxy, flash_attn=params.flash_attn != "off",
         warmup=params.warmup, sse_ping_interval=float(params.sse_ping_interval),
+        embeddings=params.embedding or params.reranking,
+        pooling="rank" if params.reranking else (params.pooling or None),
+        embd_normalize=params.embd_normalize, spm_infill=params.spm_infill,
         model_params=model_kw, **_spec_and_checkpoints(params))
 
 
@@ -61,6 +66,12 @@ def _ui_config(text: str):
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise SystemExit(f"error: failed to parse UI config: {e}") from None
+
+
+def _max_body_size(value: int) -> int:
+    if value < 0:
+        raise SystemExit("error: --max-body-size must be >= 0 (0 = no limit)")
+    return value
 
 
 def _spec_and_checkpoints(params) -> dict:

@@ -37,17 +37,27 @@ def rope_theta_scale(base: float, n_rot: int) -> np.float32:
     return _F32(np.float64(_F32(base)) ** np.float64(_F32(-2.0) / _F32(n_rot)))
 
 
-def rope_cache(pos: np.ndarray, n_rot: int, base: float, freq_scale: float):
-    """cos, sin [n, n_rot/2] f32 exactly as ggml_rope_cache_init builds them (f32 recurrence)."""
+def rope_cache(pos: np.ndarray, n_rot: int, base: float, freq_scale: float, freq_factors=None,
+               ext_factor: float = 0.0, attn_factor: float = 1.0, corr_dims=(0.0, 0.0)):
+    """cos, sin [n, n_rot/2] f32 exactly as ggml_rope_cache_init + rope_yarn build them (f32
+    theta recurrence, theta / freq_factor, the YaRN ramp when ext_factor != 0, times mscale)."""
     theta_scale = rope_theta_scale(base, n_rot)
     theta = np.asarray(pos, dtype=np.int64).astype(np.float32)
-    fs = _F32(freq_scale)
+    fs, ext, c0, c1 = _F32(freq_scale), _F32(ext_factor), _F32(corr_dims[0]), _F32(corr_dims[1])
+    mscale = _F32(attn_factor)
+    if ext != 0:
+        mscale = _F32(mscale * _F32(_F32(1) + _F32(0.1) * _F32(np.log(np.float64(_F32(1) / fs)))))
     cos = np.empty((theta.shape[0], n_rot // 2), dtype=np.float32)
     sin = np.empty_like(cos)
     for i in range(n_rot // 2):
-        t = (fs * theta).astype(np.float64)
-        cos[:, i] = np.cos(t)
-        sin[:, i] = np.sin(t)
+        te = theta if freq_factors is None else (theta / _F32(freq_factors[i])).astype(np.float32)
+        t = (fs * te).astype(np.float32)
+        if ext != 0:
+            y = _F32((_F32(i) - c0) / max(_F32(0.001), _F32(c1 - c0)))
+            ramp = _F32(_F32(1) - min(_F32(1), max(_F32(0), y))) * ext
+            t = (t * _F32(1 - ramp) + te * ramp).astype(np.float32)
+        cos[:, i] = (np.cos(t.astype(np.float64)).astype(np.float32) * mscale)
+        sin[:, i] = (np.sin(t.astype(np.float64)).astype(np.float32) * mscale)
         theta = theta * theta_scale
     return cos, sin
 
@@ -124,6 +134,27 @@ def ggml_softmax_probs(s: np.ndarray, f16: bool) -> np.ndarray:
     return p.astype(np.float16).astype(np.float32) if f16 else p
 
 
+def ggml_soft_max_rows(x: np.ndarray) -> np.ndarray:
+    """ggml_compute_forward_soft_max_f32 (no mask, scale 1) over the last axis of x [..., n]:
+    e = ggml_v_expf(x - max) for the 8-blocks (each block's hsum added to a double sum), libm
+    expf for the n % 8 tail (added one by one), y = e * (float)(1 / sum)."""
+    x = np.asarray(x, np.float32)
+    n = x.shape[-1]
+    nb = n - n % 8
+    d = (x - x.max(axis=-1, keepdims=True)).astype(np.float32)
+    e = np.empty_like(d)
+    e[..., :nb] = ggml_expf(d[..., :nb])
+    e[..., nb:] = np.exp(d[..., nb:].astype(np.float64)).astype(np.float32)
+    tot = np.zeros(x.shape[:-1], np.float64)
+    if nb:
+        blocks = ggml_hsum8(e[..., :nb].reshape(e.shape[:-1] + (nb // 8, 8)))
+        for t in range(blocks.shape[-1]):
+            tot = tot + blocks[..., t].astype(np.float64)
+    for i in range(nb, n):
+        tot = tot + e[..., i].astype(np.float64)
+    return (e * (1.0 / tot).astype(np.float32)[..., None]).astype(np.float32)
+
+
 def lane_pv(p: np.ndarray, v: np.ndarray) -> np.ndarray:
     """sum_j p[..., j] v[j, :] as tinyBLAS computes mul_mat(v^T, p): lane j % 8 of 8 FMA chains
     over j in order, then ggml_hsum8. p [h, L], v [L, h, d] -> [h, d]."""
@@ -178,9 +209,11 @@ class RefBackend(Backend):
         return t * c
 
     # -- rope ------------------------------------------------------------------------------
-    def rope(self, x, pos, n_rot, base, freq_scale, mode):
+    def rope(self, x, pos, n_rot, base, freq_scale, mode, freq_factors=None, ext_factor=0.0,
+             attn_factor=1.0, corr_dims=(0.0, 0.0)):
         x = _f32(x)
-        cos, sin = rope_cache(pos, n_rot, base, freq_scale)
+        cos, sin = rope_cache(pos, n_rot, base, freq_scale, freq_factors, ext_factor, attn_factor,
+                              corr_dims)
         cos, sin = cos[:, None, :], sin[:, None, :]        # [n, 1, n_rot/2]
         out = x.copy()
         if mode == ROPE_NEOX:

@@ -6,8 +6,9 @@ tools/server/server.cpp (routes), server-http.cpp (CORS, auth, errors), server-c
 from __future__ import annotations
 
 import asyncio
+import gc
+import hmac
 import os
-import re
 import time
 from pathlib import Path
 
@@ -15,11 +16,14 @@ import msgspec
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..log import get_logger
+from . import cors_proxy
+from . import embeddings as E
+from . import infill as I
 from . import schemas as S
 from .chat import ToolCallStream, parse_tool_calls, render_chat
 from .engine import Channel, Engine, Task
@@ -27,9 +31,17 @@ from .schemas import ServerError, invalid, not_supported
 
 log = get_logger("server")
 WEB_DIR = Path(__file__).parent / "web"
-UI_PATHS = ("/", "/index.html")
+_ASSET_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
+                ".svg": "image/svg+xml", ".html": "text/html; charset=utf-8"}
+# the page's files, each served at /<name> like llama.cpp's embedded UI assets (server-http.cpp)
+WEB_ASSETS = {"/" + p.name: p for p in sorted(WEB_DIR.iterdir())
+              if p.suffix in _ASSET_TYPES and p.name != "index.html"}
+UI_PATHS = ("/", "/index.html", *WEB_ASSETS)
 NO_AUTH = ("/health", "/v1/health") + UI_PATHS
 _JSON = "application/json; charset=utf-8"
+# a request body at least this large is parsed and tokenized off the event loop and followed by a
+# heap trim (glibc keeps freed arenas otherwise: RSS stayed 2.3 GB up after one 50 MB body)
+LARGE_BODY = 1 << 20
 
 
 def json_response(obj, status: int = 200) -> Response:
@@ -65,17 +77,38 @@ class Gate:
         async def send_wrapped(msg):
             if msg["type"] == "http.response.start":
                 status[0] = msg["status"]
-                msg = {**msg, "headers": list(msg.get("headers", [])) + cors}
+                msg = {**msg, "headers": [(wire_name(k), v) for k, v in
+                                          list(msg.get("headers", [])) + cors]}
             await send(msg)
 
         early = self._precheck(method, path, headers)
+        limit = self.cfg.max_body_size
+        size = headers.get("content-length", "")
+        if early is None and limit > 0 and size.isdigit() and int(size) > limit:
+            early = error_response(body_too_large(int(size), limit))
+        seen = [0]
         if early is not None:
             await early(scope, receive, send_wrapped)
         else:
-            await self.app(scope, receive, send_wrapped)
+            await self.app(scope, self._counted(receive, limit, seen), send_wrapped)
+        if seen[0] >= LARGE_BODY:
+            await run_in_threadpool(release_memory)
         client = scope.get("client") or ("-", 0)
         level = log.debug if path in ("/health", "/v1/health", "/metrics") else log.info
         level(f"srv  log_server_r: request: {method} {path} {client[0]} {status[0]}")
+
+    @staticmethod
+    def _counted(receive, limit: int, seen: list):
+        """receive() counting body bytes into seen[0]; a body (chunked, or longer than its
+        Content-Length) growing past a limit > 0 raises BodyTooLarge: the handler answers 413."""
+        async def wrapped():
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen[0] += len(msg.get("body", b""))
+                if 0 < limit < seen[0]:
+                    raise BodyTooLarge(seen[0], limit)
+            return msg
+        return wrapped
 
     def _precheck(self, method: str, path: str, headers: dict):
         if method == "OPTIONS":
@@ -96,19 +129,44 @@ class Gate:
             key = key[len("Bearer "):]
         if not key:
             key = headers.get("x-api-key", "")
-        return key in self.cfg.api_keys
+        return key_matches(key, self.cfg.api_keys)
 
     def _cors(self, origin: str) -> list[tuple[bytes, bytes]]:
+        """llama.cpp's pre-routing CORS: '*' with credentials echoes the Origin, 'localhost'
+        echoes only a localhost origin (else no header), anything else is sent as given."""
         allowed = self.cfg.cors_origins
+        out = [(b"Server", b"llama.cpp")]
         if allowed == "*" and self.cfg.cors_credentials:
             value = origin
         elif allowed == "localhost":
-            host = re.sub(r"^[a-z]+://", "", origin).rsplit(":", 1)[0].strip("[]")
-            value = origin if host in ("localhost", "127.0.0.1", "::1") else ""
+            if not _origin_is_localhost(origin):
+                if origin:
+                    log.warning(f"srv  operator(): (CORS) skip non-localhost origin: {origin}")
+                return out
+            value = origin
         else:
             value = allowed
-        return [(b"server", b"llama.cpp"),
-                (b"access-control-allow-origin", value.encode("latin-1"))]
+        return out + [(b"Access-Control-Allow-Origin", value.encode("latin-1"))]
+
+
+def _origin_is_localhost(origin: str) -> bool:
+    """The Origin's host is localhost, 127.0.0.1 or ::1, any port (an http(s) URL only, as
+    llama.cpp's common_http_parse_url requires)."""
+    try:
+        return cors_proxy.target(origin)[1] in ("localhost", "127.0.0.1", "::1")
+    except ValueError:
+        return False
+
+
+_WIRE_SPECIAL = {b"etag": b"ETag", b"www-authenticate": b"WWW-Authenticate"}
+
+
+def wire_name(name: bytes) -> bytes:
+    """A response header name as llama.cpp's cpp-httplib writes it (Content-Type,
+    Access-Control-Allow-Origin, Process-Start-Time-Unix): starlette lower-cases the names it
+    builds and h11 sends them as given, and clients exist that compare case-sensitively."""
+    low = name.lower()
+    return _WIRE_SPECIAL.get(low) or b"-".join(p[:1].upper() + p[1:] for p in low.split(b"-"))
 
 
 class Server:
@@ -144,16 +202,27 @@ class Server:
                                           parse_special=parse_special)
 
     async def body(self, request: Request, kind):
-        return S.decode_body(await request.body(), kind)
+        raw = await request.body()
+        if len(raw) >= LARGE_BODY:
+            return await run_in_threadpool(S.decode_body, raw, kind)
+        return S.decode_body(raw, kind)
 
     # -- simple endpoints ----------------------------------------------------------------------------
     async def health(self, request: Request):
         return json_response({"status": "ok"})
 
     async def index(self, request: Request):
+        return self._web_file(WEB_DIR / "index.html")
+
+    async def web_asset(self, request: Request):
+        return self._web_file(WEB_ASSETS[request.scope["path"]])
+
+    def _web_file(self, path: Path):
         if not self.cfg.ui:
             raise HTTPException(404)
-        return FileResponse(WEB_DIR / "index.html", media_type="text/html; charset=utf-8")
+        # revalidated on each load (ETag), so an upgraded pyllama's page is picked up at once
+        return FileResponse(path, media_type=_ASSET_TYPES[path.suffix],
+                            headers={"Cache-Control": "no-cache"})
 
     async def props(self, request: Request):
         if request.method == "POST":
@@ -181,7 +250,7 @@ class Server:
                 "ui_settings": self.cfg.ui_config or {}, "chat_template": self._template_source(),
                 "chat_template_caps": {}, "bos_token": piece(getattr(v, "bos", -1)),
                 "eos_token": piece(getattr(v, "eos", -1)), "build_info": S.BUILD_INFO,
-                "is_sleeping": False, "cors_proxy_enabled": False}
+                "is_sleeping": False, "cors_proxy_enabled": self.cfg.ui_mcp_proxy}
 
     def _template_source(self) -> str:
         try:
@@ -204,16 +273,22 @@ class Server:
                                     "families": [""], "parameter_size": "",
                                     "quantization_level": ""}}],
             "object": "list",
-            "data": [{"id": name, "aliases": aliases, "tags": [], "object": "model",
+            "data": [{"id": name, "aliases": aliases, "tags": sorted(set(self.cfg.tags)),
+                      "object": "model",
                       "created": int(time.time()), "owned_by": "llamacpp", "meta": meta}]})
 
     async def tokenize_route(self, request: Request):
         b = await self.body(request, S.TokenizeBody)
         if b.content is msgspec.UNSET:
             return json_response({"tokens": []})
+        # tokenizing a long text takes seconds: never on the event loop
+        return json_response(await run_in_threadpool(self._tokenize_body, b))
+
+    def _tokenize_body(self, b) -> dict:
         ids = self._mixed_tokens(b.content, b.add_special, b.parse_special)
         if not b.with_pieces:
-            return json_response({"tokens": ids})
+            return {"tokens": ids}
+        self._check_ids(ids)    # llama.cpp: out-of-range ids with pieces are a 400
         out = []
         for t in ids:
             raw = self.engine.model.token_to_piece(t, True)
@@ -222,7 +297,7 @@ class Server:
             except UnicodeDecodeError:
                 piece = list(raw)
             out.append({"id": t, "piece": piece})
-        return json_response({"tokens": out})
+        return {"tokens": out}
 
     def _mixed_tokens(self, content, add_special: bool, parse_special: bool) -> list[int]:
         if isinstance(content, str):
@@ -241,9 +316,12 @@ class Server:
 
     async def detokenize(self, request: Request):
         b = await self.body(request, S.DetokenizeBody)
-        self._check_ids(b.tokens)
-        raw = b"".join(self.engine.model.token_to_piece(t, True) for t in b.tokens)
-        return json_response({"content": raw.decode("utf-8", "replace")})
+        return json_response({"content": await run_in_threadpool(self._detokenize, b.tokens)})
+
+    def _detokenize(self, ids) -> str:
+        self._check_ids(ids)
+        raw = b"".join(self.engine.model.token_to_piece(t, True) for t in ids)
+        return raw.decode("utf-8", "replace")
 
     def _check_ids(self, ids) -> None:
         n = self.engine.model.n_vocab
@@ -253,12 +331,12 @@ class Server:
 
     async def apply_template(self, request: Request):
         b = await self.body(request, S.ChatBody)
-        return json_response({"prompt": self._render(b)})
+        return json_response({"prompt": await run_in_threadpool(self._render, b)})
 
     async def input_tokens(self, request: Request):
         b = await self.body(request, S.ChatBody)
-        return json_response({"object": "response.input_tokens",
-                              "input_tokens": len(self.tokenize(self._render(b)))})
+        n = await run_in_threadpool(lambda: len(self.tokenize(self._render(b))))
+        return json_response({"object": "response.input_tokens", "input_tokens": n})
 
     def _render(self, body) -> str:
         if body.messages is msgspec.UNSET:
@@ -270,15 +348,17 @@ class Server:
             if getattr(v, "add_bos", False) and getattr(v, "bos", -1) >= 0 else None
         return render_chat(self.template, body, self.cfg.chat_template_kwargs, bos)
 
-    async def unsupported(self, request: Request):
-        path = request.url.path
-        if "rerank" in path:
-            raise not_supported("This server does not support reranking. Start it with "
-                                "`--reranking`")
-        if "infill" in path:
-            raise not_supported("Infill is not supported by this server")
-        raise not_supported("This server does not support embeddings. Start it with "
-                            "`--embeddings`")
+    async def embeddings(self, request: Request):
+        return await E.embeddings(self, request, oai=False)
+
+    async def embeddings_oai(self, request: Request):
+        return await E.embeddings(self, request, oai=True)
+
+    async def rerank(self, request: Request):
+        return await E.rerank(self, request)
+
+    async def infill(self, request: Request):
+        return await I.infill(self, request)
 
     # -- slots and metrics --------------------------------------------------------------------------
     async def slots(self, request: Request):
@@ -331,9 +411,10 @@ class Server:
     async def chat(self, request: Request):
         return await self._complete(request, "chat")
 
-    async def _complete(self, request: Request, mode: str):
+    async def _complete(self, request: Request, mode: str, body=None):
         chat = mode == "chat"
-        body = await self.body(request, S.ChatBody if chat else S.CompletionBody)
+        if body is None:
+            body = await self.body(request, S.ChatBody if chat else S.CompletionBody)
         # templates and tokenization of long prompts run off the event loop
         prompts, params, n_cmpl = await run_in_threadpool(self._prepare, body, chat)
         ch = Channel(asyncio.get_running_loop())
@@ -423,7 +504,7 @@ class Server:
             ev = await self._next_event(request, ch, tasks)
             if isinstance(ev, dict):
                 return ev
-            if isinstance(ev, S.Final):
+            if isinstance(ev, (S.Final, S.EmbdResult)):
                 results[ev.index] = ev
         return [results[i] for i in sorted(results)]
 
@@ -537,6 +618,38 @@ class ClientGone(Exception):
     """The client went away before its answer was ready."""
 
 
+class BodyTooLarge(Exception):
+    """A request body over --max-body-size."""
+
+    def __init__(self, size: int, limit: int):
+        super().__init__(size, limit)
+        self.size, self.limit = size, limit
+
+
+def body_too_large(size: int, limit: int) -> ServerError:
+    return ServerError(413, f"request body too large ({size} bytes, the limit is {limit}: "
+                            "--max-body-size)", "invalid_request_error")
+
+
+def key_matches(key: str, keys) -> bool:
+    """Constant-time comparison against every configured key (no early exit)."""
+    given = key.encode("utf-8", "surrogateescape")
+    ok = False
+    for k in keys:
+        ok |= hmac.compare_digest(given, k.encode("utf-8", "surrogateescape"))
+    return ok
+
+
+def release_memory() -> None:
+    """Give the heap freed by a large request back to the OS (glibc's malloc_trim)."""
+    gc.collect()
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 class _Req:
     """What a response builder needs to know about its request."""
 
@@ -562,38 +675,50 @@ def _vocab_type(model) -> int:
 
 
 def _metrics_text(engine: Engine) -> str:
+    """llama.cpp's Prometheus text (server_task_result_metrics::to_metrics in server-task.cpp):
+    its names, help texts and order; values printed as C++'s ostream prints a double."""
     m = engine.metrics
     pps, tps, busy = m.scrape()
-    rows = [
-        ("counter", "prompt_tokens_total", "Number of prompt tokens processed.",
+    counters = [
+        ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens",
          m.prompt_tokens_total),
-        ("counter", "prompt_tokens_cached_total", "Number of prompt tokens taken from the cache.",
+        ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache",
          m.prompt_tokens_cached_total),
-        ("counter", "prompt_seconds_total", "Prompt process time", m.prompt_seconds_total),
-        ("counter", "tokens_predicted_total", "Number of generation tokens processed.",
+        ("prompt_seconds_total", "Total time spent processing prompts", m.prompt_seconds_total),
+        ("tokens_predicted_total", "Number of generation tokens processed",
          m.tokens_predicted_total),
-        ("counter", "tokens_predicted_seconds_total", "Predict process time",
+        ("tokens_predicted_seconds_total", "Total time spent generating tokens",
          m.tokens_predicted_seconds_total),
-        ("counter", "n_decode_total", "Total number of llama_decode() calls", m.n_decode_total),
-        ("counter", "n_tokens_max", "Largest observed n_tokens.", m.n_tokens_max),
-        ("counter", "spec_decode_num_draft_tokens_total", "Number of draft tokens generated.",
+        ("n_decode_total", "Total number of llama_decode() calls, excluding speculative decoding "
+         "and multimodal decoding", m.n_decode_total),
+        ("n_tokens_max", "Largest observed sequence length (prompt + generation)",
+         m.n_tokens_max),
+        ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated",
          m.spec_draft_tokens_total),
-        ("counter", "spec_decode_num_accepted_tokens_total", "Number of draft tokens accepted.",
-         m.spec_accepted_tokens_total),
-        ("counter", "spec_decode_num_drafts_total", "Number of speculative verification steps.",
-         m.spec_drafts_total),
-        ("gauge", "n_busy_slots_per_decode", "Average number of busy slots per llama_decode() "
-         "call", busy),
-        ("gauge", "prompt_tokens_seconds", "Average prompt throughput in tokens/s.", pps),
-        ("gauge", "predicted_tokens_seconds", "Average generation throughput in tokens/s.", tps),
-        ("gauge", "requests_processing", "Number of requests processing.", engine.n_busy),
-        ("gauge", "requests_deferred", "Number of requests deferred.", engine.n_deferred),
+        ("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by "
+         "the target model", m.spec_accepted_tokens_total),
+        ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification "
+         "steps", m.spec_drafts_total),
+    ]
+    gauges = [
+        ("prompt_tokens_seconds", "Average prompt throughput in tokens/s", pps),
+        ("predicted_tokens_seconds", "Average generation throughput in tokens/s", tps),
+        ("requests_processing", "Number of requests processing", engine.n_busy),
+        ("requests_deferred", "Number of requests deferred", engine.n_deferred),
+        ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call", busy),
     ]
     lines = []
-    for kind, name, help_, value in rows:
-        lines += [f"# HELP llamacpp:{name} {help_}", f"# TYPE llamacpp:{name} {kind}",
-                  f"llamacpp:{name} {value}"]
+    for kind, rows in (("counter", counters), ("gauge", gauges)):
+        for name, help_, value in rows:
+            lines += [f"# HELP llamacpp:{name} {help_}", f"# TYPE llamacpp:{name} {kind}",
+                      f"llamacpp:{name} {cpp_double(value)}"]
     return "\n".join(lines) + "\n"
+
+
+def cpp_double(value) -> str:
+    """`std::ostream << double` with the default format (%g, 6 significant digits): 5 -> "5",
+    0.25 -> "0.25", 1234567 -> "1.23457e+06"."""
+    return f"{float(value):g}"
 
 
 async def _server_error(request: Request, exc: ServerError):
@@ -602,6 +727,18 @@ async def _server_error(request: Request, exc: ServerError):
 
 async def _client_gone(request: Request, exc: ClientGone):
     return Response(b"", 499)
+
+
+async def _upload_gone(request: Request, exc: ClientDisconnect):
+    """A client that disconnects mid-upload: one INFO line, no traceback."""
+    client = request.client.host if request.client else "-"
+    log.info(f"srv  log_server_r: {request.method} {request.url.path} {client}: client "
+             "disconnected before the request body was complete")
+    return Response(b"", 499)
+
+
+async def _too_large(request: Request, exc: BodyTooLarge):
+    return error_response(body_too_large(exc.size, exc.limit))
 
 
 async def _http_error(request: Request, exc: HTTPException):
@@ -621,6 +758,7 @@ def create_app(cfg, engine: Engine) -> Gate:
     post, get = ["POST"], ["GET"]
     routes = [
         Route("/", s.index, methods=get), Route("/index.html", s.index, methods=get),
+        *(Route(path, s.web_asset, methods=get) for path in WEB_ASSETS),
         Route("/health", s.health, methods=get), Route("/v1/health", s.health, methods=get),
         Route("/props", s.props, methods=["GET", "POST"]),
         Route("/models", s.models, methods=get), Route("/v1/models", s.models, methods=get),
@@ -637,10 +775,14 @@ def create_app(cfg, engine: Engine) -> Gate:
         Route("/v1/chat/completions", s.chat, methods=post),
         Route("/chat/completions/input_tokens", s.input_tokens, methods=post),
         Route("/v1/chat/completions/input_tokens", s.input_tokens, methods=post),
-    ] + [Route(p, s.unsupported, methods=post) for p in (
-        "/embedding", "/embeddings", "/v1/embeddings", "/rerank", "/reranking", "/v1/rerank",
-        "/v1/reranking", "/infill")]
+        Route("/cors-proxy", cors_proxy.make_handler(cfg.ui_mcp_proxy), methods=["GET", "POST"]),
+        Route("/embedding", s.embeddings, methods=post),
+        Route("/embeddings", s.embeddings, methods=post),
+        Route("/v1/embeddings", s.embeddings_oai, methods=post),
+    ] + [Route(p, s.rerank, methods=post) for p in (
+        "/rerank", "/reranking", "/v1/rerank", "/v1/reranking")] + [
+        Route("/infill", s.infill, methods=post)]
     app = Starlette(routes=routes, exception_handlers={
         ServerError: _server_error, ClientGone: _client_gone, HTTPException: _http_error,
-        Exception: _any_error})
+        ClientDisconnect: _upload_gone, BodyTooLarge: _too_large, Exception: _any_error})
     return Gate(app, s)

@@ -13,10 +13,12 @@ class ServerConfig:
     """Everything llama-server needs; defaults are llama.cpp's (llama.cpp common/arg.cpp, common/common.h `common_params`)."""
     model: str | None = None
     alias: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)   # --tags: informational, in /models
     host: str = "127.0.0.1"
     port: int = 8080
     api_keys: list[str] = field(default_factory=list)
-    timeout: float = 3600.0
+    timeout: float = 3600.0          # -to: HTTP read/write timeout (idle half-open sockets close)
+    max_body_size: int = 32 << 20    # pyllama extension: request body limit in bytes, 0 = none
     # context
     n_ctx: int = 0                  # 0 = the model's training context
     n_batch: int = 2048
@@ -50,13 +52,16 @@ class ServerConfig:
     cors_methods: str = "GET, POST, DELETE, OPTIONS"
     cors_headers: str = "*"
     cors_credentials: bool = True
+    ui_mcp_proxy: bool = False       # --ui-mcp-proxy: /cors-proxy forwards (else 403)
     ui_config: dict | None = None    # --ui-config(-file): default Web UI settings, in /props
     prefill_assistant: bool = True   # a trailing assistant message is continued, not closed
     flash_attn: bool = True          # -fa: llama.cpp's flash-attention arithmetic (auto = on)
     api_prefix: str = ""
     ui: bool = True
-    embeddings: bool = False
-    reranking: bool = False
+    embeddings: bool = False        # --embeddings (and --rerank): the embedding endpoints
+    pooling: str | None = None      # --pooling; None: the model's default (pyllama.Context)
+    embd_normalize: int = 2         # --embd-normalize: common_embd_normalize of pooled vectors
+    spm_infill: bool = False        # --spm-infill: Suffix/Prefix/Middle order for /infill
     warmup: bool = True
     sse_ping_interval: float = 30.0
     model_params: dict = field(default_factory=dict)  # extra load_model kwargs (e.g. n_gpu_layers)

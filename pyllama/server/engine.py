@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from ..log import get_logger
-from .schemas import Final, Partial, Progress, ServerError, TaskParams, Timings, TokenProb
+from .schemas import (EmbdResult, Final, Partial, Progress, ServerError, TaskParams, Timings,
+                      TokenProb, exceed_context)
 
 log = get_logger("server")
 
@@ -50,8 +51,9 @@ class Channel:
 
 @dataclass
 class Task:
-    """One unit of work: a completion (one prompt, one result index) or a slot action."""
-    kind: str                    # completion | save | restore | erase
+    """One unit of work: a completion (one prompt, one result index), an embedding or rerank
+    (one prompt, one stateless decode) or a slot action."""
+    kind: str                    # completion | embedding | rerank | save | restore | erase
     channel: Channel
     prompt: list[int] = field(default_factory=list)
     params: TaskParams = field(default_factory=TaskParams)
@@ -165,7 +167,7 @@ class Slot:
         self.n_prompt_done, self.n_cached = n_past, n_past
         self.sampler = e.new_sampler(p.sampling)
         for t in task.prompt:       # llama.cpp replays the prompt: penalties and DRY see it
-            self.sampler.accept(t)
+            self.sampler.accept(t, False)   # (not the grammar: prompt tokens are not generated)
         self.sampled: int | None = None
         self.generated: list[int] = []
         self.text, self.n_sent, self.n_decoded = "", 0, 0
@@ -310,7 +312,8 @@ class Metrics:
     def __init__(self):
         self.t_start = time.time()
         self.prompt_tokens_total = self.prompt_tokens_cached_total = 0
-        self.prompt_seconds_total = self.tokens_predicted_total = 0.0
+        self.prompt_seconds_total = 0.0
+        self.tokens_predicted_total = 0
         self.tokens_predicted_seconds_total = 0.0
         self.n_decode_total = self.n_busy_slots_total = 0
         self.n_tokens_max = 0
@@ -395,6 +398,12 @@ class Engine:
         self.vocab = self.model.vocab
         self.template = ChatTemplate.for_model(self.vocab, override=cfg.chat_template)
         n = cfg.n_slots
+        if cfg.embeddings and cfg.n_batch > cfg.n_ubatch:   # embeddings: one ubatch per prompt
+            log.warning(f"srv  llama_server: embeddings enabled with n_batch ({cfg.n_batch}) > "
+                        f"n_ubatch ({cfg.n_ubatch})")
+            log.warning(f"srv  llama_server: setting n_batch = n_ubatch = {cfg.n_ubatch} to "
+                        "avoid assertion failure")
+            cfg.n_batch = cfg.n_ubatch
         draft_model = self._load_draft_model() if cfg.spec_draft else None
         speculating = draft_model is not None or cfg.spec_ngram
         # rollbacks of up to n_max drafts stay exact in a shared SWA cache (--swa-extra, docs/architecture.md)
@@ -404,7 +413,8 @@ class Engine:
                                    swa_extra=extra, kv_unified=cfg.unified,
                                    type_k=cfg.type_k, type_v=cfg.type_v,
                                    n_threads=cfg.n_threads, numerics=cfg.numerics,
-                                   kv_k_center=cfg.kv_k_center, flash_attn=cfg.flash_attn)
+                                   kv_k_center=cfg.kv_k_center, flash_attn=cfg.flash_attn,
+                                   pooling=cfg.pooling)
         self.memory = self.ctx.memory
         self.spec = None
         if speculating:
@@ -458,7 +468,8 @@ class Engine:
         from pyllama.sampling import SamplerChain
         return SamplerChain(params, self.model.n_vocab, eog_ids=tuple(self.vocab.eog_ids),
                             token_pieces=self._piece_text, n_ctx=self.n_ctx_slot,
-                            n_ctx_train=getattr(self.model.hparams, "n_ctx_train", 0))
+                            n_ctx_train=getattr(self.model.hparams, "n_ctx_train", 0),
+                            vocab=self.vocab)
 
     def _piece_text(self, tok: int) -> str:
         return self.model.token_to_piece(tok, True).decode("utf-8", "replace")
@@ -757,6 +768,8 @@ class Engine:
                     slot.start(task)
                     log.info(f"slot {slot.id}: launching task {task.id}, n_prompt = "
                              f"{len(task.prompt)}, n_cached = {slot.n_cached}")
+                elif task.kind in ("embedding", "rerank"):
+                    self._embed(slot, task)
                 else:
                     self._slot_action(slot, task)
             except Exception as e:  # noqa: BLE001
@@ -796,21 +809,50 @@ class Engine:
             s.cache.clear()
             s.checkpoints.clear()
 
+    # -- embeddings and rerank (stateless tasks) ---------------------------------------------------
+    def _embed(self, slot: Slot, task: Task) -> None:
+        """Decode the whole prompt in one ubatch with embeddings on (every token an output) in the
+        slot's sequence, send the per-token (pooling none) or pooled and normalised vectors (or the
+        rerank score), and forget the sequence (llama.cpp send_embedding / send_rerank)."""
+        import pyllama
+        from pyllama.embedding import normalize
+        toks, n_ub = task.prompt, self.ctx.n_ubatch
+        if len(toks) > n_ub:
+            raise ServerError(500, f"input ({len(toks)} tokens) is too large to process. increase "
+                                   f"the physical batch size (current batch size: {n_ub})")
+        if len(toks) > slot.n_ctx:
+            raise exceed_context(len(toks), slot.n_ctx, (
+                f"input ({len(toks)} tokens) is larger than the max context size "
+                f"({slot.n_ctx} tokens). skipping"))
+        self.memory.seq_rm(slot.id, -1, -1)
+        slot.cache.clear()
+        slot.checkpoints.clear()
+        self.ctx.set_embeddings(True)
+        try:
+            rc = self.ctx.decode(pyllama.Batch(np.asarray(toks, np.int32),
+                                               pos=np.arange(len(toks), dtype=np.int32),
+                                               seq_ids=[slot.id] * len(toks)))
+            if rc != 0:
+                raise ServerError(500, "failed to find a memory slot" if rc == 1
+                                  else f"decode failed ({rc})")
+            if self.ctx.pooling == "none":
+                vecs = [self.ctx.get_embeddings_ith(i).copy() for i in range(len(toks))]
+            else:
+                v = self.ctx.get_embeddings_seq(slot.id)
+                vecs = [v if task.kind == "rerank" else normalize(v, task.params.embd_normalize)]
+        finally:
+            self.ctx.set_embeddings(False)
+            self.memory.seq_rm(slot.id, -1, -1)
+        score = float(vecs[0][0]) if task.kind == "rerank" else 0.0
+        task.channel.put(EmbdResult(task.index, vecs, len(toks), score))
+
     # -- slot save / restore / erase ---------------------------------------------------------------
     def _slot_action(self, slot: Slot, task: Task) -> None:
         t0 = time.perf_counter()
-        path = os.path.join(self.cfg.slot_save_path or "", task.filename)
         if task.kind == "save":
-            state = self.ctx.state_seq_get(slot.id)
-            with open(path, "wb") as f:
-                f.write(SLOT_FILE_MAGIC + struct.pack("<I", len(slot.cache)))
-                f.write(np.asarray(slot.cache, np.int32).tobytes())
-                f.write(state)
-                n_written = f.tell()
-            res = {"id_slot": slot.id, "filename": task.filename, "n_saved": len(slot.cache),
-                   "n_written": n_written, "timings": {"save_ms": _ms(t0)}}
+            res = self._save(slot, task.filename, t0)
         elif task.kind == "restore":
-            res = self._restore(slot, path, task.filename, t0)
+            res = self._restore(slot, task.filename, t0)
         else:
             n = len(slot.cache)
             self.memory.seq_rm(slot.id, -1, -1)
@@ -819,28 +861,89 @@ class Engine:
             res = {"id_slot": slot.id, "n_erased": n}
         task.channel.put(res)
 
-    def _restore(self, slot: Slot, path: str, filename: str, t0: float) -> dict:
+    def _save(self, slot: Slot, filename: str, t0: float) -> dict:
+        """llama_state_seq_save_file's bytes. The file is created inside --slot-save-path and
+        never through a symlink; any failure is llama.cpp's 500 "Unable to save slot" (the
+        reason, with the path, goes to the log only)."""
+        state = self.ctx.state_seq_get(slot.id)
+        data = (SLOT_FILE_MAGIC + struct.pack("<I", len(slot.cache)) +
+                np.asarray(slot.cache, np.int32).tobytes() + state)
         try:
-            with open(path, "rb") as f:
+            fd = _open_in_dir(self.cfg.slot_save_path or ".", filename,
+                              os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            log.warning(f"slot {slot.id}: cannot save {filename!r}: {e}")
+            raise ServerError(500, "Unable to save slot")
+        return {"id_slot": slot.id, "filename": filename, "n_saved": len(slot.cache),
+                "n_written": len(data), "timings": {"save_ms": _ms(t0)}}
+
+    def _restore(self, slot: Slot, filename: str, t0: float) -> dict:
+        """Read and check the whole file first (magic, token count, ids within the vocabulary,
+        the state consumed exactly and holding positions 0..n-1 of the sequence); on any
+        mismatch 400 and the slot keeps what it had."""
+        def fail(why: str) -> ServerError:
+            return ServerError(400, f"Unable to restore slot: {why}")
+        try:
+            fd = _open_in_dir(self.cfg.slot_save_path or ".", filename, os.O_RDONLY)
+            with os.fdopen(fd, "rb") as f:
                 data = f.read()
         except OSError:
-            raise ServerError(400, f"failed to restore slot {slot.id}: cannot open {filename}")
+            raise fail(f"cannot open {filename}")
         if len(data) < 12 or data[:8] not in (SLOT_FILE_MAGIC, _OLD_SLOT_FILE_MAGIC):
-            raise ServerError(400, f"failed to restore slot {slot.id}: not a slot file "
-                                   "(llama.cpp's ggsq version 3)")
+            raise fail("not a slot file (llama.cpp's ggsq version 3)")
         (n,) = struct.unpack_from("<I", data, 8)
-        tokens = np.frombuffer(data, np.int32, n, 12).tolist()
-        self.memory.seq_rm(slot.id, -1, -1)
-        slot.cache.clear()
-        slot.checkpoints.clear()      # they belonged to the tokens just dropped
+        if 12 + 4 * n > len(data):
+            raise fail(f"the file is too short for its {n} tokens")
+        if n > slot.n_ctx:
+            raise fail("Restored prompt does not fit in the slot context")
+        ids = np.frombuffer(data, np.int32, n, 12)
+        if n and (int(ids.min()) < 0 or int(ids.max()) >= self.model.n_vocab):
+            raise fail("Invalid tokens in slot save file")
+        state = data[12 + 4 * n:]
+        before = self.ctx.state_seq_get(slot.id)
         try:
-            self.ctx.state_seq_set(data[12 + 4 * n:], slot.id)
-        except Exception as e:  # noqa: BLE001
             self.memory.seq_rm(slot.id, -1, -1)
-            raise ServerError(400, f"failed to restore slot {slot.id}: {e}")
-        slot.cache.extend(tokens)
+            used = self.ctx.state_seq_set(state, slot.id)
+            why = self._restored_mismatch(slot.id, n, used, len(state))
+        except Exception as e:  # noqa: BLE001 - a corrupt state: put the slot back
+            why = str(e) or type(e).__name__
+        if why:
+            self.memory.seq_rm(slot.id, -1, -1)
+            self.ctx.state_seq_set(before, slot.id)
+            raise fail(why)
+        slot.cache[:] = ids.tolist()
+        slot.checkpoints.clear()      # they belonged to the tokens just replaced
         return {"id_slot": slot.id, "filename": filename, "n_restored": n,
                 "n_read": len(data), "timings": {"restore_ms": _ms(t0)}}
+
+    def _restored_mismatch(self, seq: int, n: int, used, size: int) -> str:
+        """Why the sequence just read does not hold exactly the file's n tokens ("" if it does)."""
+        if used is not None and used != size:
+            return f"the state has {size - used} bytes past its end"
+        full = getattr(self.memory, "base", self.memory)
+        cells = full.cells[full.seq_to_stream(seq)]
+        pos = np.sort(cells.pos[cells.has[seq]])
+        if self.memory.seq_pos_max(seq) != n - 1:
+            return (f"the file has {n} tokens but its state ends at position "
+                    f"{self.memory.seq_pos_max(seq)}")
+        if full.swa_type == 0 and not np.array_equal(pos, np.arange(n)):
+            return f"the file has {n} tokens but its state holds {len(pos)} positions"
+        return ""
+
+
+def _open_in_dir(directory: str, name: str, flags: int) -> int:
+    """A file descriptor for directory/name that never follows a symlink: the name must be a
+    plain file name (checked by the handler), O_NOFOLLOW refuses a symlink, and a directory or
+    other non-regular file is refused."""
+    fd = os.open(os.path.join(directory, name), flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                 0o644)
+    import stat
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise IsADirectoryError(f"{name} is not a regular file")
+    return fd
 
 
 def _accepted(fn, kwargs: dict) -> dict:

@@ -46,10 +46,10 @@ def not_supported(message: str) -> ServerError:
     return ServerError(501, message)
 
 
-def exceed_context(n_prompt: int, n_ctx: int) -> ServerError:
-    return ServerError(400, f"request ({n_prompt} tokens) exceeds the available context size "
-                            f"({n_ctx} tokens), try increasing it", "exceed_context_size_error",
-                       n_prompt_tokens=n_prompt, n_ctx=n_ctx)
+def exceed_context(n_prompt: int, n_ctx: int, message: str | None = None) -> ServerError:
+    return ServerError(400, message or f"request ({n_prompt} tokens) exceeds the available "
+                                       f"context size ({n_ctx} tokens), try increasing it",
+                       "exceed_context_size_error", n_prompt_tokens=n_prompt, n_ctx=n_ctx)
 
 
 # ----------------------------------------------------------------------------- requests
@@ -198,6 +198,7 @@ class TaskParams:
     return_progress: bool = False
     timings_per_token: bool = False
     ignore_eos: bool = False
+    embd_normalize: int = 2          # embeddings: common_embd_normalize's rule (pooled only)
     t_max_predict_ms: int = -1
     sampling: Any = None           # SamplerParams
     settings: dict = field(default_factory=dict)  # generation_settings as reported
@@ -477,6 +478,16 @@ class Final:
     @property
     def finish_reason(self) -> str:
         return "stop" if self.stop_type in ("eos", "word") else "length"
+
+
+@dataclass
+class EmbdResult:
+    """One embedding or rerank task's result: the vectors (one per token with pooling none, else
+    one pooled vector), the prompt length and (rerank) the score."""
+    index: int
+    embedding: list
+    n_tokens: int
+    score: float = 0.0
 
 
 def completion_id() -> str:

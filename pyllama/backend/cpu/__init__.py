@@ -22,6 +22,8 @@ from ...errors import BackendError
 from ..base import KV_BLOCK, ROPE_NEOX, ROPE_NORM, Backend, Weight, kv_type
 from ..ref import rope_theta_scale
 
+_NO_FACTORS = np.zeros(0, dtype=np.float32)
+
 try:
     from . import _attn, _attn_q, _ops
 except ImportError as e:  # not built
@@ -126,7 +128,8 @@ class CpuBackend(Backend):
                       self.n_threads if n >= _MIN_PARALLEL_WORK else 1)
         return out
 
-    def rope(self, x, pos, n_rot, base, freq_scale, mode):
+    def rope(self, x, pos, n_rot, base, freq_scale, mode, freq_factors=None, ext_factor=0.0,
+             attn_factor=1.0, corr_dims=(0.0, 0.0)):
         if mode not in (ROPE_NORM, ROPE_NEOX):
             raise BackendError(f"unsupported rope mode {mode}")
         x = _c32(x)
@@ -134,23 +137,30 @@ class CpuBackend(Backend):
         if n_rot % 2 or n_rot > hd or n_rot <= 0:
             raise BackendError(f"rope: n_rot {n_rot} must be even, > 0 and <= head_dim {hd}")
         pos = np.ascontiguousarray(pos, dtype=np.int32)
-        cs, sn = self._rope_cache(pos, n_rot, base, freq_scale)
+        cs, sn = self._rope_cache(pos, n_rot, base, freq_scale, freq_factors, ext_factor,
+                                  attn_factor, corr_dims)
         out = np.empty_like(x)
         _ops.rope_apply(x, cs, sn, n_rot, mode == ROPE_NEOX, out, self._nt(x.size))
         return out
 
-    def _rope_cache(self, pos, n_rot, base, freq_scale):
+    def _rope_cache(self, pos, n_rot, base, freq_scale, freq_factors, ext_factor, attn_factor,
+                    corr_dims):
         """cos/sin tables, reused across calls with the same positions and parameters (q and k
         of every layer of a ubatch share them)."""
-        key = (pos.tobytes(), n_rot, float(base), float(freq_scale))
+        ff = _NO_FACTORS if freq_factors is None else _c32(freq_factors)
+        if ff.size and ff.shape != (n_rot // 2,):
+            raise BackendError(f"rope: {ff.size} frequency factors for {n_rot // 2} pairs")
+        key = (pos.tobytes(), n_rot, float(base), float(freq_scale), ff.tobytes(),
+               float(ext_factor), float(attn_factor), tuple(map(float, corr_dims)))
         hit = self._rope_tables.get(key)
         if hit is not None:
             self._rope_tables.move_to_end(key)
             return hit
         cs = np.empty((len(pos), n_rot // 2), dtype=np.float32)
         sn = np.empty_like(cs)
-        _ops.rope_cache(pos, n_rot, float(rope_theta_scale(base, n_rot)), float(freq_scale),
-                        cs, sn, self._nt(cs.size * 8))
+        _ops.rope_cache(pos, n_rot, float(rope_theta_scale(base, n_rot)), float(freq_scale), ff,
+                        float(ext_factor), float(attn_factor), float(corr_dims[0]),
+                        float(corr_dims[1]), cs, sn, self._nt(cs.size * 8))
         self._rope_tables[key] = (cs, sn)
         if len(self._rope_tables) > 4:
             self._rope_tables.popitem(last=False)

@@ -10,7 +10,7 @@ import numpy as np
 from cython.parallel cimport prange
 from libc.stdint cimport int64_t, uint16_t
 from libc.string cimport memcpy
-from libc.math cimport cosf, sinf, sqrtf, tanhf
+from libc.math cimport cosf, fmaxf, fminf, logf, sinf, sqrtf, tanhf
 
 cdef extern from "omp_shim.h" nogil:
     int pyl_omp_max_threads()
@@ -89,14 +89,24 @@ def rms_norm(const float[:, ::1] x, const float[::1] w, float eps, float[:, ::1]
 
 
 # -- rope ----------------------------------------------------------------------------------------
-cdef inline void _rope_cache(float p, float theta_scale, float freq_scale, float* cs, float* sn,
-                             Py_ssize_t half) noexcept nogil:
-    cdef float theta = p, t
+cdef inline void _rope_cache(float p, float theta_scale, float freq_scale, const float* ff,
+                             float ext_factor, float attn_factor, float c0, float c1,
+                             float* cs, float* sn, Py_ssize_t half) noexcept nogil:
+    """ggml_rope_cache_init + rope_yarn (ggml-cpu ops.cpp): theta/ff, freq_scale * theta, the YaRN
+    ramp mix when ext_factor != 0, cos/sin times mscale."""
+    cdef float theta = p, te, t, y, ramp, mscale
     cdef Py_ssize_t i
     for i in range(half):
-        t = freq_scale * theta
-        cs[i] = cosf(t)
-        sn[i] = sinf(t)
+        te = theta / ff[i] if ff != NULL else theta
+        t = freq_scale * te
+        mscale = attn_factor
+        if ext_factor != 0.0:
+            y = (<float>i - c0) / fmaxf(<float>0.001, c1 - c0)
+            ramp = (<float>1 - fminf(<float>1, fmaxf(<float>0, y))) * ext_factor
+            t = t * (<float>1 - ramp) + te * ramp
+            mscale = mscale * (<float>1.0 + <float>0.1 * logf(<float>1.0 / freq_scale))
+        cs[i] = cosf(t) * mscale
+        sn[i] = sinf(t) * mscale
         theta = theta * theta_scale
 
 
@@ -122,18 +132,23 @@ cdef inline void _rope_head(const float* x, float* y, const float* cs, const flo
 
 
 def rope_cache(const int[::1] pos, int n_rot, float theta_scale, float freq_scale,
-               float[:, ::1] cs, float[:, ::1] sn, int n_threads):
-    """cs/sn [n, n_rot/2] = cos/sin of ggml's rope angles at pos [n] (f32 theta recurrence)."""
+               const float[::1] freq_factors, float ext_factor, float attn_factor, float c0,
+               float c1, float[:, ::1] cs, float[:, ::1] sn, int n_threads):
+    """cs/sn [n, n_rot/2] = cos/sin of ggml's rope angles at pos [n] (f32 theta recurrence);
+    freq_factors [n_rot/2] or empty (none)."""
     cdef Py_ssize_t n = pos.shape[0], t, half = n_rot // 2
+    cdef const float* ff = &freq_factors[0] if freq_factors.shape[0] else NULL
     if n == 0 or half == 0:
         return
     if n_threads == 1:
         with nogil:
             for t in range(n):
-                _rope_cache(<float>pos[t], theta_scale, freq_scale, &cs[t, 0], &sn[t, 0], half)
+                _rope_cache(<float>pos[t], theta_scale, freq_scale, ff, ext_factor, attn_factor,
+                            c0, c1, &cs[t, 0], &sn[t, 0], half)
         return
     for t in prange(n, nogil=True, num_threads=n_threads, schedule="static"):
-        _rope_cache(<float>pos[t], theta_scale, freq_scale, &cs[t, 0], &sn[t, 0], half)
+        _rope_cache(<float>pos[t], theta_scale, freq_scale, ff, ext_factor, attn_factor,
+                    c0, c1, &cs[t, 0], &sn[t, 0], half)
 
 
 def rope_apply(const float[:, :, ::1] x, const float[:, ::1] cs, const float[:, ::1] sn,

@@ -174,9 +174,12 @@ class CudaBackend(Backend):
                          x.ptr, 0 if wd is None else wd.ptr, float(eps), d, y.ptr)
         return y
 
-    def rope(self, x, pos, n_rot, base, freq_scale, mode) -> DevArray:
+    def rope(self, x, pos, n_rot, base, freq_scale, mode, freq_factors=None, ext_factor=0.0,
+             attn_factor=1.0, corr_dims=(0.0, 0.0)) -> DevArray:
         if mode not in (ROPE_NORM, ROPE_NEOX):
             raise BackendError(f"unsupported rope mode {mode}")
+        if freq_factors is not None or ext_factor != 0.0 or attn_factor != 1.0:
+            raise BackendError("rope frequency factors / YaRN are not implemented on CUDA yet")
         x = self._in(x)
         n, n_head, hd = x.shape
         if n_rot % 2 or n_rot > hd:

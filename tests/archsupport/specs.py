@@ -1,0 +1,300 @@
+"""Random-weight GGUF models of llama.cpp architectures, written from llama.cpp's OWN names.
+
+Metadata keys come from gguf-py's `Keys` and tensor names from `TENSOR_NAMES` (the constants
+llama.cpp's src/llama-arch.cpp mirrors); each architecture's tensor list and shapes follow its
+`load_arch_tensors` in llama.cpp's src/models/<arch>.cpp (shapes below in numpy order, i.e. ggml's
+ne reversed). Nothing here reads pyllama's architecture files, so a wrong name or shape in pyllama
+shows up as a load failure or a logit difference against llama.cpp.
+
+Weights are float32, drawn per tensor from a generator seeded by (seed, crc32(name)), so a tensor's
+values do not depend on which other tensors an architecture has. `write_model(path, arch, types)`
+stores each tensor in the type `types[name]` (F32 when absent) with pyllama's bit-exact ggml
+reference quantizers, which are what llama_model_quantize runs without an imatrix; that is how a
+default-suite test rebuilds a llama.cpp-quantized model without llama.cpp.
+"""
+from __future__ import annotations
+
+import zlib
+
+import gguf
+import numpy as np
+from gguf.constants import MODEL_TENSOR as T
+from gguf.constants import TENSOR_NAMES
+
+K = gguf.Keys
+VT = gguf.GGUFValueType
+
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+MERGES = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r", "o n", "Ġ s", "r e", "a t"]
+
+# the shared shape: head 64, n_embd and n_ff multiples of 256 so llama.cpp's Q4_K_M uses K-quants
+BASE = dict(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, head=64, n_ff=512, n_ctx=1024,
+            eps=1e-5, rope_base=10000.0)
+
+
+def tn(t, il: int | None = None, suffix: str = "weight") -> str:
+    name = TENSOR_NAMES[t]
+    return (name.format(bid=il) if il is not None else name) + "." + suffix
+
+
+def vocab():
+    """A byte-level BPE vocabulary (256 byte tokens, a few merges, ChatML specials)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    b2u = dict(zip(bs, map(chr, cs)))
+    tokens = [b2u[b] for b in range(256)] + [m.replace(" ", "") for m in MERGES]
+    types = [1] * len(tokens) + [3] * len(SPECIAL)
+    return tokens + SPECIAL, types
+
+
+N_VOCAB = len(vocab()[0])
+
+
+class Spec:
+    """One random model: `md` [(key, value, GGUFValueType)], `tensors` [(name, numpy shape)]."""
+
+    def __init__(self, arch: str, c: dict):
+        self.arch, self.c = arch, c
+        self.md: list = []
+        self.tensors: list = []
+
+    def kv(self, key: str, value, vt=None):
+        key = key.format(arch=self.arch)
+        if vt is None:
+            vt = VT.FLOAT32 if isinstance(value, float) else \
+                VT.BOOL if isinstance(value, bool) else \
+                VT.STRING if isinstance(value, str) else VT.UINT32
+        self.md.append((key, value, vt))
+
+    def t(self, name: str, *shape: int):
+        self.tensors.append((name, tuple(int(s) for s in shape)))
+
+    # -- the parts most architectures share ----------------------------------------------------
+    def common_kv(self):
+        c = self.c
+        self.kv(K.LLM.CONTEXT_LENGTH, c["n_ctx"])
+        self.kv(K.LLM.EMBEDDING_LENGTH, c["n_embd"])
+        self.kv(K.LLM.BLOCK_COUNT, c["n_layer"])
+        self.kv(K.LLM.FEED_FORWARD_LENGTH, c["n_ff"])
+        self.kv(K.Attention.HEAD_COUNT, c["n_head"])
+        self.kv(K.Attention.HEAD_COUNT_KV, c["n_head_kv"])
+        if c["head"] != c["n_embd"] // c["n_head"]:
+            self.kv(K.Attention.KEY_LENGTH, c["head"])
+            self.kv(K.Attention.VALUE_LENGTH, c["head"])
+        self.kv(K.Attention.LAYERNORM_RMS_EPS, c["eps"])
+        self.kv(K.Rope.FREQ_BASE, c["rope_base"])
+
+    def io(self, output: bool = True):
+        e = self.c["n_embd"]
+        self.t(tn(T.TOKEN_EMBD), N_VOCAB, e)
+        self.t(tn(T.OUTPUT_NORM), e)
+        if output:
+            self.t(tn(T.OUTPUT), N_VOCAB, e)
+
+    def attn(self, il: int, norm: bool = True, bias: bool = False):
+        c = self.c
+        e, qd, kd = c["n_embd"], c["n_head"] * c["head"], c["n_head_kv"] * c["head"]
+        if norm:
+            self.t(tn(T.ATTN_NORM, il), e)
+        self.t(tn(T.ATTN_Q, il), qd, e)
+        self.t(tn(T.ATTN_K, il), kd, e)
+        self.t(tn(T.ATTN_V, il), kd, e)
+        if bias:
+            self.t(tn(T.ATTN_Q, il, "bias"), qd)
+            self.t(tn(T.ATTN_K, il, "bias"), kd)
+            self.t(tn(T.ATTN_V, il, "bias"), kd)
+        self.t(tn(T.ATTN_OUT, il), e, qd)
+
+    def ffn(self, il: int, norm: bool = True):
+        e, f = self.c["n_embd"], self.c["n_ff"]
+        if norm:
+            self.t(tn(T.FFN_NORM, il), e)
+        self.t(tn(T.FFN_GATE, il), f, e)
+        self.t(tn(T.FFN_DOWN, il), e, f)
+        self.t(tn(T.FFN_UP, il), f, e)
+
+    def moe(self, il: int, n_ff_exp: int):
+        e, n_exp = self.c["n_embd"], self.c["n_expert"]
+        self.t(tn(T.FFN_NORM, il), e)
+        self.t(tn(T.FFN_GATE_INP, il), n_exp, e)
+        self.t(tn(T.FFN_GATE_EXP, il), n_exp, n_ff_exp, e)
+        self.t(tn(T.FFN_DOWN_EXP, il), n_exp, e, n_ff_exp)
+        self.t(tn(T.FFN_UP_EXP, il), n_exp, n_ff_exp, e)
+
+    def moe_kv(self):
+        self.kv(K.LLM.EXPERT_COUNT, self.c["n_expert"])
+        self.kv(K.LLM.EXPERT_USED_COUNT, self.c["n_expert_used"])
+
+
+# -- the architectures (llama.cpp src/models/<file>.cpp) -------------------------------------------
+def _llama(s: Spec):                      # llama.cpp: optional rope_freqs, optional experts
+    c = s.c
+    s.common_kv()
+    s.kv(K.Rope.DIMENSION_COUNT, c["head"])
+    if c.get("n_expert"):
+        s.moe_kv()
+    s.io()
+    if c.get("rope_freqs"):
+        s.t(tn(T.ROPE_FREQS), c["head"] // 2)
+    for il in range(c["n_layer"]):
+        s.attn(il)
+        if c.get("n_expert"):
+            s.moe(il, c["n_ff"])
+        else:
+            s.ffn(il)
+
+
+def _qwen2(s: Spec):                      # qwen2.cpp
+    s.common_kv()
+    s.io()
+    for il in range(s.c["n_layer"]):
+        s.attn(il, bias=True)
+        s.ffn(il)
+
+
+def _qk_norm(s: Spec, il: int):
+    h = s.c["head"]
+    s.t(tn(T.ATTN_Q_NORM, il), h)
+    s.t(tn(T.ATTN_K_NORM, il), h)
+
+
+def _qwen3(s: Spec):                      # qwen3.cpp
+    s.common_kv()
+    s.io(output=not s.c.get("tied"))
+    for il in range(s.c["n_layer"]):
+        s.attn(il)
+        _qk_norm(s, il)
+        s.ffn(il)
+
+
+def _qwen3moe(s: Spec):                   # qwen3moe.cpp
+    c = s.c
+    s.common_kv()
+    s.moe_kv()
+    s.kv(K.LLM.EXPERT_FEED_FORWARD_LENGTH, c["n_ff_exp"])
+    s.io()
+    for il in range(c["n_layer"]):
+        s.attn(il)
+        _qk_norm(s, il)
+        s.moe(il, c["n_ff_exp"])
+
+
+def _smollm3(s: Spec):                    # smollm3.cpp: every 4th layer without RoPE
+    s.common_kv()
+    s.io(output=False)
+    for il in range(s.c["n_layer"]):
+        s.attn(il)
+        s.ffn(il)
+
+
+def _olmo2(s: Spec):                      # olmo2.cpp: full-width Q/K norms, post norms only
+    c = s.c
+    s.common_kv()
+    s.io()
+    e, kd = c["n_embd"], c["n_head_kv"] * c["head"]
+    for il in range(c["n_layer"]):
+        s.attn(il, norm=False)
+        s.t(tn(T.ATTN_Q_NORM, il), e)
+        s.t(tn(T.ATTN_K_NORM, il), kd)
+        s.t(tn(T.ATTN_POST_NORM, il), e)
+        s.ffn(il, norm=False)
+        s.t(tn(T.FFN_POST_NORM, il), e)
+
+
+def _granite(s: Spec):                    # granite.cpp: embedding/residual/attention/logit scales
+    c = s.c
+    s.common_kv()
+    s.kv(K.LLM.LOGIT_SCALE, c["logit_scale"])
+    s.kv(K.LLM.RESIDUAL_SCALE, c["residual_scale"])
+    s.kv(K.LLM.EMBEDDING_SCALE, c["embedding_scale"])
+    s.kv(K.Attention.SCALE, c["attention_scale"])
+    s.io(output=False)
+    for il in range(c["n_layer"]):
+        s.attn(il)
+        s.ffn(il)
+
+
+ARCHS = {
+    # name: (general.architecture, builder, config overrides)
+    "llama": ("llama", _llama, {}),
+    "llama3": ("llama", _llama, {"rope_freqs": True, "rope_base": 500000.0}),
+    "mixtral": ("llama", _llama, {"n_expert": 8, "n_expert_used": 2, "n_ff": 256}),
+    "qwen2": ("qwen2", _qwen2, {"eps": 1e-6, "rope_base": 1000000.0}),
+    "qwen3": ("qwen3", _qwen3, {"eps": 1e-6, "rope_base": 1000000.0}),
+    # Qwen3's own head size 128 with Q wider than n_embd (Qwen3 0.6B-8B: 2x)
+    "qwen3h128": ("qwen3", _qwen3, {"eps": 1e-6, "rope_base": 1000000.0, "head": 128,
+                                    "n_head": 8, "n_head_kv": 4, "n_ff": 768}),
+    "qwen3moe": ("qwen3moe", _qwen3moe, {"eps": 1e-6, "rope_base": 1000000.0, "n_expert": 16,
+                                         "n_expert_used": 4, "n_ff_exp": 256}),
+    "smollm3": ("smollm3", _smollm3, {"n_layer": 4, "rope_base": 2000000.0}),
+    "olmo2": ("olmo2", _olmo2, {"eps": 1e-6, "rope_base": 500000.0}),
+    "granite": ("granite", _granite, {"logit_scale": 8.0, "residual_scale": 0.22,
+                                      "embedding_scale": 12.0, "attention_scale": 0.015625}),
+}
+
+
+def spec(name: str) -> Spec:
+    arch, build, over = ARCHS[name]
+    c = dict(BASE)
+    c.update(over)
+    s = Spec(arch, c)
+    build(s)
+    return s
+
+
+def tensor_data(name: str, shape, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    if name == tn(T.ROPE_FREQS):             # Llama 3 style: 1 for high, up to 8 for low freqs
+        return np.geomspace(1.0, 8.0, shape[0]).astype(np.float32)
+    if len(shape) == 1:
+        if name.endswith(".bias"):
+            return (0.1 * rng.standard_normal(shape)).astype(np.float32)
+        return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+    scale = 0.5 if "token_embd" in name else 1.0 / np.sqrt(shape[-1])
+    return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+
+def write_model(path: str, name: str, types: dict | None = None, seed: int = 0,
+                default_type: str = "F32") -> dict:
+    """Write the random model `name` to path; returns {tensor name: type name}. types maps
+    tensor names to ggml type names (gguf.GGMLQuantizationType members)."""
+    s = spec(name)
+    types = types or {}
+    w = gguf.GGUFWriter(path, s.arch)
+    for key, value, vt in s.md:
+        w.add_key_value(key, value, vt)
+    tokens, ttypes = vocab()
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types(ttypes)
+    w.add_token_merges(MERGES)
+    w.add_bos_token_id(len(tokens) - 3)
+    w.add_eos_token_id(len(tokens) - 1)
+    w.add_add_bos_token(False)
+    used = {}
+    for tname, shape in s.tensors:
+        data = tensor_data(tname, shape, seed)
+        qt = types.get(tname, default_type if len(shape) > 1 else "F32")
+        used[tname] = qt
+        if qt == "F32":
+            w.add_tensor(tname, data)
+        elif qt == "F16":
+            w.add_tensor(tname, data.astype(np.float16))
+        else:
+            from pyllama.gguf import GGMLType
+            from pyllama.quant import quantize
+            gt = gguf.GGMLQuantizationType[qt]
+            q = quantize(data, GGMLType[qt])
+            w.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=gt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return used
