@@ -169,6 +169,13 @@ def _device(s: str) -> str:
     return s
 
 
+def _hosts(s: str) -> str:
+    hosts = [h.strip() for h in s.split(",") if h.strip()]
+    if not hosts:
+        raise ConvertError("--host requires at least one address")
+    return ",".join(hosts)
+
+
 ALL_BUT_S = ALL - {S}
 SCCO = {S, C, CO}
 SCSP = {S, C, SP}
@@ -686,9 +693,9 @@ OPTIONS += [
        "allowed; -1 = unrestricted, 0 = disable thinking (default: -1)",
        env="LLAMA_ARG_THINK_BUDGET", tools=SCCO, **_EX, status=NOOP, note="reasoning is not extracted: content is returned as generated"),
     # ---- llama-server ------------------------------------------------------------------------
-    _O("--host", "str", "hostname", "ip address to listen, or bind to an UNIX socket if the "
-       "address ends with .sock (default: 127.0.0.1)", hint="HOST", env="LLAMA_ARG_HOST",
-       tools={S}, **_EX),
+    _O("--host", "str", "hostname", "IP addresses to listen on, comma-separated, or UNIX socket "
+       "paths ending in .sock; with multiple TCP addresses, :: binds IPv6 only (default: "
+       "127.0.0.1)", hint="HOST", env="LLAMA_ARG_HOST", tools={S}, conv=_hosts, **_EX),
     _O("--port", "int", "port", "port to listen (default: 8080)", hint="PORT",
        env="LLAMA_ARG_PORT", tools={S}, **_EX),
     _O("--reuse-port", "flag", "reuse_port", "allow multiple sockets to bind to the same port",
