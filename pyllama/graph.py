@@ -69,6 +69,40 @@ class Graph:
     def softcap(self, x, cap: float):
         return self.be.softcap(x, cap)
 
+    def softmax(self, x):
+        return self.be.softmax(x)
+
+    # -- mixture of experts ---------------------------------------------------------------
+    def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """x [n, m, cols] by the experts ids [n, k] of w [n_expert, rows, cols] -> [n, k, rows]."""
+        return self.be.mul_mat_id(w, x, ids, one_token=self.llama_cpp)
+
+    @staticmethod
+    def top_k(p: np.ndarray, k: int) -> np.ndarray:
+        """ggml_argsort_top_k: indices of the k largest of each row of p [n, n_expert], largest
+        first (int32 [n, k])."""
+        return np.ascontiguousarray(np.argsort(-p, axis=-1, kind="stable")[:, :k], dtype=np.int32)
+
+    @staticmethod
+    def expert_weights(probs: np.ndarray, ids: np.ndarray, norm: bool, scale: float) -> np.ndarray:
+        """build_moe_ffn's weights [n, k]: probs at ids; norm: divided by their sum (ggml_sum_rows:
+        a double sum, clamped to >= 6.103515625e-5); scale (not 0 or 1): multiplied by it."""
+        w = np.take_along_axis(probs, ids, axis=-1).astype(np.float32)
+        if norm:
+            s = w.astype(np.float64).sum(axis=-1, keepdims=True).astype(np.float32)
+            w = (w / np.maximum(s, np.float32(6.103515625e-5))).astype(np.float32)
+        if scale not in (0.0, 1.0):
+            w = (w * np.float32(scale)).astype(np.float32)
+        return w
+
+    @staticmethod
+    def sum_experts(y: np.ndarray) -> np.ndarray:
+        """y [n, k, d] -> [n, d]: ((y0 + y1) + y2) + ..., the expert views added in slot order."""
+        out = y[:, 0].copy()
+        for j in range(1, y.shape[1]):
+            out += y[:, j]
+        return out
+
     # -- attention ----------------------------------------------------------------------
     def rope(self, x: np.ndarray, il: int) -> np.ndarray:
         """x [n_tokens, n_head, head_dim] rotated at this ubatch's positions with layer il's base."""

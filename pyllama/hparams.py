@@ -42,6 +42,11 @@ class HParams:
     f_attn_logit_softcapping: float = 0.0
     f_final_logit_softcapping: float = 0.0
     f_embedding_scale: float = 0.0           # 0 -> none (Gemma: sqrt(n_embd))
+    # mixture of experts (llama_model_base::load_hparams: expert_count, expert_used_count)
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0                        # expert_feed_forward_length (0: n_ff)
+    expert_weights_scale: float = 0.0        # 0 or 1: none
     # RoPE scaling (llama_model_base::load_hparams; resolved per context by with_rope_cparams)
     rope_scaling_type: str = "linear"        # none | linear | yarn | longrope
     n_ctx_orig_yarn: int = 0
@@ -220,6 +225,11 @@ def load_common(metadata: dict, arch: str) -> HParams:
         f_norm_rms_eps=float(m.get("attention.layer_norm_rms_epsilon", 1e-5)),
         rope_freq_base_train=float(m.get("rope.freq_base", 10000.0)),
     )
+    hp.n_expert = int(m.get("expert_count", 0))
+    hp.n_expert_used = int(m.per_layer("expert_used_count", n_layer, 0)[0])
+    if hp.n_expert and not 0 < hp.n_expert_used <= hp.n_expert:
+        raise ModelError(f"{arch}: expert_used_count {hp.n_expert_used} for {hp.n_expert} "
+                         "experts")
     stype = str(m.get("rope.scaling.type", "linear"))
     if stype not in ROPE_SCALING_TYPES:
         raise ModelError(f"{arch}: unknown rope scaling type '{stype}'")

@@ -28,6 +28,7 @@ def to_config(params):
     return ServerConfig(
         model=models.resolve(params.model or None), host=params.hostname, port=params.port,
         alias=[a for a in (alias.split(",") if isinstance(alias, str) else alias or []) if a],
+        tags=[t.strip() for t in (params.tags or "").split(",") if t.strip()],
         api_keys=_api_keys(params), timeout=float(params.timeout), n_ctx=params.n_ctx,
         max_body_size=_max_body_size(params.max_body_size),
         n_batch=params.n_batch, n_ubatch=params.n_ubatch, n_parallel=params.n_parallel,
@@ -48,7 +49,7 @@ def to_config(params):
         cors_origins=params.cors_origins, cors_methods=params.cors_methods,
         cors_headers=params.cors_headers, cors_credentials=params.cors_credentials,
         ui_config=_ui_config(params.ui_config_json),
-        prefill_assistant=params.prefill_assistant, flash_attn=params.flash_attn != "off",
+        prefill_assistant=params.prefill_assistant, ui_mcp_proxy=params.ui_mcp_proxy, flash_attn=params.flash_attn != "off",
         warmup=params.warmup, sse_ping_interval=float(params.sse_ping_interval),
         embeddings=params.embedding or params.reranking,
         pooling="rank" if params.reranking else (params.pooling or None),

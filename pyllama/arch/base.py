@@ -82,6 +82,15 @@ class Arch:
                 TensorSpec(p + "ffn_up.weight", (f, e)), TensorSpec(p + "ffn_down.weight", (e, f))]
 
     @staticmethod
+    def moe_specs(hp: HParams, il: int) -> list[TensorSpec]:
+        p, e, f, x = f"blk.{il}.", hp.n_embd, hp.n_ff_exp or hp.n_ff[il], hp.n_expert
+        return [TensorSpec(p + "ffn_norm.weight", (e,)),
+                TensorSpec(p + "ffn_gate_inp.weight", (x, e)),
+                TensorSpec(p + "ffn_gate_exps.weight", (x, f, e)),
+                TensorSpec(p + "ffn_up_exps.weight", (x, f, e)),
+                TensorSpec(p + "ffn_down_exps.weight", (x, e, f))]
+
+    @staticmethod
     def io_specs(hp: HParams) -> list[TensorSpec]:
         v, e = hp.n_vocab, hp.n_embd
         return [TensorSpec("token_embd.weight", (v, e)), TensorSpec("output_norm.weight", (e,)),
@@ -114,7 +123,7 @@ class PreNormArch(Arch):
         specs = cls.io_specs(hp)
         for il in range(hp.n_layer):
             specs += cls.attn_specs(hp, il, bias=cls.bias, qk_norm=cls.qk_norm)
-            specs += cls.ffn_specs(hp, il)
+            specs += cls.moe_specs(hp, il) if hp.n_expert else cls.ffn_specs(hp, il)
         return specs
 
     @classmethod

@@ -38,6 +38,22 @@ def ffn_geglu(g, L, x: np.ndarray) -> np.ndarray:
     return g.matmul(L.ffn_down, g.geglu(g.matmul(L.ffn_gate, x), g.matmul(L.ffn_up, x)))
 
 
+def moe_ffn(g, L, hp: HParams, x: np.ndarray, *, norm_w: bool = True) -> np.ndarray:
+    """build_moe_ffn with softmax gating and SiLU experts (llama/Mixtral, qwen3moe): router
+    logits -> softmax -> top n_expert_used -> weights (normalised when norm_w, times
+    expert_weights_scale); each token's experts' SwiGLU FFNs weighted and summed.
+    x [n, n_embd] -> [n, n_embd]."""
+    n = x.shape[0]
+    probs = g.softmax(g.matmul(L.ffn_gate_inp, x))                 # [n, n_expert]
+    ids = g.top_k(probs, hp.n_expert_used)                          # [n, k]
+    wts = g.expert_weights(probs, ids, norm_w, hp.expert_weights_scale)
+    x3 = x.reshape(n, 1, x.shape[-1])
+    up = g.mul_mat_id(L.ffn_up_exps, x3, ids)                       # [n, k, n_ff_exp]
+    gate = g.mul_mat_id(L.ffn_gate_exps, x3, ids)
+    down = g.mul_mat_id(L.ffn_down_exps, g.swiglu(gate, up), ids)   # [n, k, n_embd]
+    return g.sum_experts(g.mul(down, wts[..., None]))
+
+
 def output(g, w, hp: HParams, x: np.ndarray) -> np.ndarray:
     """Final norm and the vocabulary projection (tied to token_embd when output is absent)."""
     x = g.rms_norm(x, w.output_norm)
@@ -51,7 +67,8 @@ def output(g, w, hp: HParams, x: np.ndarray) -> np.ndarray:
 
 
 def pre_norm_decoder(g, w, hp: HParams, *, qk_norm: bool = False) -> np.ndarray:
-    """The Llama-style stack: x += attn(norm(x)); x += ffn(norm(x)) (llama, qwen2, qwen3)."""
+    """The Llama-style stack: x += attn(norm(x)); x += ffn(norm(x)) (llama, qwen2, qwen3; the
+    FFN is build_moe_ffn's when the model has experts: Mixtral-style llama, qwen3moe)."""
     x = g.embed(w.token_embd)
     for il, L in enumerate(w.layers):
         a = self_attention(g, L, hp, il, g.rms_norm(x, L.attn_norm), qk_norm=qk_norm,
@@ -59,7 +76,8 @@ def pre_norm_decoder(g, w, hp: HParams, *, qk_norm: bool = False) -> np.ndarray:
         if il == hp.n_layer - 1:
             x, a = g.select_outputs(x), g.select_outputs(a)
         x = g.add(x, a)
-        x = g.add(x, ffn_swiglu(g, L, g.rms_norm(x, L.ffn_norm)))
+        h = g.rms_norm(x, L.ffn_norm)
+        x = g.add(x, moe_ffn(g, L, hp, h) if hp.n_expert else ffn_swiglu(g, L, h))
     return output(g, w, hp, x)
 
 

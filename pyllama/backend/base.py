@@ -25,6 +25,7 @@ from ..quant import BLOCK_LAYOUT, dequantize, f32_to_bf16, quantize, quantize_q8
 OPS = (
     "matmul", "get_rows", "rms_norm", "rope", "attention", "set_rows",
     "add", "mul", "scale", "gelu", "silu", "geglu", "swiglu", "softcap",
+    "softmax", "mul_mat_id",
 )
 
 ROPE_NORM = 0   # pairs (2i, 2i+1)   (llama)
@@ -108,6 +109,17 @@ class Weight:
     shape: tuple[int, ...]
     raw: np.ndarray
     dev: object = None
+
+
+def expert_weight(w: Weight, e: int) -> Weight:
+    """Expert e of a stacked expert tensor w [n_expert, rows, cols] as a 2-D Weight (a view of
+    w.raw; made once per expert and kept on w)."""
+    views = w.__dict__.get("_experts")
+    if views is None:
+        views = w.__dict__["_experts"] = [None] * w.shape[0]
+    if views[e] is None:
+        views[e] = Weight(f"{w.name}[{e}]", w.type, tuple(w.shape[1:]), w.raw[e])
+    return views[e]
 
 
 class Backend(ABC):
@@ -230,3 +242,33 @@ class Backend(ABC):
     def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
         c = np.float32(cap)
         return (np.tanh(x / c) * c).astype(np.float32)
+
+    def softmax(self, x: np.ndarray) -> np.ndarray:
+        """ggml_soft_max over the last axis of x [..., n] f32 (the MoE router): e = exp(x - max)
+        (ggml_v_expf 8 at a time, libm expf for the n % 8 tail), sum in double, e * (float)(1/sum)."""
+        from .ref import ggml_soft_max_rows
+        return ggml_soft_max_rows(x)
+
+    def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray,
+                   one_token: bool = False) -> np.ndarray:
+        """ggml_mul_mat_id: w [n_expert, rows, cols] (the experts), x [n, m, cols] (m = 1: the same
+        row for every slot), ids int32 [n, k] -> y [n, k, rows], y[t, j] = W[ids[t, j]] @ x[t, j % m].
+        The rows that select an expert are grouped and multiplied by that expert's slice in one
+        matmul call, so a batch reads each selected expert once and nothing else. one_token:
+        llama.cpp's kernel choice per expert (compat.mmid_uses_vec)."""
+        from .compat import mmid_uses_vec
+        n, k = ids.shape
+        m = x.shape[1]
+        out = np.empty((n, k, w.shape[1]), dtype=np.float32)
+        flat = ids.reshape(-1)
+        order = np.argsort(flat, kind="stable")
+        experts, starts = np.unique(flat[order], return_index=True)
+        ends = np.append(starts[1:], len(flat))
+        for e, a, b in zip(experts, starts, ends):
+            sel = order[a:b]                          # flat slot indices t * k + j, ascending
+            t, j = sel // k, sel % k
+            xe = np.ascontiguousarray(x[t, j % m])
+            we = expert_weight(w, int(e))
+            vec = one_token and mmid_uses_vec(we.type, we.shape[0], len(sel))
+            out[t, j] = self.matmul_vec(we, xe) if vec else self.matmul(we, xe)
+        return out

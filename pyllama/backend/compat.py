@@ -15,8 +15,10 @@ different arithmetic depending on its number of rows n (docs/numerics.md):
   and for one query over a KV view of >= 512 cells (n_kv: used cells padded to 256) the split-KV
   path, one chunk per thread.
 Q8_0 / Q5_0 / Q4_0 weights give the same bits either way (vec_dot and tinyBLAS share the lanes).
-Not covered (pyllama's default arithmetic is used): F16/F32/BF16 weights and f32 caches for one
-row, IQ types.
+F32/F16 weights for one row (tinyBLAS needs 2): ggml_vec_dot_f32 / ggml_vec_dot_f16 (x rounded
+to f16), e.g. a MoE router (ffn_gate_inp stays F32 in llama.cpp's quantized files).
+Not covered (pyllama's default arithmetic is used): BF16 weights and f32 caches for one row, IQ
+types.
 
 `matmul(be, w, x)` and `attention(be, ...)` apply that choice on top of a backend; the one-token
 kernels are the backend's `matmul_vec` / `attention_vec` / `attention_fa`: native on the CPU backend
@@ -42,9 +44,20 @@ def vec_row_start(wtype, n_rows_w: int, n: int) -> int:
     return n
 
 
+def mmid_uses_vec(wtype, n_rows_w: int, n: int) -> bool:
+    """Whether llama.cpp's CPU mul_mat_id computes the n rows routed to one expert with its
+    one-token kernel: a repacked Q4_K always (repack.cpp forward_mul_mat_id: gemv row by row),
+    the other K-quants below 8 rows (tiled.cpp takes an expert from 8 rows, vec_dot below)."""
+    if wtype == GGMLType.Q4_K and n_rows_w % 8 == 0:
+        return True
+    return wtype in ref_compat.VEC_TYPES and n < 8
+
+
 def matmul(be, w, x: np.ndarray) -> np.ndarray:
     """be.matmul(w, x) with llama.cpp's kernel choice for these n = len(x) rows."""
     n = x.shape[0]
+    if n == 1 and x.ndim == 2 and w.type in (GGMLType.F32, GGMLType.F16):
+        return ref_compat.matvec_float(w.type, w.raw, x)
     s = vec_row_start(w.type, w.shape[0], n) if x.ndim == 2 else n
     if s >= n:
         return be.matmul(w, x)

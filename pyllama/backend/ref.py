@@ -134,6 +134,27 @@ def ggml_softmax_probs(s: np.ndarray, f16: bool) -> np.ndarray:
     return p.astype(np.float16).astype(np.float32) if f16 else p
 
 
+def ggml_soft_max_rows(x: np.ndarray) -> np.ndarray:
+    """ggml_compute_forward_soft_max_f32 (no mask, scale 1) over the last axis of x [..., n]:
+    e = ggml_v_expf(x - max) for the 8-blocks (each block's hsum added to a double sum), libm
+    expf for the n % 8 tail (added one by one), y = e * (float)(1 / sum)."""
+    x = np.asarray(x, np.float32)
+    n = x.shape[-1]
+    nb = n - n % 8
+    d = (x - x.max(axis=-1, keepdims=True)).astype(np.float32)
+    e = np.empty_like(d)
+    e[..., :nb] = ggml_expf(d[..., :nb])
+    e[..., nb:] = np.exp(d[..., nb:].astype(np.float64)).astype(np.float32)
+    tot = np.zeros(x.shape[:-1], np.float64)
+    if nb:
+        blocks = ggml_hsum8(e[..., :nb].reshape(e.shape[:-1] + (nb // 8, 8)))
+        for t in range(blocks.shape[-1]):
+            tot = tot + blocks[..., t].astype(np.float64)
+    for i in range(nb, n):
+        tot = tot + e[..., i].astype(np.float64)
+    return (e * (1.0 / tot).astype(np.float32)[..., None]).astype(np.float32)
+
+
 def lane_pv(p: np.ndarray, v: np.ndarray) -> np.ndarray:
     """sum_j p[..., j] v[j, :] as tinyBLAS computes mul_mat(v^T, p): lane j % 8 of 8 FMA chains
     over j in order, then ggml_hsum8. p [h, L], v [L, h, d] -> [h, d]."""

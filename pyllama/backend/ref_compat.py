@@ -147,6 +147,23 @@ def matvec_k(wtype, raw, x: np.ndarray) -> np.ndarray:
     raise NotImplementedError(f"one-token kernel for {wtype.name}")
 
 
+def matvec_float(wtype, raw, x: np.ndarray) -> np.ndarray:
+    """y [1, rows] = x [1, k] @ W^T for an F32 or F16 weight as llama.cpp computes one row:
+    ggml_vec_dot_f32 (AVX2: the 4x8 FMA lanes and reduction of vec_dot_f16, the k % 32 rest
+    added in f32) or, x rounded to f16 first, ggml_vec_dot_f16."""
+    w = np.asarray(raw).astype(_F32)
+    x = np.asarray(x, _F32)
+    if GGMLType(wtype) == GGMLType.F16:
+        x = x.astype(np.float16).astype(_F32)
+        return vec_dot_f16(x[:, None, :], w[None])
+    k = x.shape[-1]
+    np_ = k - k % 32
+    out = vec_dot_f16(x[:, None, :np_], w[None, :, :np_]) if np_ else np.zeros((1, w.shape[0]), _F32)
+    for t in range(np_, k):
+        out = _fma(x[:, None, t], w[None, :, t], out)
+    return out
+
+
 def vec_dot_f16_reduce(acc: np.ndarray) -> np.ndarray:
     """GGML_F32x8_REDUCE of acc [..., 4, 8]: x0 += x2, x1 += x3, x0 += x1, then
     ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)) (f32 throughout)."""

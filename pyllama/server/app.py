@@ -9,7 +9,6 @@ import asyncio
 import gc
 import hmac
 import os
-import re
 import time
 from pathlib import Path
 
@@ -22,7 +21,9 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..log import get_logger
+from . import cors_proxy
 from . import embeddings as E
+from . import infill as I
 from . import schemas as S
 from .chat import ToolCallStream, parse_tool_calls, render_chat
 from .engine import Channel, Engine, Task
@@ -30,7 +31,12 @@ from .schemas import ServerError, invalid, not_supported
 
 log = get_logger("server")
 WEB_DIR = Path(__file__).parent / "web"
-UI_PATHS = ("/", "/index.html")
+_ASSET_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
+                ".svg": "image/svg+xml", ".html": "text/html; charset=utf-8"}
+# the page's files, each served at /<name> like llama.cpp's embedded UI assets (server-http.cpp)
+WEB_ASSETS = {"/" + p.name: p for p in sorted(WEB_DIR.iterdir())
+              if p.suffix in _ASSET_TYPES and p.name != "index.html"}
+UI_PATHS = ("/", "/index.html", *WEB_ASSETS)
 NO_AUTH = ("/health", "/v1/health") + UI_PATHS
 _JSON = "application/json; charset=utf-8"
 # a request body at least this large is parsed and tokenized off the event loop and followed by a
@@ -71,7 +77,8 @@ class Gate:
         async def send_wrapped(msg):
             if msg["type"] == "http.response.start":
                 status[0] = msg["status"]
-                msg = {**msg, "headers": list(msg.get("headers", [])) + cors}
+                msg = {**msg, "headers": [(wire_name(k), v) for k, v in
+                                          list(msg.get("headers", [])) + cors]}
             await send(msg)
 
         early = self._precheck(method, path, headers)
@@ -125,16 +132,41 @@ class Gate:
         return key_matches(key, self.cfg.api_keys)
 
     def _cors(self, origin: str) -> list[tuple[bytes, bytes]]:
+        """llama.cpp's pre-routing CORS: '*' with credentials echoes the Origin, 'localhost'
+        echoes only a localhost origin (else no header), anything else is sent as given."""
         allowed = self.cfg.cors_origins
+        out = [(b"Server", b"llama.cpp")]
         if allowed == "*" and self.cfg.cors_credentials:
             value = origin
         elif allowed == "localhost":
-            host = re.sub(r"^[a-z]+://", "", origin).rsplit(":", 1)[0].strip("[]")
-            value = origin if host in ("localhost", "127.0.0.1", "::1") else ""
+            if not _origin_is_localhost(origin):
+                if origin:
+                    log.warning(f"srv  operator(): (CORS) skip non-localhost origin: {origin}")
+                return out
+            value = origin
         else:
             value = allowed
-        return [(b"server", b"llama.cpp"),
-                (b"access-control-allow-origin", value.encode("latin-1"))]
+        return out + [(b"Access-Control-Allow-Origin", value.encode("latin-1"))]
+
+
+def _origin_is_localhost(origin: str) -> bool:
+    """The Origin's host is localhost, 127.0.0.1 or ::1, any port (an http(s) URL only, as
+    llama.cpp's common_http_parse_url requires)."""
+    try:
+        return cors_proxy.target(origin)[1] in ("localhost", "127.0.0.1", "::1")
+    except ValueError:
+        return False
+
+
+_WIRE_SPECIAL = {b"etag": b"ETag", b"www-authenticate": b"WWW-Authenticate"}
+
+
+def wire_name(name: bytes) -> bytes:
+    """A response header name as llama.cpp's cpp-httplib writes it (Content-Type,
+    Access-Control-Allow-Origin, Process-Start-Time-Unix): starlette lower-cases the names it
+    builds and h11 sends them as given, and clients exist that compare case-sensitively."""
+    low = name.lower()
+    return _WIRE_SPECIAL.get(low) or b"-".join(p[:1].upper() + p[1:] for p in low.split(b"-"))
 
 
 class Server:
@@ -180,9 +212,17 @@ class Server:
         return json_response({"status": "ok"})
 
     async def index(self, request: Request):
+        return self._web_file(WEB_DIR / "index.html")
+
+    async def web_asset(self, request: Request):
+        return self._web_file(WEB_ASSETS[request.scope["path"]])
+
+    def _web_file(self, path: Path):
         if not self.cfg.ui:
             raise HTTPException(404)
-        return FileResponse(WEB_DIR / "index.html", media_type="text/html; charset=utf-8")
+        # revalidated on each load (ETag), so an upgraded pyllama's page is picked up at once
+        return FileResponse(path, media_type=_ASSET_TYPES[path.suffix],
+                            headers={"Cache-Control": "no-cache"})
 
     async def props(self, request: Request):
         if request.method == "POST":
@@ -210,7 +250,7 @@ class Server:
                 "ui_settings": self.cfg.ui_config or {}, "chat_template": self._template_source(),
                 "chat_template_caps": {}, "bos_token": piece(getattr(v, "bos", -1)),
                 "eos_token": piece(getattr(v, "eos", -1)), "build_info": S.BUILD_INFO,
-                "is_sleeping": False, "cors_proxy_enabled": False}
+                "is_sleeping": False, "cors_proxy_enabled": self.cfg.ui_mcp_proxy}
 
     def _template_source(self) -> str:
         try:
@@ -233,7 +273,8 @@ class Server:
                                     "families": [""], "parameter_size": "",
                                     "quantization_level": ""}}],
             "object": "list",
-            "data": [{"id": name, "aliases": aliases, "tags": [], "object": "model",
+            "data": [{"id": name, "aliases": aliases, "tags": sorted(set(self.cfg.tags)),
+                      "object": "model",
                       "created": int(time.time()), "owned_by": "llamacpp", "meta": meta}]})
 
     async def tokenize_route(self, request: Request):
@@ -316,8 +357,8 @@ class Server:
     async def rerank(self, request: Request):
         return await E.rerank(self, request)
 
-    async def unsupported(self, request: Request):
-        raise not_supported("Infill is not supported by this server")
+    async def infill(self, request: Request):
+        return await I.infill(self, request)
 
     # -- slots and metrics --------------------------------------------------------------------------
     async def slots(self, request: Request):
@@ -370,9 +411,10 @@ class Server:
     async def chat(self, request: Request):
         return await self._complete(request, "chat")
 
-    async def _complete(self, request: Request, mode: str):
+    async def _complete(self, request: Request, mode: str, body=None):
         chat = mode == "chat"
-        body = await self.body(request, S.ChatBody if chat else S.CompletionBody)
+        if body is None:
+            body = await self.body(request, S.ChatBody if chat else S.CompletionBody)
         # templates and tokenization of long prompts run off the event loop
         prompts, params, n_cmpl = await run_in_threadpool(self._prepare, body, chat)
         ch = Channel(asyncio.get_running_loop())
@@ -716,6 +758,7 @@ def create_app(cfg, engine: Engine) -> Gate:
     post, get = ["POST"], ["GET"]
     routes = [
         Route("/", s.index, methods=get), Route("/index.html", s.index, methods=get),
+        *(Route(path, s.web_asset, methods=get) for path in WEB_ASSETS),
         Route("/health", s.health, methods=get), Route("/v1/health", s.health, methods=get),
         Route("/props", s.props, methods=["GET", "POST"]),
         Route("/models", s.models, methods=get), Route("/v1/models", s.models, methods=get),
@@ -732,12 +775,13 @@ def create_app(cfg, engine: Engine) -> Gate:
         Route("/v1/chat/completions", s.chat, methods=post),
         Route("/chat/completions/input_tokens", s.input_tokens, methods=post),
         Route("/v1/chat/completions/input_tokens", s.input_tokens, methods=post),
+        Route("/cors-proxy", cors_proxy.make_handler(cfg.ui_mcp_proxy), methods=["GET", "POST"]),
         Route("/embedding", s.embeddings, methods=post),
         Route("/embeddings", s.embeddings, methods=post),
         Route("/v1/embeddings", s.embeddings_oai, methods=post),
     ] + [Route(p, s.rerank, methods=post) for p in (
         "/rerank", "/reranking", "/v1/rerank", "/v1/reranking")] + [
-        Route("/infill", s.unsupported, methods=post)]
+        Route("/infill", s.infill, methods=post)]
     app = Starlette(routes=routes, exception_handlers={
         ServerError: _server_error, ClientGone: _client_gone, HTTPException: _http_error,
         ClientDisconnect: _upload_gone, BodyTooLarge: _too_large, Exception: _any_error})

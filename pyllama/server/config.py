@@ -13,6 +13,7 @@ class ServerConfig:
     """Everything llama-server needs; defaults are llama.cpp's (llama.cpp common/arg.cpp, common/common.h `common_params`)."""
     model: str | None = None
     alias: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)   # --tags: informational, in /models
     host: str = "127.0.0.1"
     port: int = 8080
     api_keys: list[str] = field(default_factory=list)
@@ -51,6 +52,7 @@ class ServerConfig:
     cors_methods: str = "GET, POST, DELETE, OPTIONS"
     cors_headers: str = "*"
     cors_credentials: bool = True
+    ui_mcp_proxy: bool = False       # --ui-mcp-proxy: /cors-proxy forwards (else 403)
     ui_config: dict | None = None    # --ui-config(-file): default Web UI settings, in /props
     prefill_assistant: bool = True   # a trailing assistant message is continued, not closed
     flash_attn: bool = True          # -fa: llama.cpp's flash-attention arithmetic (auto = on)

@@ -224,7 +224,7 @@ ARCHS = {
     # name: (general.architecture, builder, config overrides)
     "llama": ("llama", _llama, {}),
     "llama3": ("llama", _llama, {"rope_freqs": True, "rope_base": 500000.0}),
-    # "mixtral": ("llama", _llama, {"n_expert": 8, "n_expert_used": 2, "n_ff": 256}),
+    "mixtral": ("llama", _llama, {"n_expert": 8, "n_expert_used": 2, "n_ff": 256}),
     "qwen2": ("qwen2", _qwen2, {"eps": 1e-6, "rope_base": 1000000.0}),
     "qwen3": ("qwen3", _qwen3, {"eps": 1e-6, "rope_base": 1000000.0}),
     # Qwen3's own head size 128 with Q wider than n_embd (Qwen3 0.6B-8B: 2x)

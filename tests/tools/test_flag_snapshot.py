@@ -57,7 +57,16 @@ def test_every_llamacpp_flag_has_a_disposition(tool):
 
 def test_unsupported_flag_names_the_feature():
     import io
-    with pytest.raises(A.ArgError, match="--cors-proxy|MCP proxy"):
-        A.parse("server", ["--ui-mcp-proxy"], env={}, stream=io.StringIO(), config=[])
+    with pytest.raises(A.ArgError, match="built-in agent tools"):
+        A.parse("server", ["--tools", "all"], env={}, stream=io.StringIO(), config=[])
     with pytest.raises(A.ArgError, match="downloads"):
         A.parse("server", ["--fim-qwen-7b-default"], env={}, stream=io.StringIO(), config=[])
+
+
+@pytest.mark.parametrize("tool", sorted(EXAMPLE))
+def test_no_spelling_twice(tool):
+    seen = {}
+    for o in A.options_for(tool):
+        for a in o.all_args:
+            assert a not in seen, f"{a} is in the table twice ({seen[a]}, {o.dest})"
+            seen[a] = o.dest

@@ -1,0 +1,41 @@
+"""pytest plugin for llama.cpp's server test suite (tools/server/tests): the model substitution
+of bench/llama_server_suite.sh. Loaded with `-p pyllama_suite_patch`; the suite's files are not
+edited. Every preset that downloads a model (-hf/-hff/-mu) gets the local GGUF in
+$SUITE_MODEL instead, and the session-start download of every preset (ServerPreset.load_all) is
+skipped. The server executable is the suite's own choice: $LLAMA_SERVER_BIN_PATH."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def _patch(utils) -> None:
+    model = os.environ["SUITE_MODEL"]
+    start = utils.ServerProcess.start
+    if getattr(start, "_pyllama_patched", False):
+        return
+
+    def patched_start(self, *args, **kwargs):
+        if self.model_hf_repo or self.model_hf_file or self.model_url:
+            self.model_file = model
+            self.model_hf_repo = self.model_hf_file = self.model_url = None
+        return start(self, *args, **kwargs)
+
+    patched_start._pyllama_patched = True
+    utils.ServerProcess.start = patched_start
+    utils.ServerPreset.load_all = staticmethod(lambda: None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session):
+    import utils    # the suite's utils.py (its directory is on sys.path via its conftest)
+    _patch(utils)
+
+
+def pytest_sessionstart(session):
+    try:
+        import utils
+    except ImportError:
+        return
+    _patch(utils)
