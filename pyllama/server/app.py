@@ -23,6 +23,7 @@ from starlette.routing import Route
 from ..log import get_logger
 from . import cors_proxy
 from . import embeddings as E
+from . import infill as I
 from . import schemas as S
 from .chat import ToolCallStream, parse_tool_calls, render_chat
 from .engine import Channel, Engine, Task
@@ -272,7 +273,8 @@ class Server:
                                     "families": [""], "parameter_size": "",
                                     "quantization_level": ""}}],
             "object": "list",
-            "data": [{"id": name, "aliases": aliases, "tags": [], "object": "model",
+            "data": [{"id": name, "aliases": aliases, "tags": sorted(set(self.cfg.tags)),
+                      "object": "model",
                       "created": int(time.time()), "owned_by": "llamacpp", "meta": meta}]})
 
     async def tokenize_route(self, request: Request):
@@ -355,8 +357,8 @@ class Server:
     async def rerank(self, request: Request):
         return await E.rerank(self, request)
 
-    async def unsupported(self, request: Request):
-        raise not_supported("Infill is not supported by this server")
+    async def infill(self, request: Request):
+        return await I.infill(self, request)
 
     # -- slots and metrics --------------------------------------------------------------------------
     async def slots(self, request: Request):
@@ -409,9 +411,10 @@ class Server:
     async def chat(self, request: Request):
         return await self._complete(request, "chat")
 
-    async def _complete(self, request: Request, mode: str):
+    async def _complete(self, request: Request, mode: str, body=None):
         chat = mode == "chat"
-        body = await self.body(request, S.ChatBody if chat else S.CompletionBody)
+        if body is None:
+            body = await self.body(request, S.ChatBody if chat else S.CompletionBody)
         # templates and tokenization of long prompts run off the event loop
         prompts, params, n_cmpl = await run_in_threadpool(self._prepare, body, chat)
         ch = Channel(asyncio.get_running_loop())
@@ -778,7 +781,7 @@ def create_app(cfg, engine: Engine) -> Gate:
         Route("/v1/embeddings", s.embeddings_oai, methods=post),
     ] + [Route(p, s.rerank, methods=post) for p in (
         "/rerank", "/reranking", "/v1/rerank", "/v1/reranking")] + [
-        Route("/infill", s.unsupported, methods=post)]
+        Route("/infill", s.infill, methods=post)]
     app = Starlette(routes=routes, exception_handlers={
         ServerError: _server_error, ClientGone: _client_gone, HTTPException: _http_error,
         ClientDisconnect: _upload_gone, BodyTooLarge: _too_large, Exception: _any_error})
