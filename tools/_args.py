@@ -11,6 +11,8 @@ off; a repeated option warns (lists accumulate). docs/flags.md is generated from
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -102,6 +104,15 @@ def _read_file(path: str) -> str:
     return text[:-1] if text.endswith("\n") else text
 
 
+def _json_schema(text: str) -> str:
+    """-j/-jf: llama.cpp converts the schema while parsing the flag (json_schema_to_grammar)."""
+    from pyllama.grammar import GrammarError, json_schema_to_gbnf
+    try:
+        return json_schema_to_gbnf(text)
+    except GrammarError as e:
+        raise ConvertError(str(e).replace("\n", " ")) from None
+
+
 def _logit_bias(s: str) -> tuple:
     import re
     m = re.fullmatch(r"\s*(\d+)\s*([+-])\s*(.*)", s)
@@ -156,6 +167,13 @@ def _device(s: str) -> str:
     if s != "none" and not all(d.startswith("CUDA") for d in s.split(",")):
         raise ConvertError(f"invalid device: {s}")
     return s
+
+
+def _hosts(s: str) -> str:
+    hosts = [h.strip() for h in s.split(",") if h.strip()]
+    if not hosts:
+        raise ConvertError("--host requires at least one address")
+    return ",".join(hosts)
 
 
 ALL_BUT_S = ALL - {S}
@@ -472,13 +490,13 @@ OPTIONS += [
        "token ' Hello',\nor `--logit-bias 15043-1` to decrease likelihood of token ' Hello'",
        hint="TOKEN_ID(+/-)BIAS", conv=_logit_bias, **_SP),
     _O("--grammar", "str", "sampling.grammar", "BNF-like grammar to constrain generations",
-       hint="GRAMMAR", status=UNSUP, note="grammars", **_SP),
+       hint="GRAMMAR", **_SP),
     _O("--grammar-file", "str", "sampling.grammar", "file to read grammar from", hint="FNAME",
-       status=UNSUP, note="grammars", **_SP),
+       conv=_read_file, **_SP),
     _O("-j --json-schema", "str", "sampling.grammar", "JSON schema to constrain generations",
-       hint="SCHEMA", status=UNSUP, note="JSON schemas", **_SP),
+       hint="SCHEMA", conv=_json_schema, **_SP),
     _O("-jf --json-schema-file", "str", "sampling.grammar", "File containing a JSON schema to "
-       "constrain generations", hint="FILE", status=UNSUP, note="JSON schemas", **_SP),
+       "constrain generations", hint="FILE", conv=lambda p: _json_schema(_read_file(p)), **_SP),
 ]
 
 _SPEC = dict(group="speculative", tools=SCSP)
@@ -675,9 +693,9 @@ OPTIONS += [
        "allowed; -1 = unrestricted, 0 = disable thinking (default: -1)",
        env="LLAMA_ARG_THINK_BUDGET", tools=SCCO, **_EX, status=NOOP, note="reasoning is not extracted: content is returned as generated"),
     # ---- llama-server ------------------------------------------------------------------------
-    _O("--host", "str", "hostname", "ip address to listen, or bind to an UNIX socket if the "
-       "address ends with .sock (default: 127.0.0.1)", hint="HOST", env="LLAMA_ARG_HOST",
-       tools={S}, **_EX),
+    _O("--host", "str", "hostname", "IP addresses to listen on, comma-separated, or UNIX socket "
+       "paths ending in .sock; with multiple TCP addresses, :: binds IPv6 only (default: "
+       "127.0.0.1)", hint="HOST", env="LLAMA_ARG_HOST", tools={S}, conv=_hosts, **_EX),
     _O("--port", "int", "port", "port to listen (default: 8080)", hint="PORT",
        env="LLAMA_ARG_PORT", tools={S}, **_EX),
     _O("--reuse-port", "flag", "reuse_port", "allow multiple sockets to bind to the same port",
@@ -962,6 +980,110 @@ OPTIONS += [
 
 
 # ---- the parser ---------------------------------------------------------------------------------
+# -- value checks of common/arg.cpp's handlers (the same conditions and messages) ------------------
+def _finite(name: str) -> Callable:
+    def conv(s: str) -> float:
+        v = stof(s)
+        if not math.isfinite(v):
+            raise ConvertError(f"error: {name} must be finite")
+        return v
+    return conv
+
+
+def _number(s: str) -> float:
+    """A float flag llama.cpp reads with std::stof and no check: NaN is refused here (llama.cpp
+    keeps it and samples from NaN probabilities, which is undefined)."""
+    v = stof(s)
+    if math.isnan(v):
+        raise ConvertError("error: not a number (nan)")
+    return v
+
+
+def _at_least(lo: int, message: str, hi: int | None = None) -> Callable:
+    def conv(s: str) -> int:
+        v = stoi(s)
+        if v < lo or (hi is not None and v > hi):
+            raise ConvertError(message.replace("%d", str(v)))
+        return v
+    return conv
+
+
+def _cpu_mask(s: str) -> str:
+    digits = s[2:] if s.startswith("0x") else s
+    if any(c not in "0123456789abcdefABCDEF" for c in digits[:128]):
+        raise ConvertError("invalid cpumask")
+    return s
+
+
+def _cpu_range(s: str) -> str:
+    lo, dash, hi = s.partition("-")
+    try:
+        ok = bool(dash) and all(x == "" or 0 <= stoul(x) < 512 for x in (lo, hi))
+    except ConvertError:
+        ok = False
+    if not ok:
+        raise ConvertError("invalid range")
+    return s
+
+
+def _tensor_split(s: str) -> str:
+    import re
+    for part in re.split(r"[,/]+", s):
+        stof(part)
+    return s
+
+
+def _hosts(s: str) -> str:
+    if not any(h.strip() for h in s.split(",")):
+        raise ConvertError("--host requires at least one address")
+    return s
+
+
+def _directory(s: str) -> str:
+    if not os.path.isdir(s):
+        raise ConvertError(f"not a directory: {s}")
+    return s
+
+
+_VALUE_CHECKS = {
+    "sampling.penalty_present": _finite("presence-penalty"),
+    "sampling.penalty_freq": _finite("frequency-penalty"),
+    "sampling.dry_penalty_last_n": _at_least(0, "error: invalid dry-penalty-last-n = %d"),
+    "checkpoint_min_step": _at_least(0, "checkpoint-min-step must be non-negative"),
+    "reasoning_budget": _at_least(-1, "invalid value"),
+    "speculative.n_max": _at_least(0, "invalid value"),
+    "speculative.ngram_simple_size_n": _at_least(
+        1, "ngram size N must be between 1 and 1024 inclusive", 1024),
+    "speculative.ngram_simple_size_m": _at_least(
+        1, "ngram size M must be between 1 and 1024 inclusive", 1024),
+    "prio": _at_least(-1, "invalid value", 3), "prio_batch": _at_least(-1, "invalid value", 3),
+    "speculative.prio": _at_least(-1, "invalid value", 3),
+    "speculative.prio_batch": _at_least(-1, "invalid value", 3),
+    "cpu_mask": _cpu_mask, "cpu_mask_batch": _cpu_mask, "speculative.cpu_mask": _cpu_mask,
+    "speculative.cpu_mask_batch": _cpu_mask, "cpu_range": _cpu_range,
+    "cpu_range_batch": _cpu_range, "speculative.cpu_range": _cpu_range,
+    "speculative.cpu_range_batch": _cpu_range, "tensor_split": _tensor_split,
+    "hostname": _hosts, "slot_save_path": _directory,
+}
+for _i, _o in enumerate(OPTIONS):
+    if _o.conv is None and _o.dest in _VALUE_CHECKS:
+        OPTIONS[_i] = dataclasses.replace(_o, conv=_VALUE_CHECKS[_o.dest])
+    elif _o.conv is None and _o.kind == "float" and _o.group == "sampling":
+        OPTIONS[_i] = dataclasses.replace(_o, conv=_number)
+
+
+def _value_notes(p: Params, stream) -> None:
+    """Values llama.cpp maps silently to another one: the same mapping, said in one line."""
+    if p.sampling.temp < 0:
+        print(f"warning: --temp {p.sampling.temp:g} is taken as 0 (greedy), as llama.cpp "
+              "clamps it", file=stream)
+        p.sampling.temp = 0.0
+    if p.sampling.dry_base < 1:
+        print(f"warning: --dry-base {p.sampling.dry_base:g} is below 1 and ignored (llama.cpp "
+              f"keeps the default {Params().sampling.dry_base:g})", file=stream)
+        p.sampling.dry_base = Params().sampling.dry_base
+
+
 def options_for(tool: str) -> list[Opt]:
     return [o for o in OPTIONS if tool in o.tools]
 
@@ -1179,6 +1301,7 @@ def parse(tool: str, argv: list[str], env=None, stream=None, config=None) -> Par
     while i < len(argv):
         i = _parse_one(params, argv, i, table, env, notes, fresh, count, stream)
     _postprocess(params)
+    _value_notes(params, stream)
     return params
 
 

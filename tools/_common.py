@@ -293,9 +293,11 @@ def vocab_bos(vocab) -> int | None:
 
 
 def print_perf(logger, t_load: float, n_prompt: int, t_prompt: float, n_eval: int,
-               t_eval: float, t_sample: float = 0.0, n_sample: int = 0) -> None:
-    """common_perf_print lines (stderr); times in seconds."""
-    total = t_load + t_prompt + t_eval + t_sample
+               t_eval: float, t_sample: float = 0.0, n_sample: int = 0,
+               t_total: float | None = None) -> None:
+    """common_perf_print lines (stderr); times in seconds. t_total: since the context was
+    created (llama.cpp's t_start_ms); by default the sum of the parts."""
+    total = t_load + t_prompt + t_eval + t_sample if t_total is None else t_total
     def per(n, t):  # noqa: E306 - (ms per token, tokens per second)
         return (1e3 * t / n if n else 0.0, n / t if t > 0 else 0.0)
     pp, ev = per(n_prompt, t_prompt), per(n_eval, t_eval)
@@ -308,3 +310,8 @@ def print_perf(logger, t_load: float, n_prompt: int, t_prompt: float, n_eval: in
                 f"   ({ev[0]:8.2f} ms per token, {ev[1]:8.2f} tokens per second)")
     logger.info(f"common_perf_print:       total time = {1e3 * total:10.2f} ms / "
                 f"{n_prompt + n_eval:5d} tokens")
+    if t_total is not None:
+        unacc = t_total - (t_sample + t_prompt + t_eval)
+        pc = 100.0 * unacc / t_total if t_total > 0 else 0.0
+        logger.info(f"common_perf_print: unaccounted time = {1e3 * unacc:10.2f} ms / {pc:5.1f} %"
+                    "      (total - sampling - prompt eval - eval) / (total)")

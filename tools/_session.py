@@ -31,10 +31,42 @@ def make_sampler(model, params: Params, ctx=None, **overrides):
     if sp.dry_multiplier > 0:
         pieces = [vocab.token_to_piece(i, True).decode("utf-8", "replace")
                   for i in range(model.n_vocab)]
-    return SamplerChain(sp, model.n_vocab, eog_ids=tuple(vocab.eog_ids), token_pieces=pieces,
-                        tokenize=lambda s: model.tokenize(s, False, False),
-                        n_ctx=ctx.n_ctx if ctx is not None else 0,
-                        n_ctx_train=model.hparams.n_ctx_train)
+    from pyllama.errors import GrammarError, PyllamaError
+    try:
+        return SamplerChain(sp, model.n_vocab, eog_ids=tuple(vocab.eog_ids), token_pieces=pieces,
+                            tokenize=lambda s: model.tokenize(s, False, False),
+                            n_ctx=ctx.n_ctx if ctx is not None else 0,
+                            n_ctx_train=model.hparams.n_ctx_train, vocab=vocab)
+    except GrammarError as e:  # llama.cpp: "failed to parse grammar" (common_sampler_init)
+        raise PyllamaError(f"failed to parse grammar: {e.describe()}") from None
+
+
+class TimedSampler:
+    """A sampler that keeps llama.cpp's perf counters (common_sampler's t_total_us, the chain's
+    t_sample_us / n_sample): time spent in sample() and accept(), and the accepted tokens
+    (prompt tokens included, as llama.cpp's completion accepts them). pyllama has no layer
+    between the two, so "sampling" and "samplers" time are the same measurement."""
+
+    def __init__(self, sampler):
+        self.inner, self.t_total, self.n_sample = sampler, 0.0, 0
+
+    def sample(self, *args, **kw):
+        t = time.perf_counter()
+        try:
+            return self.inner.sample(*args, **kw)
+        finally:
+            self.t_total += time.perf_counter() - t
+
+    def accept(self, token) -> None:
+        t = time.perf_counter()
+        try:
+            self.inner.accept(token)
+        finally:
+            self.t_total += time.perf_counter() - t
+            self.n_sample += 1
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
 
 
 @dataclass
@@ -68,13 +100,16 @@ def stream(ctx, model, prompt_ids: list[int], sampler, n_predict: int, on_piece:
     for tok in prompt_ids[n_seen:]:
         sampler.accept(tok)
     t = time.perf_counter()
+    t_smpl = getattr(sampler, "t_total", 0.0)    # a TimedSampler's time is not decode time
     for i, tok in enumerate(generate(ctx, prompt_ids, sampler, n_predict=n_predict,
                                      stop_tokens=() if ignore_eos else eog)):
         now = time.perf_counter()
+        t_smpl, spent = getattr(sampler, "t_total", 0.0), t_smpl
+        spent = t_smpl - spent
         if i == 0:
-            st.t_prompt = now - t
+            st.t_prompt = now - t - spent
         else:
-            st.t_eval += now - t
+            st.t_eval += now - t - spent
             st.n_eval += 1
         t = now
         st.tokens.append(tok)

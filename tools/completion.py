@@ -25,6 +25,9 @@ def run(argv) -> int:
     if params.n_predict < -2:
         log().error("--n-predict must be >= -2")
         return 1
+    if params.n_ctx != 0 and params.n_ctx < 8:     # completion.cpp: -c -5 runs with 8
+        log().warning("main: warning: minimum context size is 8, using minimum size.")
+        params.n_ctx = 8
     from pyllama.errors import PyllamaError
     t0 = time.perf_counter()
     try:
@@ -34,9 +37,10 @@ def run(argv) -> int:
         log().error("llama_completion: error: unable to create context")
         return 1
     t_load = time.perf_counter() - t0
-    from ._session import make_context, make_sampler
+    t_ctx = time.perf_counter()     # llama.cpp's t_start_ms: the context's creation
+    from ._session import TimedSampler, make_context, make_sampler
     ctx = make_context(model, params)
-    sampler = make_sampler(model, params, ctx)
+    sampler = TimedSampler(make_sampler(model, params, ctx))
     out = Output(params)
     if _conversation(params, model):
         stats = chat_loop(params, model, ctx, sampler, out)
@@ -46,7 +50,9 @@ def run(argv) -> int:
         return 1
     out("\n\n")
     if params.perf:
-        print_perf(log(), t_load, stats.n_prompt, stats.t_prompt, stats.n_eval, stats.t_eval)
+        print_perf(log(), t_load, stats.n_prompt, stats.t_prompt, stats.n_eval, stats.t_eval,
+                   t_sample=sampler.t_total, n_sample=sampler.n_sample,
+                   t_total=time.perf_counter() - t_ctx)
     return 0
 
 

@@ -23,6 +23,7 @@ from starlette.routing import Route
 from ..log import get_logger
 from . import cors_proxy
 from . import embeddings as E
+from . import infill as I
 from . import schemas as S
 from .chat import ToolCallStream, parse_tool_calls, render_chat
 from .engine import Channel, Engine, Task
@@ -30,7 +31,12 @@ from .schemas import ServerError, invalid, not_supported
 
 log = get_logger("server")
 WEB_DIR = Path(__file__).parent / "web"
-UI_PATHS = ("/", "/index.html")
+_ASSET_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
+                ".svg": "image/svg+xml", ".html": "text/html; charset=utf-8"}
+# the page's files, each served at /<name> like llama.cpp's embedded UI assets (server-http.cpp)
+WEB_ASSETS = {"/" + p.name: p for p in sorted(WEB_DIR.iterdir())
+              if p.suffix in _ASSET_TYPES and p.name != "index.html"}
+UI_PATHS = ("/", "/index.html", *WEB_ASSETS)
 NO_AUTH = ("/health", "/v1/health") + UI_PATHS
 _JSON = "application/json; charset=utf-8"
 # a request body at least this large is parsed and tokenized off the event loop and followed by a
@@ -206,9 +212,17 @@ class Server:
         return json_response({"status": "ok"})
 
     async def index(self, request: Request):
+        return self._web_file(WEB_DIR / "index.html")
+
+    async def web_asset(self, request: Request):
+        return self._web_file(WEB_ASSETS[request.scope["path"]])
+
+    def _web_file(self, path: Path):
         if not self.cfg.ui:
             raise HTTPException(404)
-        return FileResponse(WEB_DIR / "index.html", media_type="text/html; charset=utf-8")
+        # revalidated on each load (ETag), so an upgraded pyllama's page is picked up at once
+        return FileResponse(path, media_type=_ASSET_TYPES[path.suffix],
+                            headers={"Cache-Control": "no-cache"})
 
     async def props(self, request: Request):
         if request.method == "POST":
@@ -259,7 +273,8 @@ class Server:
                                     "families": [""], "parameter_size": "",
                                     "quantization_level": ""}}],
             "object": "list",
-            "data": [{"id": name, "aliases": aliases, "tags": [], "object": "model",
+            "data": [{"id": name, "aliases": aliases, "tags": sorted(set(self.cfg.tags)),
+                      "object": "model",
                       "created": int(time.time()), "owned_by": "llamacpp", "meta": meta}]})
 
     async def tokenize_route(self, request: Request):
@@ -342,8 +357,8 @@ class Server:
     async def rerank(self, request: Request):
         return await E.rerank(self, request)
 
-    async def unsupported(self, request: Request):
-        raise not_supported("Infill is not supported by this server")
+    async def infill(self, request: Request):
+        return await I.infill(self, request)
 
     # -- slots and metrics --------------------------------------------------------------------------
     async def slots(self, request: Request):
@@ -396,9 +411,10 @@ class Server:
     async def chat(self, request: Request):
         return await self._complete(request, "chat")
 
-    async def _complete(self, request: Request, mode: str):
+    async def _complete(self, request: Request, mode: str, body=None):
         chat = mode == "chat"
-        body = await self.body(request, S.ChatBody if chat else S.CompletionBody)
+        if body is None:
+            body = await self.body(request, S.ChatBody if chat else S.CompletionBody)
         # templates and tokenization of long prompts run off the event loop
         prompts, params, n_cmpl = await run_in_threadpool(self._prepare, body, chat)
         ch = Channel(asyncio.get_running_loop())
@@ -742,6 +758,7 @@ def create_app(cfg, engine: Engine) -> Gate:
     post, get = ["POST"], ["GET"]
     routes = [
         Route("/", s.index, methods=get), Route("/index.html", s.index, methods=get),
+        *(Route(path, s.web_asset, methods=get) for path in WEB_ASSETS),
         Route("/health", s.health, methods=get), Route("/v1/health", s.health, methods=get),
         Route("/props", s.props, methods=["GET", "POST"]),
         Route("/models", s.models, methods=get), Route("/v1/models", s.models, methods=get),
@@ -764,7 +781,7 @@ def create_app(cfg, engine: Engine) -> Gate:
         Route("/v1/embeddings", s.embeddings_oai, methods=post),
     ] + [Route(p, s.rerank, methods=post) for p in (
         "/rerank", "/reranking", "/v1/rerank", "/v1/reranking")] + [
-        Route("/infill", s.unsupported, methods=post)]
+        Route("/infill", s.infill, methods=post)]
     app = Starlette(routes=routes, exception_handlers={
         ServerError: _server_error, ClientGone: _client_gone, HTTPException: _http_error,
         ClientDisconnect: _upload_gone, BodyTooLarge: _too_large, Exception: _any_error})
