@@ -104,6 +104,15 @@ def _read_file(path: str) -> str:
     return text[:-1] if text.endswith("\n") else text
 
 
+def _json_schema(text: str) -> str:
+    """-j/-jf: llama.cpp converts the schema while parsing the flag (json_schema_to_grammar)."""
+    from pyllama.grammar import GrammarError, json_schema_to_gbnf
+    try:
+        return json_schema_to_gbnf(text)
+    except GrammarError as e:
+        raise ConvertError(str(e).replace("\n", " ")) from None
+
+
 def _logit_bias(s: str) -> tuple:
     import re
     m = re.fullmatch(r"\s*(\d+)\s*([+-])\s*(.*)", s)
@@ -158,6 +167,13 @@ def _device(s: str) -> str:
     if s != "none" and not all(d.startswith("CUDA") for d in s.split(",")):
         raise ConvertError(f"invalid device: {s}")
     return s
+
+
+def _hosts(s: str) -> str:
+    hosts = [h.strip() for h in s.split(",") if h.strip()]
+    if not hosts:
+        raise ConvertError("--host requires at least one address")
+    return ",".join(hosts)
 
 
 ALL_BUT_S = ALL - {S}
@@ -474,13 +490,13 @@ OPTIONS += [
        "token ' Hello',\nor `--logit-bias 15043-1` to decrease likelihood of token ' Hello'",
        hint="TOKEN_ID(+/-)BIAS", conv=_logit_bias, **_SP),
     _O("--grammar", "str", "sampling.grammar", "BNF-like grammar to constrain generations",
-       hint="GRAMMAR", status=UNSUP, note="grammars", **_SP),
+       hint="GRAMMAR", **_SP),
     _O("--grammar-file", "str", "sampling.grammar", "file to read grammar from", hint="FNAME",
-       status=UNSUP, note="grammars", **_SP),
+       conv=_read_file, **_SP),
     _O("-j --json-schema", "str", "sampling.grammar", "JSON schema to constrain generations",
-       hint="SCHEMA", status=UNSUP, note="JSON schemas", **_SP),
+       hint="SCHEMA", conv=_json_schema, **_SP),
     _O("-jf --json-schema-file", "str", "sampling.grammar", "File containing a JSON schema to "
-       "constrain generations", hint="FILE", status=UNSUP, note="JSON schemas", **_SP),
+       "constrain generations", hint="FILE", conv=lambda p: _json_schema(_read_file(p)), **_SP),
 ]
 
 _SPEC = dict(group="speculative", tools=SCSP)
@@ -677,9 +693,9 @@ OPTIONS += [
        "allowed; -1 = unrestricted, 0 = disable thinking (default: -1)",
        env="LLAMA_ARG_THINK_BUDGET", tools=SCCO, **_EX, status=NOOP, note="reasoning is not extracted: content is returned as generated"),
     # ---- llama-server ------------------------------------------------------------------------
-    _O("--host", "str", "hostname", "ip address to listen, or bind to an UNIX socket if the "
-       "address ends with .sock (default: 127.0.0.1)", hint="HOST", env="LLAMA_ARG_HOST",
-       tools={S}, **_EX),
+    _O("--host", "str", "hostname", "IP addresses to listen on, comma-separated, or UNIX socket "
+       "paths ending in .sock; with multiple TCP addresses, :: binds IPv6 only (default: "
+       "127.0.0.1)", hint="HOST", env="LLAMA_ARG_HOST", tools={S}, conv=_hosts, **_EX),
     _O("--port", "int", "port", "port to listen (default: 8080)", hint="PORT",
        env="LLAMA_ARG_PORT", tools={S}, **_EX),
     _O("--reuse-port", "flag", "reuse_port", "allow multiple sockets to bind to the same port",

@@ -31,10 +31,14 @@ def make_sampler(model, params: Params, ctx=None, **overrides):
     if sp.dry_multiplier > 0:
         pieces = [vocab.token_to_piece(i, True).decode("utf-8", "replace")
                   for i in range(model.n_vocab)]
-    return SamplerChain(sp, model.n_vocab, eog_ids=tuple(vocab.eog_ids), token_pieces=pieces,
-                        tokenize=lambda s: model.tokenize(s, False, False),
-                        n_ctx=ctx.n_ctx if ctx is not None else 0,
-                        n_ctx_train=model.hparams.n_ctx_train)
+    from pyllama.errors import GrammarError, PyllamaError
+    try:
+        return SamplerChain(sp, model.n_vocab, eog_ids=tuple(vocab.eog_ids), token_pieces=pieces,
+                            tokenize=lambda s: model.tokenize(s, False, False),
+                            n_ctx=ctx.n_ctx if ctx is not None else 0,
+                            n_ctx_train=model.hparams.n_ctx_train, vocab=vocab)
+    except GrammarError as e:  # llama.cpp: "failed to parse grammar" (common_sampler_init)
+        raise PyllamaError(f"failed to parse grammar: {e.describe()}") from None
 
 
 class TimedSampler:

@@ -28,6 +28,7 @@ def to_config(params):
     return ServerConfig(
         model=models.resolve(params.model or None), host=params.hostname, port=params.port,
         alias=[a for a in (alias.split(",") if isinstance(alias, str) else alias or []) if a],
+        tags=[t.strip() for t in (params.tags or "").split(",") if t.strip()],
         api_keys=_api_keys(params), timeout=float(params.timeout), n_ctx=params.n_ctx,
         max_body_size=_max_body_size(params.max_body_size),
         n_batch=params.n_batch, n_ubatch=params.n_ubatch, n_parallel=params.n_parallel,

@@ -17,12 +17,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..gguf import GGML_BLOCK, GGMLType
+from ..quant import dequantize
 
 T = GGMLType
 FAMILY_A = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)      # vec_dot type q8_0 / q8_1
 FAMILY_K = (T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K)      # vec_dot type q8_K
 FLOATS = (T.F32, T.F16, T.BF16)
-SUPPORTED = FAMILY_A + FAMILY_K + FLOATS
+# i-quants with llama.cpp's tiled-kernel arithmetic (q8_K activations)
+FAMILY_IQ = (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M, T.IQ4_XS)
+SUPPORTED = FAMILY_A + FAMILY_K + FLOATS + FAMILY_IQ
 
 
 def _f16(b: np.ndarray) -> np.ndarray:
@@ -159,7 +162,7 @@ def dequantize_ref(wtype, w_raw) -> np.ndarray:
             y = y + m[..., None]
         return y.reshape(rows, k)
     if wtype not in FAMILY_K:
-        raise NotImplementedError(f"matmul for {wtype.name}")
+        return dequantize(np.ascontiguousarray(w_raw).view(np.uint8), wtype).reshape(rows, k)
     q, sc, mn, d, dmin = _unpack_k(wtype, blk)
     q16 = q.reshape(*q.shape[:-1], 16, 16).astype(np.float32)
     dl = (d[..., None] * sc.astype(np.float32))[..., None]
@@ -293,4 +296,29 @@ def matmul_ref(wtype, w_raw, x: np.ndarray) -> np.ndarray:
         return _dot_a(wtype, blk, x)
     if wtype in FAMILY_K:
         return _dot_k(wtype, blk, x)
+    if wtype in FAMILY_IQ:
+        return _dot_iq(wtype, blk, x)
     raise NotImplementedError(f"matmul for {wtype.name}")
+
+
+def _dot_iq(wtype, blk, x):
+    """llama.cpp's tiled kernel for the i-quants (ggml-cpu/tiled): per super-block the exact
+    integer S = sum over 16-element groups of scale * (values . q8), res = f32(d0 * (float)S),
+    acc = fma(res, dy, acc) over super-blocks in order."""
+    from ..quant import BLOCK_LAYOUT
+    from ..quant.iquants import tiled_ints
+    rows, nsb = blk.shape[0], blk.shape[1]
+    b = np.ascontiguousarray(blk).reshape(-1).view(BLOCK_LAYOUT[wtype].dtype)
+    v, sc, d0 = tiled_ints(wtype, {f: np.ascontiguousarray(b[f]) for f in b.dtype.names})
+    v = v.reshape(rows, nsb, 16, 16).astype(np.float64)
+    sc = sc.reshape(rows, nsb, 16).astype(np.float64)
+    d0 = d0.reshape(rows, nsb)
+    yq, dy, _ = quantize_q8_K_ref(x)
+    n = x.shape[0]
+    yq = yq.reshape(n, nsb, 16, 16).astype(np.float64)
+    acc = np.zeros((n, rows), np.float32)
+    for s in range(nsb):
+        S = (np.einsum("njk,rjk->nrj", yq[:, s], v[:, s]) * sc[None, :, s]).sum(-1)  # exact
+        res = (d0[None, :, s] * S.astype(np.float32)).astype(np.float32)
+        acc = _fma32(res, dy[:, s, None], acc)
+    return acc

@@ -275,7 +275,8 @@ class Server:
                                     "families": [""], "parameter_size": "",
                                     "quantization_level": ""}}],
             "object": "list",
-            "data": [{"id": name, "aliases": aliases, "tags": [], "object": "model",
+            "data": [{"id": name, "aliases": aliases, "tags": sorted(set(self.cfg.tags)),
+                      "object": "model",
                       "created": int(time.time()), "owned_by": "llamacpp", "meta": meta}]})
 
     async def tokenize_route(self, request: Request):

@@ -13,6 +13,7 @@ class ServerConfig:
     """Everything llama-server needs; defaults are llama.cpp's (llama.cpp common/arg.cpp, common/common.h `common_params`)."""
     model: str | None = None
     alias: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)   # --tags: informational, in /models
     host: str = "127.0.0.1"
     port: int = 8080
     api_keys: list[str] = field(default_factory=list)

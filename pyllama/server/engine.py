@@ -167,7 +167,7 @@ class Slot:
         self.n_prompt_done, self.n_cached = n_past, n_past
         self.sampler = e.new_sampler(p.sampling)
         for t in task.prompt:       # llama.cpp replays the prompt: penalties and DRY see it
-            self.sampler.accept(t)
+            self.sampler.accept(t, False)   # (not the grammar: prompt tokens are not generated)
         self.sampled: int | None = None
         self.generated: list[int] = []
         self.text, self.n_sent, self.n_decoded = "", 0, 0
@@ -468,7 +468,8 @@ class Engine:
         from pyllama.sampling import SamplerChain
         return SamplerChain(params, self.model.n_vocab, eog_ids=tuple(self.vocab.eog_ids),
                             token_pieces=self._piece_text, n_ctx=self.n_ctx_slot,
-                            n_ctx_train=getattr(self.model.hparams, "n_ctx_train", 0))
+                            n_ctx_train=getattr(self.model.hparams, "n_ctx_train", 0),
+                            vocab=self.vocab)
 
     def _piece_text(self, tok: int) -> str:
         return self.model.token_to_piece(tok, True).decode("utf-8", "replace")

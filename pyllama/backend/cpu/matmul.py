@@ -19,7 +19,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 import numpy as np  # noqa: E402
 
 from ...errors import BackendError  # noqa: E402
-from ...gguf import GGML_BLOCK  # noqa: E402
+from ...gguf import GGML_BLOCK, GGMLType  # noqa: E402
+from ...quant import dequantize  # noqa: E402
 from . import _matmul  # noqa: E402
 
 _state = {"threads": max(1, _matmul.max_threads())}
@@ -152,12 +153,20 @@ def _plan_obj(kind: int, n: int, k: int, nth: int):
     return p
 
 
+# i-quants: the kernels hold them in llama.cpp's tiled-kernel form, whose float expression is not
+# dequantize_row_*'s; their rows decode through the numpy reference (bit-exact with ggml)
+_NUMPY_ROWS = frozenset({GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS,
+                         GGMLType.IQ3_S, GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.IQ4_XS})
+
+
 def get_rows(w, ids) -> np.ndarray:
     """Dequantized rows W[ids] -> [len(ids), k] float32."""
     raw, k = _raw2d(w)
     ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
     if ids.size and (ids.min() < 0 or ids.max() >= raw.shape[0]):
         raise BackendError(f"{w.name}: row id out of range [0, {raw.shape[0]})")
+    if w.type in _NUMPY_ROWS:
+        return dequantize(raw[ids], w.type).reshape(ids.size, k)
     out = np.empty((ids.size, k), np.float32)
     scratch = _buf("rows", _matmul.row_scratch_bytes(k))
     _matmul.dequant_rows(int(w.type), raw, k, ids, out, scratch)

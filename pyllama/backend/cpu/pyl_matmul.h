@@ -33,6 +33,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "pyl_iq_grids.h"
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define PYL_AVX2 1
@@ -48,7 +49,8 @@
 enum {
     PYL_F32 = 0, PYL_F16 = 1, PYL_Q4_0 = 2, PYL_Q4_1 = 3, PYL_Q5_0 = 6, PYL_Q5_1 = 7,
     PYL_Q8_0 = 8, PYL_Q2_K = 10, PYL_Q3_K = 11, PYL_Q4_K = 12, PYL_Q5_K = 13, PYL_Q6_K = 14,
-    PYL_BF16 = 30
+    PYL_IQ2_XXS = 16, PYL_IQ2_XS = 17, PYL_IQ3_XXS = 18, PYL_IQ1_S = 19, PYL_IQ3_S = 21,
+    PYL_IQ2_S = 22, PYL_IQ4_XS = 23, PYL_IQ1_M = 29, PYL_BF16 = 30
 };
 /* activation kinds (the vec_dot type) */
 enum { PYL_ACT_Q8_0 = 0, PYL_ACT_Q8_K = 1, PYL_ACT_F16 = 2, PYL_ACT_BF16 = 3, PYL_ACT_F32 = 4,
@@ -248,6 +250,8 @@ static inline int pyl_family(int t) {
     switch (t) {
     case PYL_Q4_0: case PYL_Q4_1: case PYL_Q5_0: case PYL_Q5_1: case PYL_Q8_0: return 0;
     case PYL_Q2_K: case PYL_Q3_K: case PYL_Q4_K: case PYL_Q5_K: case PYL_Q6_K: return 1;
+    case PYL_IQ2_XXS: case PYL_IQ2_XS: case PYL_IQ2_S: case PYL_IQ3_XXS: case PYL_IQ3_S:
+    case PYL_IQ1_S: case PYL_IQ1_M: case PYL_IQ4_XS: return 1;
     case PYL_F32: case PYL_F16: case PYL_BF16: return 2;
     default: return -1;
     }
@@ -259,8 +263,18 @@ static inline int pyl_act_kind(int t) {
     default: return t == PYL_F16 ? PYL_ACT_F16 : t == PYL_BF16 ? PYL_ACT_BF16 : PYL_ACT_F32;
     }
 }
-/* K family: offset types (the -off*sc*bsum term folds into the integer sum) vs min types */
-static inline int pyl_has_min(int t) { return t == PYL_Q2_K || t == PYL_Q4_K || t == PYL_Q5_K; }
+/* K family: offset types (the -off*sc*bsum term folds into the integer sum: 0) vs min types (1);
+ * 2: signed values (IQ4_XS: int8 in [-127, 113], dotted by the sign trick, no offset) */
+static inline int pyl_has_min(int t) {
+    return t == PYL_Q2_K || t == PYL_Q4_K || t == PYL_Q5_K ? 1 : t == PYL_IQ4_XS ? 2 : 0;
+}
+static inline int pyl_is_iq(int t) {
+    switch (t) {
+    case PYL_IQ2_XXS: case PYL_IQ2_XS: case PYL_IQ2_S: case PYL_IQ3_XXS: case PYL_IQ3_S:
+    case PYL_IQ1_S: case PYL_IQ1_M: case PYL_IQ4_XS: return 1;
+    default: return 0;
+    }
+}
 static inline int pyl_has_m(int t) { return t == PYL_Q4_1 || t == PYL_Q5_1; }
 
 /* ---- family A decoders: one 32-block -> w[32] signed */
@@ -309,7 +323,11 @@ static inline int pyl_block_bytes(int t) {
     case PYL_Q4_0: return 18; case PYL_Q4_1: return 20; case PYL_Q5_0: return 22;
     case PYL_Q5_1: return 24; case PYL_Q8_0: return 34; case PYL_Q2_K: return 84;
     case PYL_Q3_K: return 110; case PYL_Q4_K: return 144; case PYL_Q5_K: return 176;
-    case PYL_Q6_K: return 210; case PYL_F32: return 4; default: return 2;
+    case PYL_Q6_K: return 210; case PYL_F32: return 4;
+    case PYL_IQ2_XXS: return 66; case PYL_IQ2_XS: return 74; case PYL_IQ2_S: return 82;
+    case PYL_IQ3_XXS: return 98; case PYL_IQ3_S: return 110; case PYL_IQ1_S: return 50;
+    case PYL_IQ1_M: return 56; case PYL_IQ4_XS: return 136;
+    default: return 2;
     }
 }
 
@@ -458,6 +476,148 @@ static inline void pyl_dec_q3_K(const uint8_t *__restrict x, uint8_t *__restrict
         }
 }
 
+/* ---- i-quant decoders (family K, llama.cpp's tiled-kernel representation, ggml-cpu/tiled):
+ * signed values v (grid entry times sign; IQ1: 8*grid + delta), stored u = v + 64 (IQ4_XS: v as
+ * int8), integer scales per 16 elements (s16), mn = 64*scale, d = the f16 scale times the
+ * power of two the integer scales leave out (0.125 for IQ1/IQ2, 0.25 for IQ3_XXS) */
+#define PYL_IQ_OFF 64
+static inline void pyl_iq_signed8(uint64_t g, uint8_t signs, uint8_t *u) {
+    for (int j = 0; j < 8; j++) {
+        const int v = (int)((g >> (8 * j)) & 0xFF);
+        u[j] = (uint8_t)(PYL_IQ_OFF + ((signs >> j) & 1 ? -v : v));
+    }
+}
+static inline void pyl_iq_scales32(int s, int ib, int16_t *s16) { s16[2 * ib] = s16[2 * ib + 1] = (int16_t)s; }
+static inline void pyl_dec_iq(int t, const uint8_t *__restrict x, uint8_t *__restrict u,
+                              int16_t *__restrict s16, int16_t *__restrict mn, float *d, float *dm) {
+    *dm = 0.0f;
+    switch (t) {
+    case PYL_IQ2_XXS: {
+        *d = pyl_rd_f16(x) * 0.125f;
+        for (int ib = 0; ib < 8; ib++) {
+            uint32_t a[2];
+            memcpy(a, x + 2 + 8 * ib, 8);
+            pyl_iq_scales32(2 * (int)(a[1] >> 28) + 1, ib, s16);
+            for (int l = 0; l < 4; l++)
+                pyl_iq_signed8(pyl_iq2xxs_grid[(a[0] >> (8 * l)) & 0xFF],
+                               pyl_ksigns_iq2xs[(a[1] >> (7 * l)) & 127], u + 32 * ib + 8 * l);
+        }
+        break;
+    }
+    case PYL_IQ2_XS: {
+        *d = pyl_rd_f16(x) * 0.125f;
+        const uint8_t *sc = x + 66;
+        for (int ib = 0; ib < 8; ib++) {
+            s16[2 * ib] = (int16_t)(2 * (sc[ib] & 0xF) + 1);
+            s16[2 * ib + 1] = (int16_t)(2 * (sc[ib] >> 4) + 1);
+            for (int l = 0; l < 4; l++) {
+                uint16_t q;
+                memcpy(&q, x + 2 + 8 * ib + 2 * l, 2);
+                pyl_iq_signed8(pyl_iq2xs_grid[q & 511], pyl_ksigns_iq2xs[q >> 9], u + 32 * ib + 8 * l);
+            }
+        }
+        break;
+    }
+    case PYL_IQ2_S: {
+        *d = pyl_rd_f16(x) * 0.125f;
+        const uint8_t *qs = x + 2, *signs = x + 34, *qh = x + 66, *sc = x + 74;
+        for (int ib = 0; ib < 8; ib++) {
+            s16[2 * ib] = (int16_t)(2 * (sc[ib] & 0xF) + 1);
+            s16[2 * ib + 1] = (int16_t)(2 * (sc[ib] >> 4) + 1);
+            for (int l = 0; l < 4; l++)
+                pyl_iq_signed8(pyl_iq2s_grid[qs[4 * ib + l] | ((qh[ib] << (8 - 2 * l)) & 0x300)],
+                               signs[4 * ib + l], u + 32 * ib + 8 * l);
+        }
+        break;
+    }
+    case PYL_IQ3_XXS: {
+        *d = pyl_rd_f16(x) * 0.25f;
+        const uint8_t *qs = x + 2, *ss = x + 66;
+        for (int ib = 0; ib < 8; ib++) {
+            uint32_t a;
+            memcpy(&a, ss + 4 * ib, 4);
+            pyl_iq_scales32(2 * (int)(a >> 28) + 1, ib, s16);
+            for (int l = 0; l < 4; l++) {
+                const uint64_t g = (uint64_t)pyl_iq3xxs_grid[qs[8 * ib + 2 * l + 1]] << 32 |
+                                   pyl_iq3xxs_grid[qs[8 * ib + 2 * l]];
+                pyl_iq_signed8(g, pyl_ksigns_iq2xs[(a >> (7 * l)) & 127], u + 32 * ib + 8 * l);
+            }
+        }
+        break;
+    }
+    case PYL_IQ3_S: {
+        *d = pyl_rd_f16(x);
+        const uint8_t *qs = x + 2, *qh = x + 66, *signs = x + 74, *sc = x + 106;
+        for (int ib = 0; ib < 8; ib++) {
+            pyl_iq_scales32(1 + 2 * ((sc[ib / 2] >> (4 * (ib % 2))) & 0xF), ib, s16);
+            for (int l = 0; l < 4; l++) {
+                const int i0 = qs[8 * ib + 2 * l] | ((qh[ib] << (8 - 2 * l)) & 256);
+                const int i1 = qs[8 * ib + 2 * l + 1] | ((qh[ib] << (7 - 2 * l)) & 256);
+                const uint64_t g = (uint64_t)pyl_iq3s_grid[i1] << 32 | pyl_iq3s_grid[i0];
+                pyl_iq_signed8(g, signs[4 * ib + l], u + 32 * ib + 8 * l);
+            }
+        }
+        break;
+    }
+    case PYL_IQ1_S: case PYL_IQ1_M: {
+        const uint8_t *qs = t == PYL_IQ1_S ? x + 2 : x;
+        uint16_t sc[4];
+        if (t == PYL_IQ1_S) *d = pyl_rd_f16(x) * 0.125f;
+        else {
+            memcpy(sc, x + 48, 8);
+            const uint16_t h = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+            *d = pyl_f16_to_f32(h) * 0.125f;
+        }
+        for (int ib = 0; ib < 8; ib++) {
+            int idx[4], delta[4];
+            if (t == PYL_IQ1_S) {
+                uint16_t h;
+                memcpy(&h, x + 34 + 2 * ib, 2);
+                pyl_iq_scales32(2 * ((h >> 12) & 7) + 1, ib, s16);
+                for (int l = 0; l < 4; l++) {
+                    idx[l] = qs[4 * ib + l] | (((h >> (3 * l)) & 7) << 8);
+                    delta[l] = h & 0x8000 ? -1 : 1;
+                }
+            } else {
+                const uint8_t *qh = x + 32 + 2 * ib;
+                const int w = sc[ib / 2], sh = 6 * (ib % 2);
+                s16[2 * ib] = (int16_t)(2 * ((w >> sh) & 7) + 1);
+                s16[2 * ib + 1] = (int16_t)(2 * ((w >> (sh + 3)) & 7) + 1);
+                idx[0] = qs[4 * ib + 0] | ((qh[0] << 8) & 0x700);
+                idx[1] = qs[4 * ib + 1] | ((qh[0] << 4) & 0x700);
+                idx[2] = qs[4 * ib + 2] | ((qh[1] << 8) & 0x700);
+                idx[3] = qs[4 * ib + 3] | ((qh[1] << 4) & 0x700);
+                delta[0] = qh[0] & 0x08 ? -1 : 1; delta[1] = qh[0] & 0x80 ? -1 : 1;
+                delta[2] = qh[1] & 0x08 ? -1 : 1; delta[3] = qh[1] & 0x80 ? -1 : 1;
+            }
+            for (int l = 0; l < 4; l++) {
+                const uint64_t g = pyl_iq1s_grid[idx[l]];
+                for (int j = 0; j < 8; j++)
+                    u[32 * ib + 8 * l + j] = (uint8_t)(PYL_IQ_OFF + 8 * (int8_t)((g >> (8 * j)) & 0xFF) + delta[l]);
+            }
+        }
+        break;
+    }
+    default: { /* IQ4_XS */
+        *d = pyl_rd_f16(x);
+        uint16_t sh;
+        memcpy(&sh, x + 2, 2);
+        const uint8_t *sl = x + 4, *qs = x + 8;
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = ((sl[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4);
+            pyl_iq_scales32(ls - 32, ib, s16);
+            for (int j = 0; j < 16; j++) {
+                u[32 * ib + j] = (uint8_t)pyl_kvalues_iq4nl[qs[16 * ib + j] & 0xF];
+                u[32 * ib + 16 + j] = (uint8_t)pyl_kvalues_iq4nl[qs[16 * ib + j] >> 4];
+            }
+        }
+        for (int j = 0; j < 16; j++) mn[j] = 0;
+        return;
+    }
+    }
+    for (int j = 0; j < 16; j++) mn[j] = (int16_t)(PYL_IQ_OFF * s16[j]);
+}
+
 #if PYL_AVX2
 /* AVX2 bodies of the hot K decoders (same values as the scalar ones) */
 static inline void pyl_dec_q4_K_avx2(const uint8_t *x, uint8_t *u) {
@@ -504,6 +664,7 @@ static inline void pyl_dec_q6_K_avx2(const uint8_t *x, uint8_t *u) {
 static inline void pyl_decK_sb(int t, const uint8_t *x, uint8_t *u, int16_t *s16, int16_t *mn,
                                float *d, float *dm) {
     int s[16], m[16];
+    if (pyl_is_iq(t)) { pyl_dec_iq(t, x, u, s16, mn, d, dm); return; }
     switch (t) {
     case PYL_Q2_K: pyl_dec_q2_K(x, u, s, m, d, dm); break;
     case PYL_Q3_K: pyl_dec_q3_K(x, u, s, m, d, dm); break;
@@ -745,14 +906,15 @@ static inline __m128i pyl_hsum4_i32(__m256i a, __m256i b, __m256i c, __m256i d) 
  * u: 256 values, sc: per 32-chunk 16 int16 scales, mn: 16 per-16 mins / offset*scale;
  * dyv: the tokens' q8_K scales (lanes >= NT zero). */
 static inline __attribute__((always_inline)) void
-pyl_k_sb(const int NT, const int HAS_MIN, const int SC16, const uint8_t *u, const int16_t *sc, const int16_t *mn,
+pyl_k_sb(const int NT, const int MODE, const int SC16, const uint8_t *u, const int16_t *sc, const int16_t *mn,
          const int8_t *const *yq, const int16_t *const *bs, __m128 dyv, float dw, float dmw,
          __m128 *acc, __m128 *accm) {
+    const int HAS_MIN = MODE == 1, SGN = MODE == 2;
     __m256i sumi[4], pr[4][4];
     const __m256i z = _mm256_setzero_si256();
     for (int t = 0; t < 4; t++) { sumi[t] = z; for (int p = 0; p < 4; p++) pr[t][p] = z; }
 #if PYL_AVX512
-    if (NT == 4) { /* token pairs per 512-bit register: the same integer operations per half */
+    if (NT == 4 && !SGN) { /* token pairs per 512-bit register: the same integer operations per half */
         __m512i s2[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, p2[2][4];
 #pragma GCC unroll 8
         for (int c = 0; c < 8; c++) {
@@ -783,12 +945,13 @@ pyl_k_sb(const int NT, const int HAS_MIN, const int SC16, const uint8_t *u, cons
 #endif
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) {
-        const __m256i uc = _mm256_loadu_si256((const __m256i *)(u + 32 * c));
+        const __m256i wc = _mm256_loadu_si256((const __m256i *)(u + 32 * c));
+        const __m256i uc = SGN ? _mm256_sign_epi8(wc, wc) : wc;   /* |w| (sign trick) */
         const __m256i scc = SC16 ? _mm256_set_m128i(_mm_set1_epi16(sc[2 * c + 1]), _mm_set1_epi16(sc[2 * c]))
                                  : _mm256_loadu_si256((const __m256i *)(sc + 16 * c));
         for (int t = 0; t < NT; t++) {
-            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(uc,
-                _mm256_loadu_si256((const __m256i *)(yq[t] + 32 * c))), scc);
+            const __m256i yc = _mm256_loadu_si256((const __m256i *)(yq[t] + 32 * c));
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(uc, SGN ? _mm256_sign_epi8(yc, wc) : yc), scc);
             sumi[t] = (c == 0 || (HAS_MIN && (c & 1) == 0)) ? p : _mm256_add_epi32(sumi[t], p);
             __asm__("" : "+x"(sumi[t]));   /* keep gcc from re-associating into a spilling tree */
             if (HAS_MIN && (c & 1)) pr[t][c >> 1] = sumi[t];
@@ -868,7 +1031,7 @@ pyl_tileK(const int NR, const int NT, const int HAS_MIN, int nsb, const pyl_wrow
     }
     for (int r = 0; r < NR; r++) {
         float o[4];
-        _mm_storeu_ps(o, HAS_MIN ? _mm_sub_ps(acc[r], accm[r]) : acc[r]);
+        _mm_storeu_ps(o, HAS_MIN == 1 ? _mm_sub_ps(acc[r], accm[r]) : acc[r]);
         for (int t = 0; t < NT; t++) out[t * os + r] = o[t];
     }
 }
@@ -926,18 +1089,19 @@ static inline void pyl_tileK(const int NR, const int NT, const int HAS_MIN, int 
                     int I = 0, M = 0;
                     for (int j = 4 * p; j < 4 * p + 4; j++) {
                         int s = 0;
-                        for (int i = 0; i < 16; i++) s += u[16 * j + i] * y[16 * j + i];
+                        for (int i = 0; i < 16; i++)
+                            s += (HAS_MIN == 2 ? (int)(int8_t)u[16 * j + i] : (int)u[16 * j + i]) * y[16 * j + i];
                         I += W[r].sc[128 * b + 16 * (j / 2) + 8 * (j % 2)] * s;
                         M += W[r].mn[16 * b + j] * A[t].bs[16 * b + j];
                     }
-                    if (HAS_MIN) {
+                    if (HAS_MIN == 1) {
                         acc = fmaf((float)I, W[r].d[b] * dy, acc);
                         accm = fmaf((float)M, W[r].dm[b] * dy, accm);
                     } else {
                         S += I - M;
                     }
                 }
-                if (!HAS_MIN) acc = fmaf(W[r].d[b] * (float)S, dy, acc);
+                if (HAS_MIN != 1) acc = fmaf(W[r].d[b] * (float)S, dy, acc);
             }
             out[t * os + r] = acc - accm;
         }
@@ -1008,7 +1172,7 @@ pyl_dotK_direct1(const int t, const uint8_t *row, int nsb, const pyl_arow *a) {
         const int16_t *bs = a->bs + 16 * b;
         pyl_k_sb(1, HAS_MIN, 1, u, s16, mn, &yq, &bs, _mm_set_ss(a->d[b]), dw, dmw, &acc, &accm);
     }
-    return _mm_cvtss_f32(HAS_MIN ? _mm_sub_ps(acc, accm) : acc);
+    return _mm_cvtss_f32(HAS_MIN == 1 ? _mm_sub_ps(acc, accm) : acc);
 }
 
 /* K-quant mat-vec of one row for NT (2..4) tokens: each super-block decoded once, then
@@ -1033,7 +1197,7 @@ pyl_dotK_direct(const int t, const int NT, const uint8_t *row, int nsb, const py
             pyl_k_sb(1, HAS_MIN, 1, u, s16, mn, &yq, &bs, _mm_set_ss(X[i].d[b]), dw, dmw, &acc[i], &accm[i]);
         }
     }
-    for (int i = 0; i < NT; i++) o[i * os] = _mm_cvtss_f32(HAS_MIN ? _mm_sub_ps(acc[i], accm[i]) : acc[i]);
+    for (int i = 0; i < NT; i++) o[i * os] = _mm_cvtss_f32(HAS_MIN == 1 ? _mm_sub_ps(acc[i], accm[i]) : acc[i]);
 }
 
 /* family A, one weight row times NT tokens (a register group): each weight block is decoded
@@ -1114,6 +1278,14 @@ PYL_DIRECT_K(Q3_K)
 PYL_DIRECT_K(Q4_K)
 PYL_DIRECT_K(Q5_K)
 PYL_DIRECT_K(Q6_K)
+PYL_DIRECT_K(IQ2_XXS)
+PYL_DIRECT_K(IQ2_XS)
+PYL_DIRECT_K(IQ2_S)
+PYL_DIRECT_K(IQ3_XXS)
+PYL_DIRECT_K(IQ3_S)
+PYL_DIRECT_K(IQ1_S)
+PYL_DIRECT_K(IQ1_M)
+PYL_DIRECT_K(IQ4_XS)
 
 typedef void (*pyl_direct_fn)(const uint8_t *, int64_t, int, int, const pyl_arow *, int, float *, int64_t);
 static inline pyl_direct_fn pyl_direct_for(int t) {
@@ -1123,6 +1295,10 @@ static inline pyl_direct_fn pyl_direct_for(int t) {
     case PYL_Q8_0: return pyl_direct_Q8_0; case PYL_Q2_K: return pyl_direct_Q2_K;
     case PYL_Q3_K: return pyl_direct_Q3_K; case PYL_Q4_K: return pyl_direct_Q4_K;
     case PYL_Q5_K: return pyl_direct_Q5_K; case PYL_Q6_K: return pyl_direct_Q6_K;
+    case PYL_IQ2_XXS: return pyl_direct_IQ2_XXS; case PYL_IQ2_XS: return pyl_direct_IQ2_XS;
+    case PYL_IQ2_S: return pyl_direct_IQ2_S; case PYL_IQ3_XXS: return pyl_direct_IQ3_XXS;
+    case PYL_IQ3_S: return pyl_direct_IQ3_S; case PYL_IQ1_S: return pyl_direct_IQ1_S;
+    case PYL_IQ1_M: return pyl_direct_IQ1_M; case PYL_IQ4_XS: return pyl_direct_IQ4_XS;
     default: return 0;
     }
 }
@@ -1151,6 +1327,7 @@ PYL_SPECIALISE(pyl_tileA, 0)
 PYL_SPECIALISE(pyl_tileA, 1)
 PYL_SPECIALISE(pyl_tileK, 0)
 PYL_SPECIALISE(pyl_tileK, 1)
+PYL_SPECIALISE(pyl_tileK, 2)
 PYL_SPECIALISE(pyl_tileF3, 0)
 
 typedef void (*pyl_full_fn)(int, const pyl_wrow *, const pyl_arow *, float *, int64_t);
@@ -1161,7 +1338,13 @@ static inline void pyl_tile_fns(int t, pyl_full_fn full[PYL_T], pyl_part_fn *par
     full[2] = NAME##_full3_##F; full[3] = NAME##_full4_##F; *part = NAME##_part_##F;
     switch (pyl_family(t)) {
     case 0: if (pyl_has_m(t)) { PYL_SET(pyl_tileA, 1) } else { PYL_SET(pyl_tileA, 0) } break;
-    case 1: if (pyl_has_min(t)) { PYL_SET(pyl_tileK, 1) } else { PYL_SET(pyl_tileK, 0) } break;
+    case 1:
+        switch (pyl_has_min(t)) {
+        case 1: PYL_SET(pyl_tileK, 1) break;
+        case 2: PYL_SET(pyl_tileK, 2) break;
+        default: PYL_SET(pyl_tileK, 0) break;
+        }
+        break;
     default: PYL_SET(pyl_tileF3, 0) break;
     }
 #undef PYL_SET
