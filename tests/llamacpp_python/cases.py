@@ -195,3 +195,29 @@ CASES = {f.__name__: f for f in (
     constructor_seed, logit_bias, stream, stream_stop, logprobs, echo_logprobs, stream_logprobs,
     chat, chat_stream, chat_seeded, chat_tools, state, prefix_reuse, ram_cache, prompt_lookup,
     chat_unlimited)}
+
+
+def _short(v):
+    """A vector as its first 16 values and its norm (keeps the fixtures small)."""
+    if v and isinstance(v[0], list):
+        return [_short(r) for r in v]
+    return {"head": [float(x) for x in v[:16]], "norm": float(sum(x * x for x in v)) ** 0.5,
+            "n": len(v)}
+
+
+def embed_pooled(llm, *_):
+    m = llm(embedding=True, pooling_type=1)          # LLAMA_POOLING_TYPE_MEAN
+    many = m.create_embedding(["Hello, world!", "The capital of France is", "hi"])
+    for d in many["data"]:
+        d["embedding"] = _short(d["embedding"])
+    return {"one": _short(m.embed("Hello, world!")), "many": many,
+            "normalized": _short(m.embed(["naïve café"], normalize=True)),
+            "pooling": m.pooling_type()}
+
+
+def embed_tokens(llm, *_):
+    m = llm(embedding=True)                         # the model's pooling (none here)
+    return {"rows": _short(m.embed(["Hello", "The capital"])), "pooling": m.pooling_type()}
+
+
+CASES.update({f.__name__: f for f in (embed_pooled, embed_tokens)})

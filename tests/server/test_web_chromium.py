@@ -261,11 +261,15 @@ def test_stop_mid_stream(page, qwen):
     page.wait(lambda b: page.idle(), 10)
     assert page.text("#log article.assistant .note") == ["stopped"]
     partial = page.replies()[0]
-    full = api_reply(qwen.url, COUNT_PROMPT)
-    assert partial and full.startswith(partial) and len(partial) < len(full)
-    # the server stopped generating too: its slot is idle before it could have finished
-    slot = httpx.get(qwen.url + "/slots").json()[0]
-    assert slot["is_processing"] is False
+    # the server stopped generating too: its slot went idle before the -n limit
+    slot = page.wait(lambda b: next((s for s in httpx.get(qwen.url + "/slots").json()
+                                     if not s["is_processing"]), None), 10)
+    assert 0 < slot["next_token"][0]["n_decoded"] < N_PREDICT
+    # what was shown is the start of the greedy answer
+    r = httpx.post(qwen.url + "/v1/chat/completions", timeout=120, json={
+        "messages": [{"role": "user", "content": COUNT_PROMPT}],
+        "max_tokens": slot["next_token"][0]["n_decoded"]}).json()
+    assert partial and r["choices"][0]["message"]["content"].startswith(partial)
     stored = page.stored()[0]["messages"]
     assert stored[1]["stopped"] is True and stored[1]["content"] == partial
 
@@ -453,6 +457,39 @@ def test_dark_theme_and_narrow_window(page, qwen):
 
 
 # ----------------------------------------------------------------------------- no model needed
+def test_reasoning_collapsed_and_tool_calls_shown(browser, server, shots, tmp_path):
+    """An answer with reasoning_content and tool calls (imported, as the stream folds them:
+    tests/server/test_web_markdown.py) shows the reasoning collapsed and each call as such."""
+    args = {"city": "Paris", "unit": "celsius"}
+    conv = {"id": "c-tools", "name": "Weather", "created": 1, "updated": 2, "messages": [
+        {"id": "m1", "role": "user", "content": "Weather in Paris?"},
+        {"id": "m2", "role": "assistant", "content": "Let me check.",
+         "reasoning": "The user wants the **weather**.",
+         "toolCalls": [{"id": "call_1", "type": "function",
+                        "function": {"name": "get_weather", "arguments": json.dumps(args)}}]}]}
+    f = tmp_path / "weather.json"
+    f.write_text(json.dumps({"conversations": [conv]}))
+    p = Page(browser, server.url, shots).reset()
+    p.b.execute_script("document.getElementById('import-file').hidden = false;")
+    p.one("#import-file").send_keys(str(f))
+    p.b.execute_script("document.getElementById('import-file').hidden = true;")
+    p.wait(lambda b: p.replies() == ["Let me check."])
+    details = p.one("#log article.assistant details.reasoning")
+    assert details.get_property("open") is False
+    assert details.find_element(By.TAG_NAME, "summary").text == "Reasoning"
+    body = details.find_element(By.CSS_SELECTOR, ".reasoning-body")
+    assert "<strong>weather</strong>" in body.get_property("innerHTML")
+    assert not body.is_displayed()
+    details.find_element(By.TAG_NAME, "summary").click()
+    p.wait(lambda b: body.is_displayed())
+    call = p.one("#log article.assistant .tool-call")
+    assert call.find_element(By.CSS_SELECTOR, ".tool-head code").text == "get_weather"
+    assert call.find_element(By.TAG_NAME, "pre").get_property("textContent") == \
+        json.dumps(args, indent=2)
+    p.shot("reasoning-tool-call")
+    assert foreign_requests(browser, server.url) == []
+
+
 def test_error_when_the_server_is_gone(browser, tiny_llama, shots):
     s = ServerProc(["-m", tiny_llama, "-c", "256", "-np", "1"]).wait_ready()
     try:

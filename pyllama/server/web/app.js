@@ -5,7 +5,7 @@
 import { renderMarkdown, escapeHtml } from "./markdown.js";
 import { highlight } from "./highlight.js";
 import * as store from "./store.js";
-import { events, errorText } from "./api.js";
+import { events, errorText, applyChunk } from "./api.js";
 import { FIELDS, byKey, serverDefaults, parseValue, formatValue, same } from "./settings.js";
 
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -508,20 +508,6 @@ function requestBody(conv, msg) {
   return body;
 }
 
-function mergeToolCalls(msg, deltas) {
-  msg.toolCalls = msg.toolCalls || [];
-  for (const d of deltas) {
-    const i = d.index ?? msg.toolCalls.length;
-    const cur = msg.toolCalls[i] || (msg.toolCalls[i] = { id: "", type: "function",
-      function: { name: "", arguments: "" } });
-    if (d.id) cur.id = d.id;
-    if (d.function) {
-      if (d.function.name) cur.function.name += d.function.name;
-      if (d.function.arguments) cur.function.arguments += d.function.arguments;
-    }
-  }
-}
-
 function describeError(e, status) {
   if (status === 503) return `The server is still loading the model; try again in a moment. ` +
     `(server: ${e})`;
@@ -554,20 +540,7 @@ async function generate(conv) {
     }
     if (!r.ok) throw new Error(describeError(await errorText(r), r.status));
     for await (const ev of events(r)) {
-      if (ev.error) throw new Error(ev.error.message || JSON.stringify(ev.error));
-      for (const c of ev.choices || []) {
-        const d = c.delta || {};
-        if (typeof d.content === "string") msg.content += d.content;
-        if (typeof d.reasoning_content === "string") msg.reasoning = (msg.reasoning || "") + d.reasoning_content;
-        if (Array.isArray(d.tool_calls)) mergeToolCalls(msg, d.tool_calls);
-        if (c.finish_reason) msg.finish = c.finish_reason;
-      }
-      if (ev.prompt_progress) {
-        const p = ev.prompt_progress;
-        const todo = p.total - p.cache;
-        msg.progress = todo > 0 ? `${Math.round(100 * (p.processed - p.cache) / todo)}%` : "";
-      }
-      if (ev.timings) msg.timings = ev.timings;
+      applyChunk(msg, ev);
       renderLive();
       if (Date.now() - lastSave > 1000) { lastSave = Date.now(); persist(conv); }
     }
@@ -756,23 +729,25 @@ function buildSettings() {
     }
     const id = fieldId(f.key);
     const help = f.help ? `<small>${escapeHtml(f.help)}</small>` : "";
+    const label = `<label for="${id}">${escapeHtml(f.label)}</label>`;
+    let control;
     if (f.type === "bool") {
-      html += `<label class="check"><input type="checkbox" id="${id}"> ` +
-        `${escapeHtml(f.label)}</label>${help}`;
+      html += `<div class="field check"><input type="checkbox" id="${id}">${label}${help}</div>`;
+      continue;
     } else if (f.type === "select") {
-      html += `<label for="${id}">${escapeHtml(f.label)}</label><select id="${id}">` +
-        f.options.map(([v, l]) => `<option value="${v}">${escapeHtml(l)}</option>`).join("") +
-        `</select>${help}`;
+      control = `<select id="${id}">` + f.options.map(([v, l]) =>
+        `<option value="${v}">${escapeHtml(l)}</option>`).join("") + "</select>";
     } else if (f.type === "textarea") {
-      html += `<label for="${id}">${escapeHtml(f.label)}</label>` +
-        `<textarea id="${id}" rows="3"></textarea>${help}`;
+      control = `<textarea id="${id}" rows="3"></textarea>`;
     } else {
       const type = f.type === "password" ? "password" : f.type === "int" || f.type === "float"
         ? "number" : "text";
-      const step = f.type === "float" ? ` step="${f.step || 0.1}"` : f.type === "int" ? ' step="1"' : "";
-      html += `<label for="${id}">${escapeHtml(f.label)}</label>` +
-        `<input id="${id}" type="${type}"${step} autocomplete="off">${help}`;
+      const step = f.type === "float" ? ` step="${f.step || 0.1}"` : f.type === "int"
+        ? ' step="1"' : "";
+      control = `<input id="${id}" type="${type}"${step} autocomplete="off">`;
     }
+    const wide = f.type === "textarea" || f.type === "list";
+    html += `<div class="field${wide ? " wide" : ""}">${label}${control}${help}</div>`;
   }
   html += "</fieldset>";
   form.innerHTML = html;
