@@ -284,6 +284,13 @@ def test_regenerate_and_edit(page, qwen):
               and page.idle())
     assert page.replies() == ["4"] and len(page.css("#log article")) == 2
     assert "generated" in page.text("#log article.assistant .msg-stats")[0]
+    # the first answer is kept as another version
+    assert page.text("#log article.assistant .ver-label") == ["2/2"]
+    page.one("#log article.assistant .ver-prev").click()
+    page.wait(lambda b: page.attr("#log article.assistant", "data-id") == first)
+    assert page.text("#log article.assistant .ver-label") == ["1/2"] and page.replies() == ["4"]
+    page.one("#log article.assistant .ver-next").click()
+    page.wait(lambda b: page.attr("#log article.assistant", "data-id") != first)
     # edit the question and send it again: the old answer is replaced
     user = page.one("#log article.user")
     page.b.execute_script("arguments[0].querySelector('button.edit').click()", user)
@@ -295,6 +302,17 @@ def test_regenerate_and_edit(page, qwen):
     assert page.text("#log article.user .msg-content") == ["What is 3+3? Answer with just the number."]
     assert [m["content"] for m in page.stored()[0]["messages"]] == [
         "What is 3+3? Answer with just the number.", "6"]
+    # the question before the edit, with its answers, is the other version of the message
+    assert page.text("#log article.user .ver-label") == ["2/2"]
+    page.one("#log article.user .ver-prev").click()
+    page.wait(lambda b: page.replies() == ["4"])
+    assert page.text("#log article.user .msg-content") == [
+        "What is 2+2? Answer with just the number."]
+    assert page.text("#log .ver-label") == ["1/2", "2/2"]
+    page.b.refresh()                                      # versions are stored too
+    page.wait(lambda b: page.text("#log .ver-label") == ["1/2", "2/2"])
+    page.one("#log article.user .ver-next").click()
+    page.wait(lambda b: page.replies() == ["6"])
 
 
 @pytest.mark.realmodel
@@ -487,6 +505,20 @@ def test_reasoning_collapsed_and_tool_calls_shown(browser, server, shots, tmp_pa
     assert call.find_element(By.TAG_NAME, "pre").get_property("textContent") == \
         json.dumps(args, indent=2)
     p.shot("reasoning-tool-call")
+    # every control has an accessible name (the settings dialog's too)
+    p.one("#open-settings").click()
+    unnamed = p.b.execute_script("""
+        return [...document.querySelectorAll('button, input, textarea, select, summary')]
+          .filter(e => !(e.getAttribute('aria-label') || (e.labels && e.labels.length &&
+                         e.labels[0].textContent.trim()) || e.textContent.trim()))
+          .map(e => e.outerHTML.slice(0, 80));""")
+    assert unnamed == []
+    p.one("#settings-cancel").click()
+    # keyboard: Shift+Enter is a new line, Enter would send
+    box = p.one("#input")
+    box.send_keys("line one", Keys.SHIFT, Keys.ENTER, Keys.NULL, "line two")
+    assert box.get_property("value") == "line one\nline two"
+    assert len(p.css("#log article")) == 2
     assert foreign_requests(browser, server.url) == []
 
 
@@ -501,6 +533,39 @@ def test_error_when_the_server_is_gone(browser, tiny_llama, shots):
     err = p.text("#log article.assistant .error-text")
     assert len(err) == 1 and err[0].startswith("cannot reach the server"), err
     p.shot("server-gone")
+
+
+def test_loading_message_until_the_model_is_ready(browser, tiny_llama, shots):
+    """While the engine loads, the page's files are served and /props answers 503: the page says
+    the model is loading, then shows the model once it is ready. The server runs in this process
+    (starlette app + a real Engine, started only after the page is open)."""
+    import threading
+    import uvicorn
+    from pyllama.server.app import create_app
+    from pyllama.server.config import ServerConfig
+    from pyllama.server.engine import Engine
+    from server_proc import free_port
+    cfg = ServerConfig(model=tiny_llama, n_ctx=256, n_parallel=1, port=free_port())
+    engine = Engine(cfg)
+    server = uvicorn.Server(uvicorn.Config(create_app(cfg, engine), host="127.0.0.1",
+                                           port=cfg.port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{cfg.port}"
+    try:
+        p = Page(browser, url, shots)
+        WebDriverWait(browser, 10).until(lambda b: server.started)
+        p.reset()
+        p.wait(lambda b: "loading the model" in p.one("#banner").text)
+        assert "(Loading model)" in p.one("#banner").text        # the server's own words
+        p.shot("loading")
+        engine.start()
+        p.wait(lambda b: p.one("#model").text == "tiny-llama.gguf", 30)
+        assert p.one("#banner").get_property("hidden")
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        engine.stop()
 
 
 def test_page_under_api_prefix(browser, tiny_llama, shots):
