@@ -1,6 +1,6 @@
-"""phi3 (src/models/phi3.cpp; Phi-3, Phi-3.5, Phi-4): fused QKV (attn_qkv; separate attn_q/k/v
-also load), fused gate|up FFN, NEOX RoPE with LongRoPE (rope_factors_long / rope_factors_short:
-the long set when the context's n_ctx_seq exceeds rope.scaling.original_context_length,
+"""phi3 (src/models/phi3.cpp; Phi-3, Phi-3.5, Phi-4): fused QKV (attn_qkv, as
+convert_hf_to_gguf writes every Phi-3/4), fused gate|up FFN, NEOX RoPE with LongRoPE
+(rope_factors_long / rope_factors_short: the long set when the context's n_ctx_seq exceeds rope.scaling.original_context_length,
 rope.scaling.attn_factor on cos/sin). llama.cpp disables Phi's sliding window (it warns and
 attends over the whole context); so does pyllama."""
 from ..hparams import ROPE_NEOX, SWA_NONE
@@ -34,10 +34,7 @@ class Phi3(Arch):
         for il in range(hp.n_layer):
             p = f"blk.{il}."
             specs += [TensorSpec(p + "attn_norm.weight", (e,)),
-                      TensorSpec(p + "attn_qkv.weight", (qd + 2 * kd, e), required=False),
-                      TensorSpec(p + "attn_q.weight", (qd, e), required=False),
-                      TensorSpec(p + "attn_k.weight", (kd, e), required=False),
-                      TensorSpec(p + "attn_v.weight", (kd, e), required=False),
+                      TensorSpec(p + "attn_qkv.weight", (qd + 2 * kd, e)),
                       TensorSpec(p + "attn_output.weight", (e, qd)),
                       TensorSpec(p + "ffn_norm.weight", (e,)),
                       TensorSpec(p + "ffn_down.weight", (e, f)),
