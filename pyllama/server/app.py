@@ -25,6 +25,7 @@ from . import cors_proxy
 from . import anthropic as A
 from . import embeddings as E
 from . import infill as I
+from . import responses as R
 from . import schemas as S
 from .chat import render_chat
 from .chat_parse import MsgStream, forced_open, parse_message, thinking_template
@@ -362,6 +363,12 @@ class Server:
     async def infill(self, request: Request):
         return await I.infill(self, request)
 
+    async def responses(self, request: Request):
+        return await R.create(self, request)
+
+    async def responses_input_tokens(self, request: Request):
+        return await R.input_tokens(self, request)
+
     async def anthropic_messages(self, request: Request):
         return await A.messages(self, request)
 
@@ -539,8 +546,8 @@ class Server:
         if r.mode == "oai":
             return S.oai_completion(finals, r.model, r.cid, r.params.n_probs)
         msgs = [parse_message(f.text, r.tools, r.reasoning, r.open_think) for f in finals]
-        if r.mode == "anthropic":
-            return A.final_body(r, finals[0], msgs[0])
+        if r.mode in EVENT_MODES:
+            return EVENT_MODES[r.mode].final_body(r, finals[0], msgs[0])
         body = S.chat_completion([(f, m.content, m.tool_calls) for f, m in zip(finals, msgs)],
                                  r.model, r.cid, r.params.n_probs)
         for c, m in zip(body["choices"], msgs):
@@ -562,7 +569,8 @@ class Server:
                     continue
                 if isinstance(ev, BaseException):
                     err = ev if isinstance(ev, ServerError) else ServerError(500, str(ev))
-                    yield A.error_event(err) if r.mode == "anthropic" else sse(err.body())
+                    yield EVENT_MODES[r.mode].error_event(err) if r.mode in EVENT_MODES \
+                        else sse(err.body())
                     return
                 if isinstance(ev, S.Progress):
                     if r.mode not in EVENT_MODES:
@@ -605,9 +613,9 @@ class Server:
             yield sse(S.native_partial(p, r.params.post_sampling_probs))
         elif r.mode == "oai":
             yield sse(S.oai_completion_chunk(p.index, p.text, r.model, r.cid, p.probs))
-        elif r.mode == "anthropic":
+        elif r.mode in EVENT_MODES:
             diffs = filters.setdefault(p.index, self._msg_stream(r)).push(p.text)
-            events = filters.setdefault(("events", p.index), A.EventStream(r))
+            events = filters.setdefault(("events", p.index), EVENT_MODES[r.mode].EventStream(r))
             for chunk in events.partial(p, diffs):
                 yield chunk
         else:
@@ -629,8 +637,8 @@ class Server:
             yield sse(final)
             return
         diffs, msg = filters.setdefault(f.index, self._msg_stream(r)).finish()
-        if r.mode == "anthropic":
-            events = filters.setdefault(("events", f.index), A.EventStream(r))
+        if r.mode in EVENT_MODES:
+            events = filters.setdefault(("events", f.index), EVENT_MODES[r.mode].EventStream(r))
             for chunk in events.final(f, diffs, msg):
                 yield chunk
             return
@@ -688,7 +696,7 @@ def release_memory() -> None:
 
 
 CHAT_MODES = ("chat", "anthropic", "responses")   # requests rendered with the chat template
-EVENT_MODES = ("anthropic", "responses")          # streamed as named events, no [DONE]
+EVENT_MODES = {"anthropic": A, "responses": R}   # streamed as named events, no [DONE]
 
 
 class _Req:
@@ -698,6 +706,7 @@ class _Req:
         self.mode, self.params, self.cid, self.model = mode, params, cid, model
         self.tools, self.body = tools, body
         self.reasoning, self.open_think = "none", False
+        self.resp_id = "resp_" + R.random_string()
 
 
 def _valid_filename(name: str) -> bool:
@@ -825,6 +834,10 @@ def create_app(cfg, engine: Engine) -> Gate:
         "/rerank", "/reranking", "/v1/rerank", "/v1/reranking")] + [
         Route("/infill", s.infill, methods=post),
         Route("/v1/messages", s.anthropic_messages, methods=post),
+        Route("/v1/responses", s.responses, methods=post),
+        Route("/responses", s.responses, methods=post),
+        Route("/v1/responses/input_tokens", s.responses_input_tokens, methods=post),
+        Route("/responses/input_tokens", s.responses_input_tokens, methods=post),
         Route("/v1/messages/count_tokens", s.anthropic_count_tokens, methods=post)]
     app = Starlette(routes=routes, exception_handlers={
         ServerError: _server_error, ClientGone: _client_gone, HTTPException: _http_error,

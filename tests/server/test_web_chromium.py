@@ -237,8 +237,11 @@ def test_streamed_markdown_with_highlighted_code(page, qwen):
     copy = block.find_element(By.CSS_SELECTOR, ".copy-code")
     copy.click()
     page.wait(lambda b: copy.text == "Copied")
-    assert page.b.execute_async_script(
-        "navigator.clipboard.readText().then(arguments[arguments.length - 1]);") == code
+    clipboard = "navigator.clipboard.readText().then(arguments[arguments.length - 1]);"
+    assert page.b.execute_async_script(clipboard) == code
+    # and the message's copy button the whole Markdown source
+    page.one("#log article.assistant button.copy-msg").click()
+    page.wait(lambda b: page.b.execute_async_script(clipboard) == expected, 5)
 
 
 @pytest.mark.realmodel
@@ -331,6 +334,12 @@ def test_conversations_persist_rename_delete_export_import(page, qwen, downloads
     assert page.text("#conv-list .conv-name") == names
     page.css("#conv-list .conv-open")[1].click()
     page.wait(lambda b: page.replies() == ["4"])
+    # the search box filters on names and messages
+    page.one("#search").send_keys("6")
+    assert page.text("#conv-list .conv-name") == [names[0]]
+    page.one("#search").clear()
+    page.one("#search").send_keys(Keys.SPACE, Keys.BACKSPACE)
+    assert page.text("#conv-list .conv-name") == names
     # rename
     item = page.css("#conv-list .conv-item")[1]
     page.b.execute_script("arguments[0].querySelector('.conv-rename').click()", item)
@@ -457,6 +466,11 @@ def test_dark_theme_and_narrow_window(page, qwen):
         assert page.b.execute_script(bg) == light
     finally:
         page.b.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    page.b.execute_script("localStorage.setItem('pyllama-webui.settings', "
+                          "JSON.stringify({theme: 'dark'}));")          # and on a light system
+    page.b.refresh()
+    page.wait(lambda b: "ready" in page.one("body").get_attribute("class"))
+    assert page.b.execute_script(bg) == dark
     page.b.set_window_size(420, 820)
     try:
         page.b.refresh()
