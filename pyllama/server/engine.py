@@ -422,7 +422,7 @@ class Engine:
                                    type_k=cfg.type_k, type_v=cfg.type_v,
                                    n_threads=cfg.n_threads, numerics=cfg.numerics,
                                    kv_k_center=cfg.kv_k_center, flash_attn=cfg.flash_attn,
-                                   pooling=cfg.pooling)
+                                   pooling=cfg.pooling, rope=cfg.rope)
         self.memory = self.ctx.memory
         self.spec = None
         if speculating:

@@ -221,3 +221,49 @@ def embed_tokens(llm, *_):
 
 
 CASES.update({f.__name__: f for f in (embed_pooled, embed_tokens)})
+
+
+def _pkg(Llama):
+    """The package Llama comes from (llama_cpp, or pyllama.llama_cpp)."""
+    import importlib
+    return importlib.import_module(Llama.__module__.rsplit(".", 1)[0])
+
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"},
+                                           "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+
+
+def grammar_choice(llm, Llama, *_):
+    g = _pkg(Llama).LlamaGrammar.from_string('root ::= "yes" | "no" | "maybe, " [a-z]+')
+    return llm()("Is Paris in France? Answer:", grammar=g, temperature=0, max_tokens=8)
+
+
+def grammar_json_seeded(llm, Llama, *_):
+    pkg = _pkg(Llama)
+    g = pkg.LlamaGrammar.from_string(pkg.llama_grammar.JSON_GBNF)
+    return llm()("A JSON object describing a cat:", grammar=g, temperature=0.7, seed=1,
+                 max_tokens=24)
+
+
+def chat_json(llm, *_):
+    return llm().create_chat_completion([{"role": "user", "content": "Describe a cat in JSON."}],
+                                        response_format={"type": "json_object"}, temperature=0,
+                                        max_tokens=24)
+
+
+def grammar_schema(llm, Llama, *_):
+    import json
+    g = _pkg(Llama).LlamaGrammar.from_json_schema(json.dumps(SCHEMA))
+    return llm()("A person as JSON:", grammar=g, temperature=0, max_tokens=24)
+
+
+def chat_tool_forced(llm, *_):
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+    return llm().create_chat_completion(
+        msgs, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        temperature=0, max_tokens=24)
+
+
+CASES.update({f.__name__: f for f in (grammar_choice, grammar_json_seeded, chat_json,
+                                      grammar_schema, chat_tool_forced)})

@@ -237,8 +237,11 @@ def test_streamed_markdown_with_highlighted_code(page, qwen):
     copy = block.find_element(By.CSS_SELECTOR, ".copy-code")
     copy.click()
     page.wait(lambda b: copy.text == "Copied")
-    assert page.b.execute_async_script(
-        "navigator.clipboard.readText().then(arguments[arguments.length - 1]);") == code
+    clipboard = "navigator.clipboard.readText().then(arguments[arguments.length - 1]);"
+    assert page.b.execute_async_script(clipboard) == code
+    # and the message's copy button the whole Markdown source
+    page.one("#log article.assistant button.copy-msg").click()
+    page.wait(lambda b: page.b.execute_async_script(clipboard) == expected, 5)
 
 
 @pytest.mark.realmodel
@@ -331,6 +334,12 @@ def test_conversations_persist_rename_delete_export_import(page, qwen, downloads
     assert page.text("#conv-list .conv-name") == names
     page.css("#conv-list .conv-open")[1].click()
     page.wait(lambda b: page.replies() == ["4"])
+    # the search box filters on names and messages
+    page.one("#search").send_keys("6")
+    assert page.text("#conv-list .conv-name") == [names[0]]
+    page.one("#search").clear()
+    page.one("#search").send_keys(Keys.SPACE, Keys.BACKSPACE)
+    assert page.text("#conv-list .conv-name") == names
     # rename
     item = page.css("#conv-list .conv-item")[1]
     page.b.execute_script("arguments[0].querySelector('.conv-rename').click()", item)
@@ -457,6 +466,11 @@ def test_dark_theme_and_narrow_window(page, qwen):
         assert page.b.execute_script(bg) == light
     finally:
         page.b.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    page.b.execute_script("localStorage.setItem('pyllama-webui.settings', "
+                          "JSON.stringify({theme: 'dark'}));")          # and on a light system
+    page.b.refresh()
+    page.wait(lambda b: "ready" in page.one("body").get_attribute("class"))
+    assert page.b.execute_script(bg) == dark
     page.b.set_window_size(420, 820)
     try:
         page.b.refresh()
@@ -566,6 +580,33 @@ def test_loading_message_until_the_model_is_ready(browser, tiny_llama, shots):
         server.should_exit = True
         thread.join(10)
         engine.stop()
+
+
+def test_prompt_progress_while_a_long_prompt_is_read(browser, tiny_llama, shots):
+    """return_progress: the page shows how much of the prompt was processed, chunk by chunk."""
+    s = ServerProc(["-m", tiny_llama, "-c", "2048", "-np", "1", "-b", "64", "-ub", "64",
+                    "-n", "2"]).wait_ready()
+    try:
+        p = Page(browser, s.url, shots).reset()
+        p.b.execute_script("""
+            window.__progress = [];
+            new MutationObserver(() => {
+              const e = document.querySelector('#log .typing .progress');
+              if (e) window.__progress.push(e.textContent);
+            }).observe(document.getElementById('log'), {childList: true, subtree: true});
+            const dt = new DataTransfer();
+            dt.setData('text/plain', 'the cat sat on the mat. '.repeat(110));
+            document.getElementById('input').dispatchEvent(
+              new ClipboardEvent('paste', {clipboardData: dt, bubbles: true, cancelable: true}));""")
+        p.send("Summarise.")
+        seen = [int(re.search(r"(\d+)%", t).group(1))
+                for t in dict.fromkeys(p.b.execute_script("return window.__progress;"))]
+        slot = httpx.get(s.url + "/slots").json()[0]
+        n_prompt = slot["n_prompt_tokens"]
+        assert n_prompt > 600
+        assert len(seen) >= 3 and seen == sorted(seen) and seen[-1] == 100, seen
+    finally:
+        assert s.stop() == 0
 
 
 def test_page_under_api_prefix(browser, tiny_llama, shots):

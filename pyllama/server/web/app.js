@@ -192,7 +192,11 @@ $("#conv-list").addEventListener("click", async (e) => {
     renderSidebar();
   } else if (e.target.closest(".conv-delete")) {
     if (!confirm(`Delete the conversation "${conv.name}"?`)) return;
-    if (state.streaming && state.streaming.conv.id === conv.id) state.streaming.ctl.abort();
+    conv.deleted = true;              // an answer still streaming into it must not save it again
+    if (state.streaming && state.streaming.conv.id === conv.id) {
+      state.streaming.conv.deleted = true;
+      state.streaming.ctl.abort();
+    }
     await store.deleteConversation(conv.id);
     if (state.current && state.current.id === conv.id) openConversation(null);
     await refreshList();
@@ -215,6 +219,7 @@ function openConversation(conv) {
 }
 
 async function persist(conv, touch = true) {
+  if (conv.deleted) return;
   if (touch) conv.updated = Date.now();
   await store.saveConversation(conv);
   const i = state.convs.findIndex((c) => c.id === conv.id);
@@ -860,6 +865,7 @@ $("#settings-form").addEventListener("submit", (e) => {
   applyTheme();
   $("#settings").close();
   renderMessages();
+  if (!state.props) loadProps();            // e.g. an API key was just entered
 });
 
 // ----------------------------------------------------------------------------- start
