@@ -56,6 +56,7 @@ class ServerConfig:
     ui_config: dict | None = None    # --ui-config(-file): default Web UI settings, in /props
     prefill_assistant: bool = True   # a trailing assistant message is continued, not closed
     flash_attn: bool = True          # -fa: llama.cpp's flash-attention arithmetic (auto = on)
+    rope: dict | None = None         # --rope-* / --yarn-*: Context(rope=...)
     api_prefix: str = ""
     ui: bool = True
     embeddings: bool = False        # --embeddings (and --rerank): the embedding endpoints

@@ -150,6 +150,13 @@ def _llama(s: Spec):                      # llama.cpp: optional rope_freqs, opti
             s.ffn(il)
 
 
+def _llama_yarn(s: Spec):                 # a YaRN-extended llama (rope.scaling.type yarn)
+    _llama(s)
+    s.kv(K.Rope.SCALING_TYPE, "yarn")
+    s.kv(K.Rope.SCALING_FACTOR, s.c["yarn_factor"])
+    s.kv(K.Rope.SCALING_ORIG_CTX_LEN, s.c["orig_ctx"])
+
+
 def _qwen2(s: Spec):                      # qwen2.cpp
     s.common_kv()
     s.io()
@@ -243,6 +250,7 @@ ARCHS = {
     # name: (general.architecture, builder, config overrides)
     "llama": ("llama", _llama, {}),
     "llama3": ("llama", _llama, {"rope_freqs": True, "rope_base": 500000.0}),
+    "llamayarn": ("llama", _llama_yarn, {"yarn_factor": 4.0, "orig_ctx": 256}),
     "mixtral": ("llama", _llama, {"n_expert": 8, "n_expert_used": 2, "n_ff": 256}),
     "qwen2": ("qwen2", _qwen2, {"eps": 1e-6, "rope_base": 1000000.0}),
     "qwen3": ("qwen3", _qwen3, {"eps": 1e-6, "rope_base": 1000000.0}),

@@ -582,6 +582,33 @@ def test_loading_message_until_the_model_is_ready(browser, tiny_llama, shots):
         engine.stop()
 
 
+def test_prompt_progress_while_a_long_prompt_is_read(browser, tiny_llama, shots):
+    """return_progress: the page shows how much of the prompt was processed, chunk by chunk."""
+    s = ServerProc(["-m", tiny_llama, "-c", "2048", "-np", "1", "-b", "64", "-ub", "64",
+                    "-n", "2"]).wait_ready()
+    try:
+        p = Page(browser, s.url, shots).reset()
+        p.b.execute_script("""
+            window.__progress = [];
+            new MutationObserver(() => {
+              const e = document.querySelector('#log .typing .progress');
+              if (e) window.__progress.push(e.textContent);
+            }).observe(document.getElementById('log'), {childList: true, subtree: true});
+            const dt = new DataTransfer();
+            dt.setData('text/plain', 'the cat sat on the mat. '.repeat(110));
+            document.getElementById('input').dispatchEvent(
+              new ClipboardEvent('paste', {clipboardData: dt, bubbles: true, cancelable: true}));""")
+        p.send("Summarise.")
+        seen = [int(re.search(r"(\d+)%", t).group(1))
+                for t in dict.fromkeys(p.b.execute_script("return window.__progress;"))]
+        slot = httpx.get(s.url + "/slots").json()[0]
+        n_prompt = slot["n_prompt_tokens"]
+        assert n_prompt > 600
+        assert len(seen) >= 3 and seen == sorted(seen) and seen[-1] == 100, seen
+    finally:
+        assert s.stop() == 0
+
+
 def test_page_under_api_prefix(browser, tiny_llama, shots):
     s = ServerProc(["-m", tiny_llama, "-c", "256", "-np", "1", "--api-prefix", "/llm",
                     "--api-key", "sekrit"]).wait_ready()
