@@ -57,10 +57,10 @@ class TimedSampler:
         finally:
             self.t_total += time.perf_counter() - t
 
-    def accept(self, token) -> None:
+    def accept(self, token, is_generated: bool = True) -> None:
         t = time.perf_counter()
         try:
-            self.inner.accept(token)
+            self.inner.accept(token, is_generated)
         finally:
             self.t_total += time.perf_counter() - t
             self.n_sample += 1
@@ -98,7 +98,7 @@ def stream(ctx, model, prompt_ids: list[int], sampler, n_predict: int, on_piece:
     dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
     eog = set(model.vocab.eog_ids)
     for tok in prompt_ids[n_seen:]:
-        sampler.accept(tok)
+        sampler.accept(tok, False)   # prompt tokens: not into the grammar
     t = time.perf_counter()
     t_smpl = getattr(sampler, "t_total", 0.0)    # a TimedSampler's time is not decode time
     for i, tok in enumerate(generate(ctx, prompt_ids, sampler, n_predict=n_predict,

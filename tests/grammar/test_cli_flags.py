@@ -34,3 +34,20 @@ def test_bad_schema_flag_is_one_error():
     assert "unrecognized type frob" in str(e.value)
     with pytest.raises(ArgError):
         P("completion", "-jf", "/nonexistent/schema.json")
+
+
+def test_tools_apply_the_grammar_and_refuse_a_bad_one(tiny_model_path):
+    from tests.tools.toolsupport import run_tool
+    model = tiny_model_path("llama")
+    r = run_tool("completion", "-m", model, "-p", "hello", "-n", "8", "-no-cnv", "--temp", "0",
+                 "--grammar", 'root ::= ("yes" | "no") "!"')
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    gen = out[len("hello"):].replace("[end of text]", "").strip()
+    assert out.startswith("hello") and gen in ("yes!", "no!"), out
+    r = run_tool("completion", "-m", model, "-p", "hello", "-n", "4", "-no-cnv",
+                 "--grammar", 'root ::= "a" | [b')
+    assert r.returncode == 1
+    errors = [ln for ln in r.stderr.splitlines() if "grammar" in ln]
+    assert errors == ["error: failed to parse grammar: unexpected end of input "
+                      "(line 1, column 18)"]

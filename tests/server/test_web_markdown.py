@@ -1,6 +1,9 @@
-"""The web page's escape-first Markdown renderer and code highlighter (pyllama/server/web/), run
-with node: hostile inputs must come out as text, and the HTML built may only use the renderer's
-own tags and attributes (links with an allowed scheme only). Skipped when node is missing."""
+"""The web page's JavaScript that needs no browser (pyllama/server/web/), run with node: the
+escape-first Markdown renderer and code highlighter (hostile inputs must come out as text, and the
+HTML built may only use the renderer's own tags and attributes, links with an allowed scheme
+only), and the reader of streamed chat answers (SSE framing, content / reasoning_content /
+tool_calls deltas in the OpenAI streaming format llama-server sends). Skipped when node is
+missing."""
 import json
 import re
 import shutil
@@ -65,16 +68,10 @@ def render(tmp_path_factory):
     if node is None:
         pytest.skip("node is not installed (the Markdown renderer is JavaScript)")
     d = tmp_path_factory.mktemp("web")
-    for f in ("markdown.js", "highlight.js"):
+    for f in ("markdown.js", "highlight.js", "api.js"):
         shutil.copy(WEB / f, d / f)
     (d / "package.json").write_text('{"type": "module"}')
-    (d / "run.js").write_text(
-        'import { renderMarkdown, inline } from "./markdown.js";\n'
-        'import { highlight } from "./highlight.js";\n'
-        'const fns = { renderMarkdown, inline, highlight };\n'
-        'let src = ""; process.stdin.on("data", (c) => src += c);\n'
-        'process.stdin.on("end", () => { const calls = JSON.parse(src);\n'
-        '  console.log(JSON.stringify(calls.map(([f, ...a]) => fns[f](...a)))); });\n')
+    (d / "run.js").write_text(RUNNER)
 
     def run(calls):
         out = subprocess.run([node, str(d / "run.js")], input=json.dumps(calls),
@@ -82,6 +79,31 @@ def render(tmp_path_factory):
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
     return run
+
+
+# node side: each call is [function name, *arguments]; `stream` feeds the given byte chunks to
+# the page's SSE reader as one response body and folds the events into a message
+RUNNER = """
+import { renderMarkdown, inline } from "./markdown.js";
+import { highlight } from "./highlight.js";
+import { events, applyChunk, errorText } from "./api.js";
+async function stream(chunks) {
+  const enc = new TextEncoder();
+  const body = new ReadableStream({ start(c) { for (const x of chunks) c.enqueue(enc.encode(x));
+                                              c.close(); } });
+  const msg = { content: "" };
+  try {
+    for await (const ev of events(new Response(body))) applyChunk(msg, ev);
+  } catch (e) { msg.thrown = e.message; }
+  return msg;
+}
+const status = (body, code) => errorText(new Response(body, { status: code }));
+const fns = { renderMarkdown, inline, highlight, stream, status };
+let src = ""; process.stdin.on("data", (c) => src += c);
+process.stdin.on("end", async () => { const calls = JSON.parse(src);
+  const out = []; for (const [f, ...a] of calls) out.push(await fns[f](...a));
+  console.log(JSON.stringify(out)); });
+"""
 
 
 HOSTILE = [
@@ -118,9 +140,14 @@ HOSTILE = [
 ]
 
 
+@pytest.fixture(scope="module")
+def hostile(render):
+    return dict(zip(HOSTILE, render([["renderMarkdown", src] for src in HOSTILE])))
+
+
 @pytest.mark.parametrize("src", HOSTILE)
-def test_hostile_input_stays_text(render, src):
-    [html] = render([["renderMarkdown", src]])
+def test_hostile_input_stays_text(hostile, src):
+    html = hostile[src]
     check_html(html)
     # no raw tag from the input survives: every '<' of the source is escaped
     for tag in ("script", "img", "iframe", "svg", "style", "b ", "div ", "h1 "):
@@ -206,3 +233,47 @@ def test_highlighter_escapes_every_token(render):
     assert out[0] == ('x = <span class="tok-string">&quot;&lt;/code&gt;&lt;script&gt;&quot;'
                       '</span>  <span class="tok-comment"># &lt;b&gt;</span>')
     assert out[2] == "&lt;b&gt;plain&lt;/b&gt;"
+
+
+def _sse(*objs) -> str:
+    return "".join(f"data: {json.dumps(o)}\n\n" for o in objs)
+
+
+def _delta(**d) -> dict:
+    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": d}]}
+
+
+def test_stream_folds_reasoning_content_and_tool_calls(render):
+    body = _sse(_delta(role="assistant", content=None),
+                _delta(reasoning_content="Let me"), _delta(reasoning_content=" think."))
+    body += ": keep-alive\n\n"                           # SSE comment (--sse-ping-interval)
+    body += _sse(_delta(content="Calling"), _delta(content=" it."),
+                 _delta(tool_calls=[{"index": 0, "id": "call_1", "type": "function",
+                                     "function": {"name": "get_weather", "arguments": "{\"ci"}}]),
+                 _delta(tool_calls=[{"index": 0, "function": {"arguments": "ty\": \"Paris\"}"}}]),
+                 _delta(tool_calls=[{"index": 1, "id": "call_2", "type": "function",
+                                     "function": {"name": "now", "arguments": "{}"}}]),
+                 {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
+                  "timings": {"prompt_n": 7, "predicted_n": 5}})
+    body += "data: [DONE]\n\n" + _sse(_delta(content=" after the end"))
+    # the same bytes cut at awkward places, and with CRLF line ends
+    cuts = [body[i:i + 7] for i in range(0, len(body), 7)]
+    crlf = body.replace("\n", "\r\n")
+    crlf_cuts = [crlf[i:i + 5] for i in range(0, len(crlf), 5)]
+    want = {"content": "Calling it.", "reasoning": "Let me think.",
+            "toolCalls": [{"id": "call_1", "type": "function",
+                           "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+                          {"id": "call_2", "type": "function",
+                           "function": {"name": "now", "arguments": "{}"}}],
+            "finish": "tool_calls", "timings": {"prompt_n": 7, "predicted_n": 5}}
+    assert render([["stream", [body]], ["stream", cuts], ["stream", crlf_cuts]]) == [want] * 3
+
+
+def test_stream_error_and_http_error_text(render):
+    err = {"error": {"code": 500, "message": "the model crashed", "type": "server_error"}}
+    out = render([["stream", [_sse(_delta(content="par"), err)]],
+                  ["status", json.dumps({"error": {"code": 503, "message": "Loading model",
+                                                   "type": "unavailable_error"}}), 503],
+                  ["status", "plain failure\n", 500]])
+    assert out[0] == {"content": "par", "thrown": "the model crashed"}
+    assert out[1:] == ["Loading model", "plain failure"]

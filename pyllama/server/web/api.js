@@ -33,3 +33,41 @@ export async function errorText(r) {
   } catch { /* not JSON */ }
   return body.trim() || r.statusText;
 }
+
+// Fold one chunk of a streamed /v1/chat/completions answer into the message being built:
+// content and reasoning_content deltas are appended, tool_calls deltas merged by their index
+// (the first delta of a call has its id and name, later ones carry pieces of the arguments),
+// timings and prompt progress kept. A chunk carrying an error throws its message.
+export function applyChunk(msg, ev) {
+  if (ev.error) throw new Error(ev.error.message || JSON.stringify(ev.error));
+  for (const c of ev.choices || []) {
+    const d = c.delta || {};
+    if (typeof d.content === "string") msg.content = (msg.content || "") + d.content;
+    if (typeof d.reasoning_content === "string") {
+      msg.reasoning = (msg.reasoning || "") + d.reasoning_content;
+    }
+    if (Array.isArray(d.tool_calls)) mergeToolCalls(msg, d.tool_calls);
+    if (c.finish_reason) msg.finish = c.finish_reason;
+  }
+  if (ev.prompt_progress) {
+    const p = ev.prompt_progress;
+    const todo = p.total - p.cache;
+    msg.progress = todo > 0 ? `${Math.round(100 * (p.processed - p.cache) / todo)}%` : "";
+  }
+  if (ev.timings) msg.timings = ev.timings;
+  return msg;
+}
+
+function mergeToolCalls(msg, deltas) {
+  msg.toolCalls = msg.toolCalls || [];
+  for (const d of deltas) {
+    const i = Number.isInteger(d.index) ? d.index : msg.toolCalls.length;
+    const cur = msg.toolCalls[i] || (msg.toolCalls[i] = { id: "", type: "function",
+      function: { name: "", arguments: "" } });
+    if (d.id) cur.id = d.id;
+    if (d.function) {
+      if (d.function.name) cur.function.name += d.function.name;
+      if (d.function.arguments) cur.function.arguments += d.function.arguments;
+    }
+  }
+}

@@ -5,7 +5,7 @@
 import { renderMarkdown, escapeHtml } from "./markdown.js";
 import { highlight } from "./highlight.js";
 import * as store from "./store.js";
-import { events, errorText } from "./api.js";
+import { events, errorText, applyChunk } from "./api.js";
 import { FIELDS, byKey, serverDefaults, parseValue, formatValue, same } from "./settings.js";
 
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -26,6 +26,8 @@ const PATHS = {
   upload: "M12 16V4M6 9l6-6 6 6M4 20h16",
   check: "M5 12l5 5 9-10",
   x: "M6 6l12 12M18 6L6 18",
+  prev: "M15 6l-6 6 6 6",
+  next: "M9 6l6 6-6 6",
 };
 const icon = (name) => `<svg class="icon" viewBox="0 0 24 24" aria-hidden="true">` +
   `<path d="${PATHS[name]}"/></svg>`;
@@ -190,7 +192,11 @@ $("#conv-list").addEventListener("click", async (e) => {
     renderSidebar();
   } else if (e.target.closest(".conv-delete")) {
     if (!confirm(`Delete the conversation "${conv.name}"?`)) return;
-    if (state.streaming && state.streaming.conv.id === conv.id) state.streaming.ctl.abort();
+    conv.deleted = true;              // an answer still streaming into it must not save it again
+    if (state.streaming && state.streaming.conv.id === conv.id) {
+      state.streaming.conv.deleted = true;
+      state.streaming.ctl.abort();
+    }
     await store.deleteConversation(conv.id);
     if (state.current && state.current.id === conv.id) openConversation(null);
     await refreshList();
@@ -213,6 +219,7 @@ function openConversation(conv) {
 }
 
 async function persist(conv, touch = true) {
+  if (conv.deleted) return;
   if (touch) conv.updated = Date.now();
   await store.saveConversation(conv);
   const i = state.convs.findIndex((c) => c.id === conv.id);
@@ -301,6 +308,17 @@ function toolCallsHtml(calls) {
   }).join("");
 }
 
+function versionsHtml(msg) {
+  const b = msg.branch;
+  if (!b || b.tails.length < 2) return "";
+  const off = state.streaming ? " disabled" : "";
+  return `<span class="versions"><button type="button" class="icon-btn ver-prev" ` +
+    `aria-label="Previous version"${b.at === 0 ? " disabled" : off}>${icon("prev")}</button>` +
+    `<span class="ver-label">${b.at + 1}/${b.tails.length}</span><button type="button" ` +
+    `class="icon-btn ver-next" aria-label="Next version"` +
+    `${b.at === b.tails.length - 1 ? " disabled" : off}>${icon("next")}</button></span>`;
+}
+
 function messageHtml(conv, msg, index) {
   const live = state.streaming && state.streaming.msg === msg;
   const last = index === conv.messages.length - 1;
@@ -313,7 +331,7 @@ function messageHtml(conv, msg, index) {
     }
     return `<div class="bubble">${msg.attachments && msg.attachments.length
       ? `<div class="chips">${attachmentChips(msg.attachments, false)}</div>` : ""}` +
-      `<div class="msg-content plain"></div></div><div class="msg-actions">` +
+      `<div class="msg-content plain"></div></div><div class="msg-actions">${versionsHtml(msg)}` +
       `<button type="button" class="icon-btn copy-msg" aria-label="Copy message" title="Copy">` +
       `${icon("copy")}</button>` + (state.streaming ? "" : `<button type="button" ` +
       `class="icon-btn edit" aria-label="Edit message" title="Edit">${icon("edit")}</button>`) +
@@ -338,7 +356,7 @@ function messageHtml(conv, msg, index) {
       `<span class="error-text">${escapeHtml(msg.error)}</span></div>`;
   }
   const stats = setting("showMessageStats") ? statsText(msg) : "";
-  html += `<div class="msg-actions">`;
+  html += `<div class="msg-actions">${versionsHtml(msg)}`;
   if (!live) {
     if (msg.content) {
       html += `<button type="button" class="icon-btn copy-msg" aria-label="Copy message" ` +
@@ -459,6 +477,8 @@ $("#log").addEventListener("click", (e) => {
   else if (btn.classList.contains("edit-cancel")) { state.editing = null; renderMessages(); }
   else if (btn.classList.contains("edit-send")) sendEdit(conv, msg, $(".edit-box", art).value);
   else if (btn.classList.contains("regenerate")) regenerate(conv, msg);
+  else if (btn.classList.contains("ver-prev")) switchVersion(conv, msg, -1);
+  else if (btn.classList.contains("ver-next")) switchVersion(conv, msg, +1);
 });
 
 $("#log").addEventListener("keydown", (e) => {
@@ -508,20 +528,6 @@ function requestBody(conv, msg) {
   return body;
 }
 
-function mergeToolCalls(msg, deltas) {
-  msg.toolCalls = msg.toolCalls || [];
-  for (const d of deltas) {
-    const i = d.index ?? msg.toolCalls.length;
-    const cur = msg.toolCalls[i] || (msg.toolCalls[i] = { id: "", type: "function",
-      function: { name: "", arguments: "" } });
-    if (d.id) cur.id = d.id;
-    if (d.function) {
-      if (d.function.name) cur.function.name += d.function.name;
-      if (d.function.arguments) cur.function.arguments += d.function.arguments;
-    }
-  }
-}
-
 function describeError(e, status) {
   if (status === 503) return `The server is still loading the model; try again in a moment. ` +
     `(server: ${e})`;
@@ -529,8 +535,9 @@ function describeError(e, status) {
   return String(e);
 }
 
-async function generate(conv) {
+async function generate(conv, branch = null) {
   const msg = { id: store.newId(), role: "assistant", content: "", created: Date.now() };
+  if (branch) msg.branch = branch;
   if (state.props) msg.model = state.props.model_alias;
   conv.messages.push(msg);
   const ctl = new AbortController();
@@ -554,20 +561,7 @@ async function generate(conv) {
     }
     if (!r.ok) throw new Error(describeError(await errorText(r), r.status));
     for await (const ev of events(r)) {
-      if (ev.error) throw new Error(ev.error.message || JSON.stringify(ev.error));
-      for (const c of ev.choices || []) {
-        const d = c.delta || {};
-        if (typeof d.content === "string") msg.content += d.content;
-        if (typeof d.reasoning_content === "string") msg.reasoning = (msg.reasoning || "") + d.reasoning_content;
-        if (Array.isArray(d.tool_calls)) mergeToolCalls(msg, d.tool_calls);
-        if (c.finish_reason) msg.finish = c.finish_reason;
-      }
-      if (ev.prompt_progress) {
-        const p = ev.prompt_progress;
-        const todo = p.total - p.cache;
-        msg.progress = todo > 0 ? `${Math.round(100 * (p.processed - p.cache) / todo)}%` : "";
-      }
-      if (ev.timings) msg.timings = ev.timings;
+      applyChunk(msg, ev);
       renderLive();
       if (Date.now() - lastSave > 1000) { lastSave = Date.now(); persist(conv); }
     }
@@ -578,7 +572,7 @@ async function generate(conv) {
     delete msg.progress;
     state.streaming = null;
     if (!msg.content && !msg.reasoning && !(msg.toolCalls && msg.toolCalls.length) && !msg.error) {
-      conv.messages.splice(conv.messages.indexOf(msg), 1);
+      dropFrom(conv, msg);
     }
     await persist(conv);
     if (conv === state.current) renderMessages(nearBottom());
@@ -587,10 +581,8 @@ async function generate(conv) {
 }
 
 function dropFailed(conv) {
-  while (conv.messages.length) {
-    const m = conv.messages[conv.messages.length - 1];
-    if (m.role === "assistant" && m.error && !m.content) conv.messages.pop(); else break;
-  }
+  for (let m; (m = conv.messages[conv.messages.length - 1]) && m.role === "assistant" &&
+    m.error && !m.content;) dropFrom(conv, m);
 }
 
 async function send(text) {
@@ -614,11 +606,55 @@ async function send(text) {
   await generate(conv);
 }
 
+// Versions: editing or regenerating the message at position i keeps the old path from i on (that
+// message and all after it) as another version of position i. conv.messages is the active path;
+// its message at i holds branch = {tails, at}: every version's path, its own (tails[at]) null.
+function forkAt(conv, i) {
+  const old = conv.messages[i];
+  const branch = old.branch || { tails: [null], at: 0 };
+  delete old.branch;
+  branch.tails[branch.at] = conv.messages.slice(i);
+  conv.messages.splice(i);
+  branch.tails.push(null);
+  branch.at = branch.tails.length - 1;
+  return branch;
+}
+
+function activate(conv, i, branch, j) {
+  const tail = branch.tails[j];
+  branch.tails[j] = null;
+  branch.at = j;
+  conv.messages.splice(i, Infinity, ...tail);
+  if (branch.tails.length > 1) tail[0].branch = branch;
+}
+
+function switchVersion(conv, msg, step) {
+  const i = conv.messages.indexOf(msg);
+  const b = msg.branch;
+  if (state.streaming || !b || !b.tails[b.at + step]) return;
+  delete msg.branch;
+  b.tails[b.at] = conv.messages.slice(i);
+  activate(conv, i, b, b.at + step);
+  persist(conv, false);
+  renderMessages();
+}
+
+// Remove the active path from msg on (a failed or empty answer); an older version, if any,
+// becomes the active one again.
+function dropFrom(conv, msg) {
+  const i = conv.messages.indexOf(msg);
+  const b = msg.branch;
+  conv.messages.splice(i);
+  if (b) {
+    b.tails.splice(b.at, 1);
+    activate(conv, i, b, b.tails.length - 1);
+  }
+}
+
 async function sendEdit(conv, msg, text) {
   if (state.streaming || !text.trim()) return;
-  const i = conv.messages.indexOf(msg);
-  conv.messages.splice(i + 1);
-  msg.content = text;
+  const branch = forkAt(conv, conv.messages.indexOf(msg));
+  conv.messages.push({ ...msg, id: store.newId(), content: text, created: Date.now(), branch });
   state.editing = null;
   await persist(conv);
   await generate(conv);
@@ -626,8 +662,7 @@ async function sendEdit(conv, msg, text) {
 
 async function regenerate(conv, msg) {
   if (state.streaming) return;
-  conv.messages.splice(conv.messages.indexOf(msg));
-  await generate(conv);
+  await generate(conv, forkAt(conv, conv.messages.indexOf(msg)));
 }
 
 function stop() {
@@ -756,23 +791,25 @@ function buildSettings() {
     }
     const id = fieldId(f.key);
     const help = f.help ? `<small>${escapeHtml(f.help)}</small>` : "";
+    const label = `<label for="${id}">${escapeHtml(f.label)}</label>`;
+    let control;
     if (f.type === "bool") {
-      html += `<label class="check"><input type="checkbox" id="${id}"> ` +
-        `${escapeHtml(f.label)}</label>${help}`;
+      html += `<div class="field check"><input type="checkbox" id="${id}">${label}${help}</div>`;
+      continue;
     } else if (f.type === "select") {
-      html += `<label for="${id}">${escapeHtml(f.label)}</label><select id="${id}">` +
-        f.options.map(([v, l]) => `<option value="${v}">${escapeHtml(l)}</option>`).join("") +
-        `</select>${help}`;
+      control = `<select id="${id}">` + f.options.map(([v, l]) =>
+        `<option value="${v}">${escapeHtml(l)}</option>`).join("") + "</select>";
     } else if (f.type === "textarea") {
-      html += `<label for="${id}">${escapeHtml(f.label)}</label>` +
-        `<textarea id="${id}" rows="3"></textarea>${help}`;
+      control = `<textarea id="${id}" rows="3"></textarea>`;
     } else {
       const type = f.type === "password" ? "password" : f.type === "int" || f.type === "float"
         ? "number" : "text";
-      const step = f.type === "float" ? ` step="${f.step || 0.1}"` : f.type === "int" ? ' step="1"' : "";
-      html += `<label for="${id}">${escapeHtml(f.label)}</label>` +
-        `<input id="${id}" type="${type}"${step} autocomplete="off">${help}`;
+      const step = f.type === "float" ? ` step="${f.step || 0.1}"` : f.type === "int"
+        ? ' step="1"' : "";
+      control = `<input id="${id}" type="${type}"${step} autocomplete="off">`;
     }
+    const wide = f.type === "textarea" || f.type === "list";
+    html += `<div class="field${wide ? " wide" : ""}">${label}${control}${help}</div>`;
   }
   html += "</fieldset>";
   form.innerHTML = html;
@@ -828,6 +865,7 @@ $("#settings-form").addEventListener("submit", (e) => {
   applyTheme();
   $("#settings").close();
   renderMessages();
+  if (!state.props) loadProps();            // e.g. an API key was just entered
 });
 
 // ----------------------------------------------------------------------------- start
