@@ -63,6 +63,7 @@ EXTENSIONS = [
     ext("pyllama.backend.cpu._attn_q", "pyllama/backend/cpu/_attn_q.pyx"),
     ext("pyllama.backend.cpu._compat", "pyllama/backend/cpu/_compat.pyx"),
     ext("pyllama.vocab._merge", "pyllama/vocab/_merge.pyx"),
+    ext("pyllama.grammar._filter", "pyllama/grammar/_filter.pyx"),
 ]
 
 setup(

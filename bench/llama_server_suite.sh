@@ -13,6 +13,7 @@
 #                    LLAMACPP_SERVER=none skips it)
 #   OUT              results directory (default bench/results/server_suite)
 #   PASSES_OUT       where to write the list of tests llama.cpp's server passed
+#   PORT             the port the suite's servers listen on (default 8080; one run per port)
 # The suite needs pytest, requests, openai, wget, filelock, prometheus-client (the [test] extra).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)

@@ -42,6 +42,8 @@ class HParams:
     f_attn_logit_softcapping: float = 0.0
     f_final_logit_softcapping: float = 0.0
     f_embedding_scale: float = 0.0           # 0 -> none (Gemma: sqrt(n_embd))
+    f_logit_scale: float = 0.0               # 0 -> none (granite: logits / f_logit_scale)
+    f_residual_scale: float = 0.0            # 0 -> none (granite)
     # mixture of experts (llama_model_base::load_hparams: expert_count, expert_used_count)
     n_expert: int = 0
     n_expert_used: int = 0

@@ -31,10 +31,14 @@ def make_sampler(model, params: Params, ctx=None, **overrides):
     if sp.dry_multiplier > 0:
         pieces = [vocab.token_to_piece(i, True).decode("utf-8", "replace")
                   for i in range(model.n_vocab)]
-    return SamplerChain(sp, model.n_vocab, eog_ids=tuple(vocab.eog_ids), token_pieces=pieces,
-                        tokenize=lambda s: model.tokenize(s, False, False),
-                        n_ctx=ctx.n_ctx if ctx is not None else 0,
-                        n_ctx_train=model.hparams.n_ctx_train)
+    from pyllama.errors import GrammarError, PyllamaError
+    try:
+        return SamplerChain(sp, model.n_vocab, eog_ids=tuple(vocab.eog_ids), token_pieces=pieces,
+                            tokenize=lambda s: model.tokenize(s, False, False),
+                            n_ctx=ctx.n_ctx if ctx is not None else 0,
+                            n_ctx_train=model.hparams.n_ctx_train, vocab=vocab)
+    except GrammarError as e:  # llama.cpp: "failed to parse grammar" (common_sampler_init)
+        raise PyllamaError(f"failed to parse grammar: {e.describe()}") from None
 
 
 class TimedSampler:
@@ -53,10 +57,10 @@ class TimedSampler:
         finally:
             self.t_total += time.perf_counter() - t
 
-    def accept(self, token) -> None:
+    def accept(self, token, is_generated: bool = True) -> None:
         t = time.perf_counter()
         try:
-            self.inner.accept(token)
+            self.inner.accept(token, is_generated)
         finally:
             self.t_total += time.perf_counter() - t
             self.n_sample += 1
@@ -94,7 +98,7 @@ def stream(ctx, model, prompt_ids: list[int], sampler, n_predict: int, on_piece:
     dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
     eog = set(model.vocab.eog_ids)
     for tok in prompt_ids[n_seen:]:
-        sampler.accept(tok)
+        sampler.accept(tok, False)   # prompt tokens: not into the grammar
     t = time.perf_counter()
     t_smpl = getattr(sampler, "t_total", 0.0)    # a TimedSampler's time is not decode time
     for i, tok in enumerate(generate(ctx, prompt_ids, sampler, n_predict=n_predict,

@@ -28,6 +28,7 @@ def to_config(params):
     return ServerConfig(
         model=models.resolve(params.model or None), host=params.hostname, port=params.port,
         alias=[a for a in (alias.split(",") if isinstance(alias, str) else alias or []) if a],
+        tags=[t.strip() for t in (params.tags or "").split(",") if t.strip()],
         api_keys=_api_keys(params), timeout=float(params.timeout), n_ctx=params.n_ctx,
         max_body_size=_max_body_size(params.max_body_size),
         n_batch=params.n_batch, n_ubatch=params.n_ubatch, n_parallel=params.n_parallel,
@@ -53,7 +54,8 @@ def to_config(params):
         embeddings=params.embedding or params.reranking,
         pooling="rank" if params.reranking else (params.pooling or None),
         embd_normalize=params.embd_normalize, spm_infill=params.spm_infill,
-        model_params=model_kw, **_spec_and_checkpoints(params))
+        reasoning_format=params.reasoning_format, reasoning_budget=params.reasoning_budget,
+        model_params=model_kw, rope=params.rope_kwargs(), **_spec_and_checkpoints(params))
 
 
 def _ui_config(text: str):

@@ -6,24 +6,39 @@ import numpy as np
 from ..hparams import HParams
 
 
-def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool = False,
+def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool | str = False,
                    q_scale: float | None = None, kq_scale: float | None = None,
-                   softcap: float = 0.0) -> np.ndarray:
-    """Q/K/V projections (+bias), optional per-head Q/K RMSNorm, RoPE, attention, output proj.
+                   softcap: float = 0.0, rope: bool = True) -> np.ndarray:
+    """Q/K/V projections (+bias), optional Q/K RMSNorm, RoPE, attention, output proj.
     h [n_tokens, n_embd] -> [n_tokens, n_embd].
 
+    qk_norm: True per head (qwen3, gemma3), "full" over the whole Q / K projection (olmo2);
     q_scale: multiply Q after RoPE (Gemma's f_attention_scale, then kq_scale = 1);
-    kq_scale: the attention scale (default 1/sqrt(head_dim)).
+    kq_scale: the attention scale (default 1/sqrt(head_dim)); rope: False for a layer without
+    RoPE (smollm3).
     """
     n = h.shape[0]
-    q = g.matmul(L.attn_q, h, L.attn_q_b).reshape(n, hp.n_head, hp.n_embd_head_k)
-    k = g.matmul(L.attn_k, h, L.attn_k_b).reshape(n, hp.n_head_kv, hp.n_embd_head_k)
-    v = g.matmul(L.attn_v, h, L.attn_v_b).reshape(n, hp.n_head_kv, hp.n_embd_head_v)
-    if qk_norm:
+    if L.attn_qkv is not None:          # fused [q | k | v] rows (phi3): one matmul, then views
+        qkv = g.matmul(L.attn_qkv, h, L.attn_qkv_b)
+        qd, kd = hp.n_head * hp.n_embd_head_k, hp.n_embd_k_gqa
+        q, k = np.ascontiguousarray(qkv[:, :qd]), np.ascontiguousarray(qkv[:, qd:qd + kd])
+        v = np.ascontiguousarray(qkv[:, qd + kd:])
+    else:
+        q = g.matmul(L.attn_q, h, L.attn_q_b)
+        k = g.matmul(L.attn_k, h, L.attn_k_b)
+        v = g.matmul(L.attn_v, h, L.attn_v_b)
+    if qk_norm == "full":
         q = g.rms_norm(q, L.attn_q_norm)
         k = g.rms_norm(k, L.attn_k_norm)
-    q = g.rope(q, il)
-    k = g.rope(k, il)
+    q = q.reshape(n, hp.n_head, hp.n_embd_head_k)
+    k = k.reshape(n, hp.n_head_kv, hp.n_embd_head_k)
+    v = v.reshape(n, hp.n_head_kv, hp.n_embd_head_v)
+    if qk_norm is True:
+        q = g.rms_norm(q, L.attn_q_norm)
+        k = g.rms_norm(k, L.attn_k_norm)
+    if rope:
+        q = g.rope(q, il)
+        k = g.rope(k, il)
     if q_scale is not None:
         q = g.scale(q, q_scale)
     o = g.attention(il, q, k, v, scale=kq_scale, softcap=softcap)
@@ -60,24 +75,69 @@ def output(g, w, hp: HParams, x: np.ndarray) -> np.ndarray:
     g.result_norm(x)          # llama.cpp's t_embd (the embeddings of Context(embeddings=True))
     if not g.want_logits:
         return None
-    logits = g.matmul(w.output if w.output is not None else w.token_embd, x)
+    logits = g.matmul(w.output if w.output is not None else w.token_embd, x, w.output_b)
     if hp.f_final_logit_softcapping > 0:
         logits = g.softcap(logits, hp.f_final_logit_softcapping)
+    if hp.f_logit_scale:                                     # granite: logits / logit_scale
+        logits = g.scale(logits, float(np.float32(1) / np.float32(hp.f_logit_scale)))
     return logits
 
 
-def pre_norm_decoder(g, w, hp: HParams, *, qk_norm: bool = False) -> np.ndarray:
+def pre_norm_decoder(g, w, hp: HParams, *, qk_norm: bool = False, no_rope_step: int = 0,
+                     residual_scale: float = 0.0) -> np.ndarray:
     """The Llama-style stack: x += attn(norm(x)); x += ffn(norm(x)) (llama, qwen2, qwen3; the
-    FFN is build_moe_ffn's when the model has experts: Mixtral-style llama, qwen3moe)."""
+    FFN is build_moe_ffn's when the model has experts: Mixtral-style llama, qwen3moe).
+    no_rope_step: every no_rope_step-th layer has no RoPE (smollm3); residual_scale (granite):
+    attention and FFN outputs scaled before their residual adds; f_embedding_scale (granite)
+    scales the embeddings."""
     x = g.embed(w.token_embd)
+    if hp.f_embedding_scale:
+        x = g.scale(x, hp.f_embedding_scale)
     for il, L in enumerate(w.layers):
+        rope = not no_rope_step or (il + 1) % no_rope_step != 0
         a = self_attention(g, L, hp, il, g.rms_norm(x, L.attn_norm), qk_norm=qk_norm,
-                           kq_scale=hp.f_attention_scale or None)
+                           kq_scale=hp.f_attention_scale or None, rope=rope)
         if il == hp.n_layer - 1:
             x, a = g.select_outputs(x), g.select_outputs(a)
+        if residual_scale:
+            a = g.scale(a, residual_scale)
         x = g.add(x, a)
         h = g.rms_norm(x, L.ffn_norm)
-        x = g.add(x, moe_ffn(g, L, hp, h) if hp.n_expert else ffn_swiglu(g, L, h))
+        f = moe_ffn(g, L, hp, h) if hp.n_expert else ffn_swiglu(g, L, h)
+        if residual_scale:
+            f = g.scale(f, residual_scale)
+        x = g.add(x, f)
+    return output(g, w, hp, x)
+
+
+def phi3_decoder(g, w, hp: HParams) -> np.ndarray:
+    """Phi-3/4: the pre-norm stack with fused QKV (attn_qkv) and fused gate|up (ffn_up [2 n_ff,
+    n_embd], ggml_swiglu: SiLU of the first half times the second), Q scaled by 1/sqrt(head_dim)
+    with kq_scale 1, RoPE with the LongRoPE factors the context picked (hparams)."""
+    q_scale = float(np.float32(1) / np.sqrt(np.float32(hp.n_embd_head_k)))
+    x = g.embed(w.token_embd)
+    for il, L in enumerate(w.layers):
+        a = self_attention(g, L, hp, il, g.rms_norm(x, L.attn_norm), q_scale=q_scale,
+                           kq_scale=1.0)
+        if il == hp.n_layer - 1:
+            x, a = g.select_outputs(x), g.select_outputs(a)
+        x = g.add(a, x)
+        up = g.matmul(L.ffn_up, g.rms_norm(x, L.ffn_norm))
+        f = up.shape[1] // 2
+        act = g.swiglu(np.ascontiguousarray(up[:, :f]), np.ascontiguousarray(up[:, f:]))
+        x = g.add(x, g.matmul(L.ffn_down, act))
+    return output(g, w, hp, x)
+
+
+def post_norm_decoder(g, w, hp: HParams) -> np.ndarray:
+    """OLMo 2: no pre-norms; x += norm(attn(x)) with full-width Q/K norms; x += norm(ffn(x))."""
+    x = g.embed(w.token_embd)
+    for il, L in enumerate(w.layers):
+        a = self_attention(g, L, hp, il, x, qk_norm="full")
+        if il == hp.n_layer - 1:
+            x, a = g.select_outputs(x), g.select_outputs(a)
+        x = g.add(x, g.rms_norm(a, L.post_attention_norm))
+        x = g.add(g.rms_norm(ffn_swiglu(g, L, x), L.post_ffw_norm), x)
     return output(g, w, hp, x)
 
 

@@ -12,7 +12,6 @@ supported (each raises one clear error).
 """
 from __future__ import annotations
 
-import copy
 import fnmatch
 import os
 import random
@@ -39,6 +38,9 @@ LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 GGML_KV_TYPES = {0: "f32", 1: "f16", 2: "q4_0", 8: "q8_0", 30: "bf16"}
 LLAMA_POOLING_TYPE_UNSPECIFIED, LLAMA_POOLING_TYPE_NONE = -1, 0
 LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED = -1
+LLAMA_MAX_SEQ = 256                 # llama_max_parallel_sequences()
+ROPE_SCALING_NAMES = {None: None, -1: None, 0: "none", 1: "linear", 2: "yarn", 3: "longrope"}
+POOLING_NAMES = {-1: None, 0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
 
 
 class LlamaState:
@@ -180,13 +182,9 @@ class Llama:
         self.last_n_tokens_size = last_n_tokens_size
         self.cache: Optional[BaseLlamaCache] = None
         _refuse(kv_overrides=kv_overrides is not None, lora_path=lora_path is not None,
-                yarn=(yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow,
-                      yarn_orig_ctx) != (-1.0, 1.0, 32.0, 1.0, 0) and yarn_ext_factor != 0.0,
-                rope_scaling_type=rope_scaling_type not in (None, -1),
                 attention_type=attention_type not in (-1, 1))
-        if embedding:
-            raise PyllamaError("Llama(embedding=True): embeddings are not available in this "
-                               "pyllama build yet")
+        if rope_scaling_type not in ROPE_SCALING_NAMES:
+            raise PyllamaError(f"Llama: unknown rope_scaling_type {rope_scaling_type}")
 
         path = os.fspath(model_path)
         if not os.path.exists(path) and path in _models.BUNDLED:
@@ -210,17 +208,26 @@ class Llama:
         self._flash_attn = bool(flash_attn)
         self._type_k, self._type_v = _kv_type(type_k), _kv_type(type_v)
         self._numerics, self._swa_extra = numerics, swa_extra
-        self._rope = (rope_freq_base, rope_freq_scale)
         self._init_args = dict(locals_copy(locals()), kwargs=kwargs)
+        self._embedding = bool(embedding)
+        self._n_seq_max = min(self.n_batch, LLAMA_MAX_SEQ) if embedding else 1
         self._ctx = None
         if not vocab_only:
             from ..context import Context
-            model = _with_rope(self._model, rope_freq_base, rope_freq_scale)
+            # llama_context's RoPE/YaRN parameters, as llama-cpp-python passes them
+            rope = dict(rope_scaling_type=ROPE_SCALING_NAMES[rope_scaling_type],
+                        rope_freq_base=rope_freq_base, rope_freq_scale=rope_freq_scale,
+                        yarn_ext_factor=yarn_ext_factor, yarn_attn_factor=yarn_attn_factor,
+                        yarn_beta_fast=yarn_beta_fast, yarn_beta_slow=yarn_beta_slow,
+                        yarn_orig_ctx=yarn_orig_ctx)
             threads = n_threads_batch or n_threads
-            self._ctx = Context(model, n_ctx=n_ctx, n_batch=self.n_batch, n_ubatch=self.n_ubatch,
-                                swa_full=self._swa_full, swa_extra=swa_extra,
-                                type_k=self._type_k, type_v=self._type_v, n_threads=threads,
-                                numerics=numerics, flash_attn=self._flash_attn)
+            self._ctx = Context(self._model, n_ctx=n_ctx, n_batch=self.n_batch,
+                                n_ubatch=self.n_ubatch, n_seq_max=self._n_seq_max,
+                                kv_unified=bool(embedding), swa_full=self._swa_full,
+                                swa_extra=swa_extra, type_k=self._type_k, type_v=self._type_v,
+                                n_threads=threads, numerics=numerics,
+                                flash_attn=self._flash_attn, rope=rope, embeddings=embedding,
+                                pooling=POOLING_NAMES.get(pooling_type))
         self._n_ctx_value = self._ctx.n_ctx if self._ctx is not None else n_ctx
 
         self.metadata = _metadata_strings(self._model.metadata)
@@ -317,6 +324,8 @@ class Llama:
         """Decode tokens after the first n_tokens (what the cache holds past them is dropped),
         in n_batch chunks; with logits_all the logits of every token go to `scores`."""
         ctx = self._need_ctx()
+        if self._embedding:
+            ctx.set_embeddings(False)
         ctx.memory.seq_rm(-1, self.n_tokens, -1)
         tokens = list(tokens)
         for i in range(0, len(tokens), self.n_batch):
@@ -447,16 +456,75 @@ class Llama:
 
     # -- embeddings -------------------------------------------------------------------------------
     def create_embedding(self, input: Union[str, List[str]], model: Optional[str] = None):
-        embeds, total = self.embed(input, return_count=True)
+        embeds, total = self.embed(input if isinstance(input, list) else [input],
+                                   return_count=True)
         data = [{"object": "embedding", "embedding": e, "index": i}
-                for i, e in enumerate(embeds if isinstance(input, list) else [embeds])]
+                for i, e in enumerate(embeds)]
         return {"object": "list", "data": data,
                 "model": model if model is not None else self.model_path,
                 "usage": {"prompt_tokens": total, "total_tokens": total}}
 
     def embed(self, input: Union[str, List[str]], normalize: bool = False,
               truncate: bool = True, return_count: bool = False):
-        raise RuntimeError("Llama model must be created with embedding=True to call this method")
+        """Embeddings of one text or a list: pooled vectors, or with pooling none a list of
+        token vectors per text. Texts share a batch (one sequence each) up to n_batch tokens
+        and n_seq_max sequences, as llama-cpp-python packs them."""
+        if not self._embedding:
+            raise RuntimeError("Llama model must be created with embedding=True to call this "
+                               "method")
+        ctx = self._need_ctx()
+        ctx.set_embeddings(True)
+        pooled = ctx.pooling != "none"
+        n_embd = self.n_embd()
+        inputs = [input] if isinstance(input, str) else input
+        data: list = []
+        batch: list[list[int]] = []
+
+        def flush():
+            if not batch:
+                return
+            ctx.memory.clear()
+            toks = [t for seq in batch for t in seq]
+            seqs = [i for i, seq in enumerate(batch) for _ in seq]
+            pos = [j for seq in batch for j in range(len(seq))]
+            rc = ctx.decode(Batch(toks, pos=pos, seq_ids=seqs, logits=np.ones(len(toks), bool)))
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc}")
+            flat = None if pooled else ctx.get_embeddings().reshape(-1)
+            pos = 0
+            for i, seq in enumerate(batch):
+                if pooled:
+                    e = [float(x) for x in ctx.get_embeddings_seq(i)[:n_embd]]
+                    data.append(_unit(e) if normalize else e)
+                    continue
+                # llama-cpp-python 0.3.36 reads sequence i's rows from float offset
+                # pos + j * n_embd with pos counted in tokens (not tokens * n_embd): only the
+                # first sequence of a batch gets its own rows; kept for equal results
+                rows = [flat[pos + j * n_embd:pos + (j + 1) * n_embd].tolist()
+                        for j in range(len(seq))]
+                data.append([_unit(r) for r in rows] if normalize else rows)
+                pos += len(seq)
+            batch.clear()
+
+        total = n_in_batch = 0
+        for text in inputs:
+            tokens = self.tokenize(text.encode("utf-8"))
+            if truncate:
+                tokens = tokens[:self.n_batch]
+            total += len(tokens)
+            if len(tokens) > self.n_batch:
+                raise ValueError(f"Requested tokens ({len(tokens)}) exceed batch size of "
+                                 f"{self.n_batch}")
+            if n_in_batch + len(tokens) > self.n_batch or len(batch) >= self._n_seq_max:
+                flush()
+                n_in_batch = 0
+            batch.append(tokens)
+            n_in_batch += len(tokens)
+        flush()
+        ctx.memory.clear()
+        self.reset()
+        out = data[0] if isinstance(input, str) else data
+        return (out, total) if return_count else out
 
     # -- completion -------------------------------------------------------------------------------
     def _create_completion(self, prompt: Union[str, List[int]], suffix: Optional[str] = None,
@@ -911,7 +979,9 @@ class Llama:
         return ids[0] if ids else v.pad
 
     def pooling_type(self) -> int:
-        return LLAMA_POOLING_TYPE_NONE
+        """llama_pooling_type of the context (an int of llama.h's enum)."""
+        names = {v: k for k, v in POOLING_NAMES.items() if v is not None}
+        return names[self._ctx.pooling] if self._ctx is not None else LLAMA_POOLING_TYPE_NONE
 
     def close(self) -> None:
         self._ctx = None
@@ -964,8 +1034,6 @@ def _refuse(**flags) -> None:
     what = {
         "kv_overrides": "kv_overrides (GGUF metadata overrides)",
         "lora_path": "LoRA adapters (lora_path)",
-        "yarn": "YaRN rope parameters",
-        "rope_scaling_type": "rope_scaling_type",
         "attention_type": "attention_type other than causal",
     }
     for k, on in flags.items():
@@ -982,20 +1050,6 @@ def _kv_type(t) -> str:
         raise PyllamaError(f"Llama: KV cache type {t} not supported by pyllama "
                            f"(ggml types {sorted(GGML_KV_TYPES)})")
     return GGML_KV_TYPES[int(t)]
-
-
-def _with_rope(model, freq_base: float, freq_scale: float):
-    """rope_freq_base / rope_freq_scale (0: the model's) replace the non-SWA layers' values, as
-    llama.cpp's cparams do (SWA layers keep their trained ones)."""
-    if not freq_base and not freq_scale:
-        return model
-    m = copy.copy(model)
-    m.hparams = copy.copy(model.hparams)
-    if freq_base:
-        m.hparams.rope_freq_base_train = float(freq_base)
-    if freq_scale:
-        m.hparams.rope_freq_scale_train = float(freq_scale)
-    return m
 
 
 def _metadata_strings(md: dict) -> Dict[str, str]:
@@ -1027,6 +1081,12 @@ def _with_logit_bias(logits_processor, logit_bias: dict):
     if logits_processor is None:
         return extra
     return logits_processor.extend(extra)     # (None, as in llama-cpp-python: list.extend)
+
+
+def _unit(v: list) -> list:
+    """llama-cpp-python's normalize_embedding: v / |v| in double (a zero vector stays)."""
+    norm = float(np.linalg.norm(v))
+    return v if norm == 0.0 else [x / norm for x in v]
 
 
 def _top_n(row: np.ndarray, n: int) -> list:

@@ -209,3 +209,94 @@ def dequantize_mxfp4(b) -> np.ndarray:
     d = e8m0_half(b["e"])[:, None]
     idx = np.concatenate([b["qs"] & 0xF, b["qs"] >> 4], axis=1)
     return KV_FP4[idx] * d
+
+
+# ------------------------------------------------------------------ integer (tiled) form ---
+# llama.cpp's CPU backend multiplies i-quant weights by q8_K activations in integers: per
+# super-block a signed value per element, an odd integer scale per 16 or 32 elements and one
+# float scale d0 (the f16 scale times the power of two the integer scales leave out), as its
+# tiled kernel unpacks them (ggml-cpu/tiled/tiled.cpp, tiled_unpack_src0).
+_SIGNI = np.where(_SIGN8 < 0, -1, 1).astype(np.int16)
+
+
+def _per16(s32: np.ndarray) -> np.ndarray:
+    return np.repeat(s32, 2, axis=1)
+
+
+def tiled_ints(qtype, b) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Block fields -> (values int16 [n, 256], scales int32 [n, 16] per 16 elements,
+    d0 float32 [n]); the weight is d0 * scale * value."""
+    from ..gguf import GGMLType as T
+    qtype = T(qtype)
+    if qtype == T.IQ4_XS:
+        n = len(b["d"])
+        qs = b["qs"].reshape(n, 8, 16)
+        v = G.KVALUES_IQ4NL.astype(np.int16)[np.concatenate([qs & 0xF, qs >> 4], axis=2)]
+        return v.reshape(n, 256), _per16(iq4_xs_scales(b) - 32), _f16(b["d"])
+    if qtype in (T.IQ1_S, T.IQ1_M):
+        return _tiled_iq1(qtype, b)
+    n = len(b["d"])
+    d = _f16(b["d"])
+    if qtype == T.IQ2_XXS:
+        q = np.ascontiguousarray(b["qs"]).view("<u4").reshape(n, 8, 2)
+        idx = q[:, :, 0:1].view(np.uint8).reshape(n, 8, 4)
+        a1 = q[:, :, 1].astype(np.int64)
+        g = grid_bytes(G.IQ2XXS_GRID, 8)[idx].astype(np.int16)
+        sg = _SIGNI[G.KSIGNS_IQ2XS[(a1[:, :, None] >> (7 * np.arange(4))) & 127]]
+        return (g * sg).reshape(n, 256), _per16(2 * (a1 >> 28) + 1), d * F32(0.125)
+    if qtype in (T.IQ2_XS, T.IQ2_S):
+        if qtype == T.IQ2_XS:
+            qs = b["qs"].reshape(n, 8, 4).astype(np.int64)
+            g = grid_bytes(G.IQ2XS_GRID, 8)[qs & 511]
+            sg = _SIGNI[G.KSIGNS_IQ2XS[qs >> 9]]
+        else:
+            qs = b["qs"][:, :32].reshape(n, 8, 4).astype(np.int64)
+            qh = b["qh"].astype(np.int64)[:, :, None]
+            g = grid_bytes(G.IQ2S_GRID, 8)[qs | ((qh << (8 - 2 * np.arange(4))) & 0x300)]
+            sg = _SIGNI[b["qs"][:, 32:].reshape(n, 8, 4)]
+        sc = b["scales"].astype(np.int64)
+        s16 = np.stack([2 * (sc & 0xF) + 1, 2 * (sc >> 4) + 1], axis=2).reshape(n, 16)
+        return (g.astype(np.int16) * sg).reshape(n, 256), s16, d * F32(0.125)
+    if qtype == T.IQ3_XXS:
+        qs = b["qs"][:, :64].reshape(n, 8, 4, 2)
+        aux = np.ascontiguousarray(b["qs"][:, 64:]).view("<u4").astype(np.int64)
+        g = grid_bytes(G.IQ3XXS_GRID, 4)[qs].reshape(n, 8, 4, 8).astype(np.int16)
+        sg = _SIGNI[G.KSIGNS_IQ2XS[(aux[:, :, None] >> (7 * np.arange(4))) & 127]]
+        return (g * sg).reshape(n, 256), _per16(2 * (aux >> 28) + 1), d * F32(0.25)
+    if qtype == T.IQ3_S:
+        qs = b["qs"].reshape(n, 8, 4, 2).astype(np.int64)
+        qh = b["qh"].astype(np.int64)[:, :, None]
+        l2 = 2 * np.arange(4)
+        idx = qs | np.stack([(qh << (8 - l2)) & 256, (qh << (7 - l2)) & 256], axis=3)
+        g = grid_bytes(G.IQ3S_GRID, 4)[idx].reshape(n, 8, 4, 8).astype(np.int16)
+        sg = _SIGNI[b["signs"].reshape(n, 8, 4)]
+        s = (b["scales"][:, :, None] >> np.array([0, 4], np.uint8)) & 0xF
+        return (g * sg).reshape(n, 256), _per16(1 + 2 * s.reshape(n, 8).astype(np.int64)), d
+    raise NotImplementedError(f"tiled_ints: {qtype.name}")
+
+
+def _tiled_iq1(qtype, b):
+    from ..gguf import GGMLType as T
+    n = len(b["qs"])
+    qs = b["qs"].reshape(n, 8, 4).astype(np.int64)
+    grid = grid_bytes(G.IQ1S_GRID, 8, signed=True).astype(np.int16)
+    if qtype == T.IQ1_S:
+        qh = b["qh"].astype(np.int64)
+        idx = qs | (((qh[:, :, None] >> (3 * np.arange(4))) & 7) << 8)
+        delta = np.where(qh & 0x8000, -1, 1)[:, :, None]
+        s16 = _per16(2 * ((qh >> 12) & 7) + 1)
+        d0 = _f16(b["d"]) * F32(0.125)
+    else:
+        sc = np.ascontiguousarray(b["scales"]).view("<u2").astype(np.int64)
+        ib = np.arange(8)
+        w = sc[:, ib // 2]
+        sh = 6 * (ib % 2)
+        s16 = np.stack([2 * ((w >> sh) & 7) + 1, 2 * ((w >> (sh + 3)) & 7) + 1], axis=2).reshape(n, 16)
+        qh = b["qh"].reshape(n, 8, 2).astype(np.int64)
+        idx = qs | np.stack([(qh[..., 0] << 8) & 0x700, (qh[..., 0] << 4) & 0x700,
+                             (qh[..., 1] << 8) & 0x700, (qh[..., 1] << 4) & 0x700], axis=2)
+        delta = np.where(np.stack([qh[..., 0] & 0x08, qh[..., 0] & 0x80, qh[..., 1] & 0x08,
+                                   qh[..., 1] & 0x80], axis=2) != 0, -1, 1)
+        d0 = iq1m_scale(b["scales"]) * F32(0.125)
+    v = 8 * grid[idx] + delta[..., None]
+    return v.reshape(n, 256).astype(np.int16), s16, d0

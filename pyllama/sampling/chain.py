@@ -6,7 +6,10 @@ Chain built from SamplerParams like common_sampler_init:
   mirostat == 1: temp -> mirostat v1;  mirostat == 2: temp -> mirostat v2.
 `sample()` runs the chain and draws exactly one uniform from the chain's RNG in the selecting
 step, or uses the `u` it is given instead. It does not accept: call `accept(token)` to update the
-history. The RNG is numpy's MT19937 seeded and read like llama.cpp's std::mt19937 (rng.py), so
+history. With a grammar (params.grammar) it is common_sampler_sample: the chain is sampled
+first; only when the grammar rejects that token are the logits masked by the grammar and the
+chain sampled again (a second draw); `accept` advances the grammar on generated tokens.
+The RNG is numpy's MT19937 seeded and read like llama.cpp's std::mt19937 (rng.py), so
 a seed gives llama.cpp's uniforms; 0xFFFFFFFF or -1 picks a random seed. XTC has its own
 generator with the same seed, as in llama.cpp, so `dist` still makes one draw per sample. Like
 llama.cpp, mirostat and adaptive-p (std::discrete_distribution) draw nothing when a single
@@ -51,13 +54,14 @@ def resolve_seed(seed: int) -> int:
 class SamplerChain:
     def __init__(self, params: SamplerParams, n_vocab: int, *, eog_ids=(), token_pieces=None,
                  tokenize=None, n_ctx: int = 0, n_ctx_train: int = 0, eot_id=None,
-                 suppress_ids=()):
+                 suppress_ids=(), vocab=None):
         """eog_ids: end-of-generation tokens (ignore_eos, infill); token_pieces: id -> str (or a
         list of str), needed by DRY (sequence breakers) and infill; tokenize: str -> ids for multi-character DRY
         breakers (else a longest-piece match over the pieces); n_ctx (else n_ctx_train) is what
         a last_n of -1 means (older llama.cpp; the current one only takes >= 0); eot_id:
         infill's fallback token (default: the first EOG id); suppress_ids: the vocab's
-        suppress tokens (tokenizer.ggml.suppress_tokens), always -inf."""
+        suppress tokens (tokenizer.ggml.suppress_tokens), always -inf; vocab: the model's
+        Vocab, needed by a grammar (its pieces, EOG tokens and `<token>` references)."""
         self.params, self.n_vocab = params, int(n_vocab)
         if token_pieces is not None and not callable(token_pieces):
             token_pieces = list(token_pieces).__getitem__  # a list of pieces works too
@@ -71,6 +75,13 @@ class SamplerChain:
         self.samplers = self._build(params, token_pieces, tokenize, n_ctx or n_ctx_train)
         self._last = None  # Candidates of the last sample(), ordered on demand
         self.last_selected = -1
+        self.grammar = None
+        if params.grammar:
+            if vocab is None:
+                raise ValueError("a grammar needs the model's vocabulary (vocab=)")
+            from pyllama.grammar.sampler import GrammarSampler
+            self.grammar = GrammarSampler(params.grammar, vocab, lazy=params.grammar_lazy,
+                                          triggers=params.grammar_triggers)
 
     # -- construction -------------------------------------------------------------------------
     def _build(self, p: SamplerParams, token_pieces, tokenize, n_ctx) -> list:
@@ -154,11 +165,17 @@ class SamplerChain:
         return cur
 
     def sample(self, logits, u: float | None = None) -> int:
-        """One token from the chain (not accepted). `u` in [0, 1) replaces the RNG draw."""
+        """One token from the chain (not accepted). `u` in [0, 1) replaces the RNG draw (both
+        draws when a grammar makes it sample twice)."""
         cur = self.apply(logits, u)
+        tok = int(cur.ids[cur.selected])
+        g = self.grammar
+        if g is not None and g.active and not g.allows(tok):
+            cur = self.apply(g.apply(logits), u)  # resample over the grammar's tokens only
+            tok = int(cur.ids[cur.selected])
         self._last = cur
-        self.last_selected = int(cur.ids[cur.selected])
-        return self.last_selected
+        self.last_selected = tok
+        return tok
 
     @property
     def last_candidates(self) -> tuple[np.ndarray, np.ndarray]:
@@ -176,8 +193,12 @@ class SamplerChain:
         """One uniform double in [0, 1) from the chain's RNG (the draw `sample` makes)."""
         return self.rng.random()
 
-    def accept(self, token: int) -> None:
+    def accept(self, token: int, is_generated: bool = True) -> None:
+        """Record a token; a generated one also advances the grammar (prompt tokens replayed
+        into the history do not, as in common_sampler_accept)."""
         token = int(token)
+        if self.grammar is not None and is_generated:
+            self.grammar.accept(token)
         for s in self.samplers:
             s.accept(token)
         self.prev.append(token)
@@ -185,6 +206,8 @@ class SamplerChain:
     def reset(self) -> None:
         """Clear the history, restart mirostat, reseed the RNGs (a random seed draws anew)."""
         self.prev.clear()
+        if self.grammar is not None:
+            self.grammar.reset()
         self.seed = resolve_seed(self.params.seed)
         self.rng = Mt19937(self.seed)
         for s in self.samplers:
@@ -202,6 +225,7 @@ class SamplerChain:
         c.prev = deque(self.prev, maxlen=self.prev.maxlen)
         c.samplers = [s.clone() for s in self.samplers]
         c._last, c.last_selected = self._last, self.last_selected
+        c.grammar = self.grammar.clone() if self.grammar is not None else None
         return c
 
     # -- probabilities ------------------------------------------------------------------------
@@ -211,17 +235,22 @@ class SamplerChain:
         otherwise the softmax of the raw logits (the server's default n_probs)."""
         if not post_sampling:
             return softmax_top_n(logits, n)
-        cur = self.clone().apply(logits, u=0.5)
+        cur = self.clone().apply(self._constrained(logits), u=0.5)
         order = _by_p(cur, n)
         return [(int(cur.ids[i]), float(cur.p[i])) for i in order]
 
     def probs_full(self, logits) -> np.ndarray:
         """The chain's final distribution over the whole vocabulary [n_vocab] float32 (zeros for
         filtered tokens), without moving this chain's state. For rejection sampling min(1, p/q)."""
-        cur = self.clone().apply(logits, u=0.5)
+        cur = self.clone().apply(self._constrained(logits), u=0.5)
         out = np.zeros(self.n_vocab, dtype=np.float32)
         out[cur.ids] = cur.p
         return out
+
+    def _constrained(self, logits):
+        """The logits with the grammar's mask applied (when a grammar is active)."""
+        g = self.grammar
+        return g.apply(logits) if g is not None and g.active else logits
 
     def describe(self) -> str:
         """common_sampler_print: "logits -> name -> ... ", a disabled sampler as "?name"."""

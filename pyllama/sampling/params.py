@@ -95,6 +95,12 @@ class SamplerParams:
     ignore_eos: bool = False
     logit_bias: dict = field(default_factory=dict)
     samplers: list = field(default_factory=lambda: list(DEFAULT_SAMPLERS))
+    # structured output (common_params_sampling.grammar/grammar_lazy/grammar_triggers): GBNF
+    # text or a pyllama.Grammar; triggers are (kind, value) with kind "token" (an id), "word",
+    # "pattern" or "pattern_full"
+    grammar: object = ""
+    grammar_lazy: bool = False
+    grammar_triggers: tuple = ()
     user_set: frozenset = frozenset()
 
     def replace(self, **changes) -> "SamplerParams":

@@ -23,8 +23,10 @@ def serve(cfg: ServerConfig) -> int:
     log = get_logger("server")
     engine = Engine(cfg)
     app = create_app(cfg, engine)
-    uds = cfg.host if cfg.host.endswith(".sock") else None   # llama.cpp: a UNIX socket path
-    config = uvicorn.Config(app, host=cfg.host, port=cfg.port, uds=uds, log_level="warning",
+    hosts = [h.strip() for h in cfg.host.split(",") if h.strip()] or ["127.0.0.1"]
+    uds = hosts[0] if len(hosts) == 1 and hosts[0].endswith(".sock") else None  # a UNIX socket
+    sockets = _bind_all(hosts, cfg.port) if len(hosts) > 1 else None
+    config = uvicorn.Config(app, host=hosts[0], port=cfg.port, uds=uds, log_level="warning",
                             access_log=False, timeout_graceful_shutdown=3,
                             lifespan="off", ws="none", server_header=False,
                             date_header=False,   # cpp-httplib sends no Date either
@@ -38,12 +40,47 @@ def serve(cfg: ServerConfig) -> int:
     engine.start()
     _quiet_signals()
     try:
-        server.run()
+        server.run(sockets=sockets)
     finally:
         engine.stop()
-        if uds and os.path.exists(uds):
-            os.unlink(uds)
+        for path in [uds] + [h for h in hosts if h.endswith(".sock")]:
+            if path and os.path.exists(path):
+                os.unlink(path)
     return 1 if engine.load_error is not None or not server.started else 0
+
+
+def _bind_all(hosts: list[str], port: int) -> list:
+    """One listening socket per --host address (llama.cpp 0c1e570: a comma-separated list; UNIX
+    socket paths end in .sock; with several TCP addresses '::' binds IPv6 only; port 0 takes
+    the first address's free port for all)."""
+    import socket
+    out = []
+    for host in hosts:
+        if host.endswith(".sock"):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            if os.path.exists(host):
+                os.unlink(host)
+            sock.bind(host)
+        else:
+            name = host.strip("[]")
+            family = socket.AF_INET6 if ":" in name else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind((name, port))
+            except OSError as e:
+                sock.close()
+                for s in out:
+                    s.close()
+                raise SystemExit(f"couldn't bind HTTP server socket, hostname: {host}, "
+                                 f"port: {port} ({e})") from None
+            port = sock.getsockname()[1]
+        sock.listen(512)
+        sock.set_inheritable(True)
+        out.append(sock)
+    return out
 
 
 def _quiet_signals() -> None:

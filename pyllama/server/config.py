@@ -13,6 +13,7 @@ class ServerConfig:
     """Everything llama-server needs; defaults are llama.cpp's (llama.cpp common/arg.cpp, common/common.h `common_params`)."""
     model: str | None = None
     alias: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)   # --tags: informational, in /models
     host: str = "127.0.0.1"
     port: int = 8080
     api_keys: list[str] = field(default_factory=list)
@@ -55,12 +56,15 @@ class ServerConfig:
     ui_config: dict | None = None    # --ui-config(-file): default Web UI settings, in /props
     prefill_assistant: bool = True   # a trailing assistant message is continued, not closed
     flash_attn: bool = True          # -fa: llama.cpp's flash-attention arithmetic (auto = on)
+    rope: dict | None = None         # --rope-* / --yarn-*: Context(rope=...)
     api_prefix: str = ""
     ui: bool = True
     embeddings: bool = False        # --embeddings (and --rerank): the embedding endpoints
     pooling: str | None = None      # --pooling; None: the model's default (pyllama.Context)
     embd_normalize: int = 2         # --embd-normalize: common_embd_normalize of pooled vectors
     spm_infill: bool = False        # --spm-infill: Suffix/Prefix/Middle order for /infill
+    reasoning_format: str = "auto"  # --reasoning-format: none | auto | deepseek | deepseek-legacy
+    reasoning_budget: int = -1      # --reasoning-budget: thinking tokens before </think> is forced
     warmup: bool = True
     sse_ping_interval: float = 30.0
     model_params: dict = field(default_factory=dict)  # extra load_model kwargs (e.g. n_gpu_layers)

@@ -125,6 +125,8 @@ class ChatBody(CompletionBody):
     continue_final_message: bool | None = None
     chat_template_kwargs: dict | None = None
     reasoning_format: str | None = None
+    reasoning_budget_tokens: int | None = None
+    thinking_budget_tokens: int | None = None     # Anthropic's thinking.budget_tokens
 
 
 class TokenizeBody(msgspec.Struct):
@@ -199,6 +201,7 @@ class TaskParams:
     timings_per_token: bool = False
     ignore_eos: bool = False
     embd_normalize: int = 2          # embeddings: common_embd_normalize's rule (pooled only)
+    reasoning_budget: Any = None     # chat_parse.ReasoningBudget (a template with thinking)
     t_max_predict_ms: int = -1
     sampling: Any = None           # SamplerParams
     settings: dict = field(default_factory=dict)  # generation_settings as reported
@@ -284,7 +287,6 @@ def _logit_bias(raw, n_vocab: int, tokenize) -> dict[int, float]:
 def build_params(body: CompletionBody, defaults: "RequestDefaults", *, n_vocab: int,
                  tokenize, chat: bool = False) -> TaskParams:
     """Apply llama.cpp's defaults, aliases, clamps and range checks to one request body."""
-    _reject_unsupported(body)
     name, n_predict = _first(body, "n_predict", "max_completion_tokens", "max_tokens")
     _check_range(name, n_predict, -1)
     _check_range("n_keep", body.n_keep, -1)
@@ -305,6 +307,8 @@ def build_params(body: CompletionBody, defaults: "RequestDefaults", *, n_vocab: 
     if defaults.n_predict > 0 and not 0 <= p.n_predict <= defaults.n_predict:
         p.n_predict = defaults.n_predict    # the server's -n caps every request (llama.cpp)
     p.sampling = _sampler_params(defaults.sampling, values, body, n_vocab, tokenize)
+    from .structured import constrain
+    p.sampling = constrain(body, p.sampling, chat=chat, oai=chat)
     p.settings = generation_settings(p, defaults)
     return p
 
@@ -343,15 +347,6 @@ def _sampler_names(value) -> list[str]:
     return parse_sampler_chars(value)
 
 
-def _reject_unsupported(body: CompletionBody) -> None:
-    if body.grammar or body.json_schema is not None:
-        raise not_supported("grammar and json_schema are not supported by this server")
-    rf = body.response_format
-    if rf is not None and not (isinstance(rf, dict) and rf.get("type", "text") == "text"):
-        raise not_supported("response_format is not supported by this server "
-                            "(only {\"type\": \"text\"})")
-
-
 @dataclass
 class RequestDefaults:
     """The server's per-request defaults (from the command line)."""
@@ -386,7 +381,23 @@ def generation_settings(p: TaskParams, defaults: RequestDefaults | None = None) 
         "reasoning_format": "none", "samplers": list(g("samplers", []) or []),
         "speculative.types": ["none"], "timings_per_token": p.timings_per_token,
         "post_sampling_probs": p.post_sampling_probs, "lora": [], "stop": list(p.stop),
+        "grammar": _grammar_text(g("grammar", "")), "grammar_lazy": bool(g("grammar_lazy", False)),
+        "grammar_triggers": [_trigger_json(t) for t in (g("grammar_triggers", ()) or ())],
     }
+
+
+def _grammar_text(grammar) -> str:
+    return getattr(grammar, "text", grammar) or ""
+
+
+def _trigger_json(trigger) -> dict:
+    """server_grammar_trigger::to_json: {"type": <common_grammar_trigger_type>, "value"}."""
+    kind, value = trigger
+    types = {"token": 0, "word": 1, "pattern": 2, "pattern_full": 3}
+    out = {"type": types.get(kind, 1), "value": str(value)}
+    if kind == "token":
+        out["token"] = int(value)
+    return out
 
 
 # ----------------------------------------------------------------------------- results

@@ -195,3 +195,75 @@ CASES = {f.__name__: f for f in (
     constructor_seed, logit_bias, stream, stream_stop, logprobs, echo_logprobs, stream_logprobs,
     chat, chat_stream, chat_seeded, chat_tools, state, prefix_reuse, ram_cache, prompt_lookup,
     chat_unlimited)}
+
+
+def _short(v):
+    """A vector as its first 16 values and its norm (keeps the fixtures small)."""
+    if v and isinstance(v[0], list):
+        return [_short(r) for r in v]
+    return {"head": [float(x) for x in v[:16]], "norm": float(sum(x * x for x in v)) ** 0.5,
+            "n": len(v)}
+
+
+def embed_pooled(llm, *_):
+    m = llm(embedding=True, pooling_type=1)          # LLAMA_POOLING_TYPE_MEAN
+    many = m.create_embedding(["Hello, world!", "The capital of France is", "hi"])
+    for d in many["data"]:
+        d["embedding"] = _short(d["embedding"])
+    return {"one": _short(m.embed("Hello, world!")), "many": many,
+            "normalized": _short(m.embed(["naïve café"], normalize=True)),
+            "pooling": m.pooling_type()}
+
+
+def embed_tokens(llm, *_):
+    m = llm(embedding=True)                         # the model's pooling (none here)
+    return {"rows": _short(m.embed(["Hello", "The capital"])), "pooling": m.pooling_type()}
+
+
+CASES.update({f.__name__: f for f in (embed_pooled, embed_tokens)})
+
+
+def _pkg(Llama):
+    """The package Llama comes from (llama_cpp, or pyllama.llama_cpp)."""
+    import importlib
+    return importlib.import_module(Llama.__module__.rsplit(".", 1)[0])
+
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"},
+                                           "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+
+
+def grammar_choice(llm, Llama, *_):
+    g = _pkg(Llama).LlamaGrammar.from_string('root ::= "yes" | "no" | "maybe, " [a-z]+')
+    return llm()("Is Paris in France? Answer:", grammar=g, temperature=0, max_tokens=8)
+
+
+def grammar_json_seeded(llm, Llama, *_):
+    pkg = _pkg(Llama)
+    g = pkg.LlamaGrammar.from_string(pkg.llama_grammar.JSON_GBNF)
+    return llm()("A JSON object describing a cat:", grammar=g, temperature=0.7, seed=1,
+                 max_tokens=24)
+
+
+def chat_json(llm, *_):
+    return llm().create_chat_completion([{"role": "user", "content": "Describe a cat in JSON."}],
+                                        response_format={"type": "json_object"}, temperature=0,
+                                        max_tokens=24)
+
+
+def grammar_schema(llm, Llama, *_):
+    import json
+    g = _pkg(Llama).LlamaGrammar.from_json_schema(json.dumps(SCHEMA))
+    return llm()("A person as JSON:", grammar=g, temperature=0, max_tokens=24)
+
+
+def chat_tool_forced(llm, *_):
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+    return llm().create_chat_completion(
+        msgs, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        temperature=0, max_tokens=24)
+
+
+CASES.update({f.__name__: f for f in (grammar_choice, grammar_json_seeded, chat_json,
+                                      grammar_schema, chat_tool_forced)})

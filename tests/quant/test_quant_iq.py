@@ -63,3 +63,76 @@ def test_iq_grids_match_source(tmp_path):
         assert f.read() == gen.write_py(tables, defines, src)
     with open(gen.H_OUT) as f:
         assert f.read() == gen.write_h(tables, defines, src)
+
+
+# ------------------------------------------------------------------------- matmul ---------
+IQ_TILED = ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "IQ4_XS"]
+
+
+def _weight(ref, name):
+    from pyllama.backend.base import Weight
+    raw = ref["raw_" + name]
+    return Weight("w." + name, GGMLType[name], (raw.shape[0], 512), raw)
+
+
+@pytest.mark.parametrize("name", IQ_TILED)
+def test_iq_matmul_equals_llama_cpp_tiled_kernel(ref, name):
+    """From 8 rows llama.cpp multiplies i-quants with its tiled kernel (ggml-cpu/tiled): the CPU
+    kernels and the numpy oracle give its bits; every row count uses that arithmetic."""
+    from pyllama.backend.cpu import matmul as mm
+    from pyllama.backend.ref_matmul import matmul_ref
+    w, x = _weight(ref, name), ref["x"]
+    for n in (8, 9):
+        want = ref[f"mm{n}_{name}"]
+        assert np.array_equal(mm.matmul(w, x[:n]), want)
+        assert np.array_equal(matmul_ref(w.type, w.raw, x[:n]), want)
+    full = mm.matmul(w, x)
+    for n in (1, 2, 3, 5):     # the direct mat-vec path and partial tiles: the same bits
+        assert np.array_equal(mm.matmul(w, x[:n]), full[:n])
+
+
+@pytest.mark.parametrize("name", IQ_TILED)
+def test_iq_get_rows_is_ggml_dequantize(ref, name):
+    from pyllama.backend.cpu import matmul as mm
+    want = ref["deq_" + name]
+    got = mm.get_rows(_weight(ref, name), np.arange(len(want)))
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["Q2_K", "Q3_K", "Q5_K", "Q6_K"])
+def test_kquant_prefill_equals_llama_cpp_tiled_kernel(ref, name):
+    """K-quants llama.cpp does not repack on AVX2 (all but Q4_K) go through its tiled kernel
+    from 8 rows; Q2_K / Q5_K with their mins: res = fma(-dmin, S2, d*S1) per super-block."""
+    from pyllama.backend.cpu import matmul as mm
+    from pyllama.backend.ref_matmul import matmul_ref
+    w, x = _weight(ref, name), ref["x"]
+    for n in (8, 9):
+        assert np.array_equal(mm.matmul(w, x[:n]), ref[f"mm{n}_{name}"])
+        assert np.array_equal(matmul_ref(w.type, w.raw, x[:n]), ref[f"mm{n}_{name}"])
+
+
+@pytest.mark.parametrize("name", ["IQ4_NL", "Q4_0"])
+def test_unrepacked_32_blocks_equal_llama_cpp(ref, name):
+    """rows % 8 != 0 (not repacked): tinyBLAS from 2 rows (and for Q4_0 vec_dot, the same)."""
+    from pyllama.backend.base import Weight
+    from pyllama.backend.cpu import matmul as mm
+    raw, x = ref["raw_" + name][:15], ref["x"]
+    w = Weight("w", GGMLType[name], (15, 512), raw)
+    for n in (3, 8, 9):
+        assert np.array_equal(mm.matmul(w, x[:n]), ref[f"mm{n}_{name}"][:, :15])
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "IQ4_NL", "MXFP4"])
+def test_repacked_8x8_kernel_equals_oracle(ref, name):
+    """rows % 8 == 0: llama.cpp's ggml_gemm/gemv_*_8x8_q8_0 arithmetic (one exact integer per
+    32-block, one fma chain); kernels == numpy oracle for every row count, and the 1-row result
+    differs from the vec_dot / tinyBLAS lanes (so the path is really taken)."""
+    from pyllama.backend.cpu import matmul as mm
+    from pyllama.backend.ref_matmul import matmul_ref
+    w, x = _weight(ref, name), ref["x"]
+    full = mm.matmul(w, x)
+    assert np.array_equal(full, matmul_ref(w.type, w.raw, x))
+    for n in (1, 2, 3, 5):
+        assert np.array_equal(mm.matmul(w, x[:n]), full[:n])
+    assert not np.array_equal(full, ref["vd_" + name])
+    np.testing.assert_allclose(full, ref["vd_" + name], rtol=1e-5, atol=1e-6)

@@ -59,14 +59,18 @@ JSON_CASES = [
     ("/completion", {"prompt": "x", "repeat_last_n": -2}, 400, "invalid_request_error", None),
     ("/completion", {"prompt": "x", "dry_sequence_breakers": []}, 400, "invalid_request_error",
      "Error: dry_sequence_breakers must be a non-empty array of strings"),
-    ("/completion", {"prompt": "x", "grammar": "root ::= \"a\""}, 501, "not_supported_error",
-     None),
+    ("/completion", {"prompt": "x", "grammar": "root ::= x"}, 400, "invalid_request_error",
+     "Failed to parse grammar: Undefined rule identifier 'x' (line 1, column 10)"),
+    ("/completion", {"prompt": "x", "json_schema": {"type": "frob"}}, 400,
+     "invalid_request_error", "\"json_schema\": JSON schema conversion failed:\n"
+     "JSON schema error at #: unrecognized type frob"),
     ("/v1/chat/completions", {"model": "m"}, 400, "invalid_request_error",
      "'messages' is required"),
     ("/v1/chat/completions", {"messages": "hi"}, 400, "invalid_request_error", None),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
-                              "response_format": {"type": "json_object"}},
-     501, "not_supported_error", None),
+                              "response_format": {"type": "xml"}},
+     400, "invalid_request_error",
+     "response_format type must be one of \"text\" or \"json_object\", but got: xml"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "data:"}}]}]}, 400,
      "invalid_request_error", None),
@@ -129,32 +133,36 @@ def test_cors(client):
 def test_web_page(client):
     r = client.get("/")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert '<script type="module" src="app.js">' in r.text
+    r = client.get("/app.js")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/javascript")
     assert "v1/chat/completions" in r.text
+    assert client.get("/style.css").headers["content-type"].startswith("text/css")
+    check_error(client.get("/nope.js"), 404, "not_found_error", "File Not Found")
 
 
-def test_web_page_script_streams_a_chat(client, server):
-    """The page's own SSE reader, run by node against the server, assembles the same reply."""
-    import re
+def test_web_page_script_streams_a_chat(client, server, tmp_path):
+    """The page's own SSE reader (api.js), run by node against the server, assembles the same
+    reply."""
     import shutil
     import subprocess
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed")
-    js = re.search(r"<script>(.*)</script>", client.get("/").text, re.S).group(1)
-    assert subprocess.run([node, "--check", "-"], input=js, text=True).returncode == 0
-    reader = re.search(r"async function\* events\(response\) \{.*?\n\}\n", js, re.S).group(0)
+    (tmp_path / "api.mjs").write_text(client.get("/api.js").text)
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "temperature": 0}
-    prog = reader + f"""
-(async () => {{
-  const r = await fetch("{server.url}/v1/chat/completions", {{method: "POST",
-    headers: {{"Content-Type": "application/json"}},
-    body: JSON.stringify({json.dumps({**body, "stream": True})})}});
-  let text = "";
-  for await (const ev of events(r))
-    for (const c of ev.choices || []) if (c.delta && c.delta.content) text += c.delta.content;
-  console.log(JSON.stringify(text));
-}})();"""
-    out = subprocess.run([node, "-e", prog], capture_output=True, text=True, timeout=60)
+    prog = f"""import {{ events }} from "./api.mjs";
+const r = await fetch("{server.url}/v1/chat/completions", {{method: "POST",
+  headers: {{"Content-Type": "application/json"}},
+  body: JSON.stringify({json.dumps({**body, "stream": True})})}});
+let text = "";
+for await (const ev of events(r))
+  for (const c of ev.choices || []) if (c.delta && c.delta.content) text += c.delta.content;
+console.log(JSON.stringify(text));
+"""
+    (tmp_path / "run.mjs").write_text(prog)
+    out = subprocess.run([node, str(tmp_path / "run.mjs")], capture_output=True, text=True,
+                         timeout=60)
     assert out.returncode == 0, out.stderr
     ref = client.post("/v1/chat/completions", json=body).json()
     assert json.loads(out.stdout) == (ref["choices"][0]["message"]["content"] or "")

@@ -77,12 +77,16 @@ def test_logprobs_fields():
     assert params(b'{"logprobs": false}', chat=True).n_probs == 0
 
 
-@pytest.mark.parametrize("raw", [b'{"grammar": "root ::= x"}', b'{"json_schema": {}}',
-                                 b'{"response_format": {"type": "json_object"}}'])
-def test_constrained_output_is_not_supported(raw):
+def test_constrained_output_sets_the_grammar():
+    from pyllama.grammar import json_schema_to_gbnf
+    assert params(b'{"grammar": "root ::= \\"a\\""}').sampling.grammar == 'root ::= "a"'
+    any_object = json_schema_to_gbnf({"type": "object"})
+    assert params(b'{"json_schema": {}}').sampling.grammar == any_object
+    assert params(b'{"response_format": {"type": "json_object"}}', chat=True).sampling.grammar \
+        == any_object
     with pytest.raises(S.ServerError) as e:
-        params(raw)
-    assert e.value.code == 501 and e.value.type == "not_supported_error"
+        params(b'{"grammar": "root ::= x"}')
+    assert e.value.code == 400 and "Undefined rule identifier 'x'" in e.value.message
 
 
 def test_response_format_text_is_fine():

@@ -135,8 +135,7 @@ def test_per_tool_defaults():
 
 
 def test_not_supported_exits_with_message():
-    for argv in (["--grammar", "root ::= x"], ["--lora", "a.gguf"], ["-j", "{}"],
-                 ["--context-shift"], ["-hf", "x/y"]):
+    for argv in (["--lora", "a.gguf"], ["--context-shift"], ["-hf", "x/y"]):
         with pytest.raises(ArgError, match="not supported by pyllama yet"):
             P("completion", *argv)
     p, _ = P("completion", "--no-context-shift")   # the default side of an unsupported pair

@@ -19,7 +19,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 import numpy as np  # noqa: E402
 
 from ...errors import BackendError  # noqa: E402
-from ...gguf import GGML_BLOCK  # noqa: E402
+from ...gguf import GGML_BLOCK, GGMLType  # noqa: E402
+from ...quant import dequantize  # noqa: E402
 from . import _matmul  # noqa: E402
 
 _state = {"threads": max(1, _matmul.max_threads())}
@@ -108,6 +109,15 @@ def _raw2d(w) -> tuple[np.ndarray, int]:
 
 
 _WEIGHTS: dict = {}  # id(w) -> (w, w.raw, raw [rows, row_bytes], k, type id, activation kind)
+# llama.cpp's CPU backend repacks these on AVX2 when rows % 8 == 0 (ggml-cpu/repack.cpp,
+# ggml_repack_get_optimal_repack_type) and multiplies them with ggml_gemm/gemv_*_8x8_q8_0
+_REPACKED_8X8 = frozenset({GGMLType.Q4_0, GGMLType.IQ4_NL, GGMLType.MXFP4})
+R8 = 256
+
+
+def kernel_type(wtype, rows: int) -> int:
+    """The type id the kernels get: wtype, or wtype | R8 for the repacked 8x8 arithmetic."""
+    return int(wtype) | R8 if wtype in _REPACKED_8X8 and rows % 8 == 0 else int(wtype)
 
 
 def _weight(w) -> tuple:
@@ -117,7 +127,8 @@ def _weight(w) -> tuple:
         if len(_WEIGHTS) > 8192:
             _WEIGHTS.clear()
         raw, k = _raw2d(w)
-        e = _WEIGHTS[id(w)] = (w, w.raw, raw, k, int(w.type), _matmul.act_kind(int(w.type)))
+        e = _WEIGHTS[id(w)] = (w, w.raw, raw, k, kernel_type(w.type, raw.shape[0]),
+                               _matmul.act_kind(int(w.type)))
     return e
 
 
@@ -152,12 +163,20 @@ def _plan_obj(kind: int, n: int, k: int, nth: int):
     return p
 
 
+# i-quants: the kernels hold them in llama.cpp's tiled-kernel form, whose float expression is not
+# dequantize_row_*'s; their rows decode through the numpy reference (bit-exact with ggml)
+_NUMPY_ROWS = frozenset({GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS,
+                         GGMLType.IQ3_S, GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.IQ4_XS})
+
+
 def get_rows(w, ids) -> np.ndarray:
     """Dequantized rows W[ids] -> [len(ids), k] float32."""
     raw, k = _raw2d(w)
     ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
     if ids.size and (ids.min() < 0 or ids.max() >= raw.shape[0]):
         raise BackendError(f"{w.name}: row id out of range [0, {raw.shape[0]})")
+    if w.type in _NUMPY_ROWS:
+        return dequantize(raw[ids], w.type).reshape(ids.size, k)
     out = np.empty((ids.size, k), np.float32)
     scratch = _buf("rows", _matmul.row_scratch_bytes(k))
     _matmul.dequant_rows(int(w.type), raw, k, ids, out, scratch)

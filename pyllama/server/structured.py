@@ -1,0 +1,137 @@
+"""Structured output for the completion APIs: `grammar`, `json_schema`, `response_format` and
+forced tool calls become the request's grammar (llama.cpp: tools/server/server-schema.cpp's
+json_schema/grammar field, server-common.cpp's oaicompat_chat_params_parse).
+
+- /completion: `grammar` (GBNF) or `json_schema` (converted; the grammar wins when both are
+  given, as in llama.cpp's field handler); an empty schema means any object.
+- chat (and any completion without grammar/json_schema): `response_format` {"type": "text" | "json_object" (optional
+  "schema") | "json_schema" ({"json_schema": {"schema": ..., "strict": ...}})}; `json_schema`
+  and `grammar` together are an error ("Cannot use both json_schema and grammar").
+- chat with tools: tool_choice "required" (or a named function) constrains the output to the
+  Hermes 2 Pro tool-call syntax of the bundled Qwen template, `<tool_call>\\n{"name": ...,
+  "arguments": {...}}\\n</tool_call>`, one call or several with parallel_tool_calls; with
+  "auto" the same grammar is lazy, triggered by the word `<tool_call>`.
+Bad grammars and schemas are 400 errors, with the failing position where there is one.
+"""
+from pyllama.errors import GrammarError
+from pyllama.grammar import Grammar
+from pyllama.grammar.json_schema import Builder, Converter, _SchemaFail
+
+from .schemas import invalid
+
+TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
+
+
+def _schema_grammar(schema, field: str = "json_schema") -> str:
+    if isinstance(schema, dict) and not schema:
+        schema = {"type": "object"}   # an absent or empty schema means any object
+    try:
+        from pyllama.grammar import json_schema_to_gbnf
+        return json_schema_to_gbnf(schema)
+    except GrammarError as e:
+        raise invalid(f"\"{field}\": {e}") from None
+
+
+def check_grammar(text: str) -> None:
+    """A GBNF text the server would fail to parse: 400, llama.cpp's 'Failed to parse grammar'
+    with the failing position. `<token>` references are resolved later, with the vocabulary."""
+    try:
+        Grammar.from_gbnf(text, token_id=lambda t: 0)
+    except GrammarError as e:
+        raise invalid(f"Failed to parse grammar: {e.describe()}") from None
+
+
+def response_format_schema(rf, json_schema):
+    """oaicompat_chat_params_parse's response_format handling: the schema to use, or None."""
+    if rf is None:
+        return json_schema
+    if not isinstance(rf, dict):
+        raise invalid("response_format must be an object")
+    kind = rf.get("type") or ""
+    if not isinstance(kind, str):
+        raise invalid("response_format.type must be a string")
+    if kind == "json_object":
+        if "schema" in rf or json_schema is None or json_schema == {}:
+            return rf.get("schema", {}) if rf.get("schema") is not None else {}
+        return json_schema
+    if kind == "json_schema":
+        wrapper = rf.get("json_schema") or {}
+        if not isinstance(wrapper, dict):
+            raise invalid("response_format.json_schema must be an object")
+        return wrapper.get("schema", {}) if wrapper.get("schema") is not None else {}
+    if kind and kind != "text":
+        raise invalid("response_format type must be one of \"text\" or \"json_object\", but got: "
+                      + kind)
+    return json_schema
+
+
+def tool_call_grammar(tools: list, only: str | None = None, parallel: bool = True) -> str:
+    """The grammar of Hermes 2 Pro tool calls over these tools (all, or just `only`)."""
+    conv = Converter()
+    alts = []
+    for t in tools:
+        fn = t.get("function", t) if isinstance(t, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise invalid("Invalid 'tools' entry: each needs function.name")
+        name = fn["name"]
+        if only is not None and name != only:
+            continue
+        params = fn.get("parameters") or {"type": "object"}
+        schema = {"type": "object", "properties": {"name": {"const": name},
+                                                   "arguments": params},
+                  "required": ["name", "arguments"], "additionalProperties": False}
+        try:
+            node = Builder(schema).build()
+        except _SchemaFail as e:
+            raise invalid(f"tool '{name}': JSON schema conversion failed: {e}") from None
+        alts.append(conv.visit(node, f"{name}-call"))
+    if not alts:
+        raise invalid(f"tool_choice names a function that is not in 'tools': {only}")
+    if conv.errors:
+        raise invalid("JSON schema conversion failed:\n" + "\n".join(conv.errors))
+    conv.add_rule("tool-call", f'"{TOOL_OPEN}\\n" space ( {" | ".join(alts)} ) space '
+                               f'"\\n{TOOL_CLOSE}"')
+    conv.add_rule("root", 'tool-call ( "\\n" tool-call )*' if parallel else "tool-call")
+    return conv.format_grammar()
+
+
+def constrain(body, sampling, *, chat: bool, oai: bool):
+    """The SamplerParams with the request's grammar (unchanged when it has none)."""
+    grammar = body.grammar if isinstance(getattr(body, "grammar", None), str) else None
+    if getattr(body, "grammar", None) is not None and grammar is None:
+        raise invalid("\"grammar\" must be a string")
+    json_schema = getattr(body, "json_schema", None)
+    rf = getattr(body, "response_format", None)
+    lazy, triggers = False, ()
+    if chat or oai:
+        if json_schema is not None and grammar:
+            raise invalid("Cannot use both json_schema and grammar")
+        json_schema = response_format_schema(rf, json_schema)
+    tools = getattr(body, "tools", None) or []
+    choice = getattr(body, "tool_choice", None)
+    if chat and tools and choice != "none":
+        if body.grammar is not None:
+            raise invalid("Cannot use custom grammar constraints with tools.")
+        only = None
+        if isinstance(choice, dict):
+            only = (choice.get("function") or {}).get("name")
+            if not isinstance(only, str):
+                raise invalid("Invalid tool_choice: expected {\"type\": \"function\", "
+                              "\"function\": {\"name\": ...}}")
+        elif choice not in (None, "auto", "required"):
+            raise invalid(f"Invalid tool_choice: {choice}")
+        if json_schema is None:
+            parallel = getattr(body, "parallel_tool_calls", None)
+            grammar = tool_call_grammar(tools, only, parallel is not False)
+            if choice in (None, "auto"):
+                lazy, triggers = True, (("word", TOOL_OPEN),)
+            json_schema = None
+    if grammar:
+        check_grammar(grammar)
+    elif json_schema is not None:
+        grammar = _schema_grammar(json_schema)
+    if not grammar:
+        return sampling
+    import dataclasses
+    return dataclasses.replace(sampling, grammar=grammar, grammar_lazy=lazy,
+                               grammar_triggers=triggers)
