@@ -26,18 +26,20 @@ _LAYER_RE = re.compile(r"^blk\.(\d+)\.(.+)\.(weight|bias)$")
 
 class Model:
     def __init__(self, path: str, backend: str = "cpu", n_threads: int | None = None,
-                 vocab_only: bool = False):
+                 vocab_only: bool = False, kv_overrides: dict | None = None):
         self.path = path
         self.reader = GGUFReader(path)
         self.metadata = self.reader.metadata
-        self.arch_name = self.reader.architecture
+        if kv_overrides:
+            self.metadata = apply_kv_overrides(self.metadata, kv_overrides)
+        self.arch_name = self.metadata.get("general.architecture") or self.reader.architecture
         if not self.arch_name:
             raise ModelError(f"{path}: no general.architecture key")
         self.arch = arch_registry.get(self.arch_name)
         self.hparams = self.arch.load_hparams(self.metadata)
         check_hparams(self.hparams)
         from .vocab import Vocab  # L1; imported here to keep model import light
-        self.vocab = Vocab.from_gguf(self.reader)
+        self.vocab = Vocab.from_gguf(self.metadata)
         if self.hparams.n_vocab == 0:
             self.hparams.n_vocab = self.vocab.n_vocab
         self.backend = get_backend(backend, n_threads)
@@ -55,6 +57,10 @@ class Model:
             if t.shape != spec.shape:
                 raise ModelError(f"{self.path}: tensor '{spec.name}' has wrong shape; expected "
                                  f"{list(spec.shape)}, got {list(t.shape)}")
+        for name, info in tensors.items():
+            if not self.backend.supports_type(info.type):
+                raise ModelError(f"{self.path}: tensor '{name}' has type {info.type.name}, which "
+                                 f"the {self.backend.name} backend does not support")
         top, per_layer = {}, [dict() for _ in range(self.hparams.n_layer)]
         for name, info in tensors.items():
             w = self.backend.weight(info)
@@ -116,7 +122,35 @@ def _size_label(n: int) -> str:
 
 
 def load_model(path_or_alias=None, *, backend: str = "cpu", n_threads: int | None = None,
-               vocab_only: bool = False) -> Model:
-    """Open a GGUF (or a bundled alias, see pyllama.models). Raises GgufError/ModelError."""
+               vocab_only: bool = False, kv_overrides: dict | None = None) -> Model:
+    """Open a GGUF (or a bundled alias, see pyllama.models). Raises GgufError/ModelError.
+    kv_overrides: {key: int | float | bool | str} replacing metadata values (--override-kv)."""
     return Model(resolve(path_or_alias), backend=backend, n_threads=n_threads,
-                 vocab_only=vocab_only)
+                 vocab_only=vocab_only, kv_overrides=kv_overrides)
+
+
+def _override_kind(v) -> str | None:
+    if isinstance(v, (bool, np.bool_)):
+        return "bool"
+    if isinstance(v, (int, np.integer)):
+        return "int"
+    if isinstance(v, (float, np.floating)):
+        return "float"
+    if isinstance(v, str):
+        return "str"
+    return None
+
+
+def apply_kv_overrides(metadata, overrides: dict):
+    """The metadata with llama_model_kv_override values on top (llama_model_loader: an override
+    replaces the key's value, or supplies an absent key; its type must be the key's: int for
+    integer keys, float, bool, str), as a lazy mapping over the file's metadata."""
+    from collections import ChainMap
+    for key, value in overrides.items():
+        want, got = _override_kind(metadata.get(key)), _override_kind(value)
+        if got is None:
+            raise ModelError(f"override for key '{key}' has an unsupported type")
+        if key in metadata and want is not None and want != got:
+            raise ModelError(f"Bad metadata override type for key '{key}', expected {want} but "
+                             f"got {got}")
+    return ChainMap(dict(overrides), metadata)

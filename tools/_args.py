@@ -71,6 +71,47 @@ def _O(args, kind, dest, help, **kw) -> Opt:
     return Opt(a, kind, dest, help, **kw)
 
 
+def _rope_scale(s: str) -> float:
+    """--rope-scale N sets rope_freq_scale = 1/N (common/arg.cpp)."""
+    return 1.0 / stof(s)
+
+
+def _kv_overrides(s: str) -> list:
+    """--override-kv KEY=TYPE:VALUE[,...] -> [(key, value)] as string_parse_kv_override reads
+    them (common/common.cpp): int (atol), float (atof), bool (true|false), str (<= 127 chars)."""
+    out = []
+    for item in s.split(","):
+        key, sep, rest = item.partition("=")
+        value = None
+        if sep and len(key) < 128:
+            typ, _, val = rest.partition(":")
+            if typ == "int" and _:
+                value = _atol(val)
+            elif typ == "float" and _:
+                value = _atof(val)
+            elif typ == "bool" and val in ("true", "false"):
+                value = val == "true"
+            elif typ == "str" and _ and len(val) <= 127:
+                value = val
+        if value is None:
+            raise ConvertError(f"error: Invalid type for KV override: {item}")
+        out.append((key, value))
+    return out
+
+
+def _atol(s: str) -> int:
+    import re
+    m = re.match(r"\s*[+-]?\d+", s)
+    return int(m.group()) if m else 0
+
+
+def _atof(s: str) -> float:
+    import re
+    m = re.match(r"\s*[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf|nan)", s,
+                 re.IGNORECASE)
+    return float(m.group()) if m else 0.0
+
+
 def _kv_type(s: str) -> str:
     if s not in KV_TYPES:
         raise ConvertError(f"Unsupported cache type: {s}")
@@ -325,7 +366,7 @@ OPTIONS: list[Opt] = [
     _O("--check-tensors", "flag", "check_tensors", "check model tensor data for invalid values "
        "(default: false)", status=UNSUP, note="tensor checking"),
     _O("--override-kv", "list", "kv_overrides", "advanced option to override model metadata by "
-       "key", hint="KEY=TYPE:VALUE", status=UNSUP, note="metadata overrides"),
+       "key", hint="KEY=TYPE:VALUE", conv=_kv_overrides),
     _O("--lora", "list", "lora", "path to LoRA adapter", hint="FNAME", status=UNSUP,
        note="LoRA adapters"),
     _O("--lora-scaled", "list", "lora_scaled", "path to LoRA adapter with user defined scaling",
@@ -338,26 +379,25 @@ OPTIONS: list[Opt] = [
        "user defined scaling SCALE", hint="FNAME:SCALE,...", status=UNSUP, note="control vectors"),
     _O("--control-vector-layer-range", "str", "control_vector_layer_range", "layer range to "
        "apply the control vector(s) to", hint="START END", status=UNSUP, note="control vectors"),
-    _O("--rope-scaling", "enum", "rope_scaling", "RoPE frequency scaling method, defaults to "
-       "linear unless specified by the model", choices=("none", "linear", "yarn"),
-       env="LLAMA_ARG_ROPE_SCALING_TYPE", status=UNSUP, note="RoPE overrides"),
-    _O("--rope-scale", "float", "rope_scale", "RoPE context scaling factor",
-       env="LLAMA_ARG_ROPE_SCALE", status=UNSUP, note="RoPE overrides"),
+    _O("--rope-scaling", "enum", "rope_scaling_type", "RoPE frequency scaling method, defaults "
+       "to linear unless specified by the model", choices=("none", "linear", "yarn"),
+       env="LLAMA_ARG_ROPE_SCALING_TYPE"),
+    _O("--rope-scale", "float", "rope_freq_scale", "RoPE context scaling factor",
+       env="LLAMA_ARG_ROPE_SCALE", conv=_rope_scale),
     _O("--rope-freq-base", "float", "rope_freq_base", "RoPE base frequency (default: loaded "
-       "from model)", env="LLAMA_ARG_ROPE_FREQ_BASE", status=UNSUP, note="RoPE overrides"),
+       "from model)", env="LLAMA_ARG_ROPE_FREQ_BASE"),
     _O("--rope-freq-scale", "float", "rope_freq_scale", "RoPE frequency scaling factor",
-       env="LLAMA_ARG_ROPE_FREQ_SCALE", status=UNSUP, note="RoPE overrides"),
+       env="LLAMA_ARG_ROPE_FREQ_SCALE"),
     _O("--yarn-orig-ctx", "int", "yarn_orig_ctx", "YaRN: original context size of model "
-       "(default: 0 = model training context size)", env="LLAMA_ARG_YARN_ORIG_CTX",
-       status=UNSUP, note="YaRN overrides"),
+       "(default: 0 = model training context size)", env="LLAMA_ARG_YARN_ORIG_CTX"),
     _O("--yarn-ext-factor", "float", "yarn_ext_factor", "YaRN: extrapolation mix factor",
-       env="LLAMA_ARG_YARN_EXT_FACTOR", status=UNSUP, note="YaRN overrides"),
+       env="LLAMA_ARG_YARN_EXT_FACTOR"),
     _O("--yarn-attn-factor", "float", "yarn_attn_factor", "YaRN: scale sqrt(t) or attention "
-       "magnitude", env="LLAMA_ARG_YARN_ATTN_FACTOR", status=UNSUP, note="YaRN overrides"),
+       "magnitude", env="LLAMA_ARG_YARN_ATTN_FACTOR"),
     _O("--yarn-beta-slow", "float", "yarn_beta_slow", "YaRN: high correction dim or alpha",
-       env="LLAMA_ARG_YARN_BETA_SLOW", status=UNSUP, note="YaRN overrides"),
+       env="LLAMA_ARG_YARN_BETA_SLOW"),
     _O("--yarn-beta-fast", "float", "yarn_beta_fast", "YaRN: low correction dim or beta",
-       env="LLAMA_ARG_YARN_BETA_FAST", status=UNSUP, note="YaRN overrides"),
+       env="LLAMA_ARG_YARN_BETA_FAST"),
     # ---- GPU / device ----------------------------------------------------------------------
     _O("-ngl --gpu-layers --n-gpu-layers", "str", "n_gpu_layers", "max. number of layers to "
        "store in VRAM, either an exact number, 'auto', or 'all' (default: auto)", hint="N",
@@ -685,13 +725,13 @@ OPTIONS += [
     _O("--reasoning-format", "enum", "reasoning_format", "controls whether thought tags are "
        "allowed and/or extracted from the response (default: auto)",
        choices=("none", "deepseek", "deepseek-legacy", "auto"), hint="FORMAT",
-       env="LLAMA_ARG_THINK", tools=SCCO, **_EX, status=NOOP, note="reasoning is not extracted: content is returned as generated"),
+       env="LLAMA_ARG_THINK", tools=SCCO, **_EX),
     _O("-rea --reasoning", "enum", "reasoning", "use reasoning/thinking in the chat ('on', "
        "'off', or 'auto', default: 'auto')", choices=("on", "off", "auto"), hint="[on|off|auto]",
        env="LLAMA_ARG_REASONING", tools=SCCO, **_EX, status=NOOP, note="reasoning is not extracted: content is returned as generated"),
     _O("--reasoning-budget", "int", "reasoning_budget", "controls the amount of thinking "
        "allowed; -1 = unrestricted, 0 = disable thinking (default: -1)",
-       env="LLAMA_ARG_THINK_BUDGET", tools=SCCO, **_EX, status=NOOP, note="reasoning is not extracted: content is returned as generated"),
+       env="LLAMA_ARG_THINK_BUDGET", tools=SCCO, **_EX),
     # ---- llama-server ------------------------------------------------------------------------
     _O("--host", "str", "hostname", "IP addresses to listen on, comma-separated, or UNIX socket "
        "paths ending in .sock; with multiple TCP addresses, :: binds IPv6 only (default: "

@@ -106,6 +106,16 @@ class Params:
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     flash_attn: str = "auto"
+    # RoPE / YaRN (common_params: 0 / -1 = the model's) and metadata overrides
+    rope_scaling_type: str = ""
+    rope_freq_base: float = 0.0
+    rope_freq_scale: float = 0.0
+    yarn_orig_ctx: int = 0
+    yarn_ext_factor: float = -1.0
+    yarn_attn_factor: float = -1.0
+    yarn_beta_slow: float = -1.0
+    yarn_beta_fast: float = -1.0
+    kv_overrides: list = field(default_factory=list)     # [(key, value)] from --override-kv
     perf: bool = True
     warmup: bool = True
     n_gpu_layers: str = "auto"
@@ -202,6 +212,8 @@ class Params:
               "n_gpu_layers": _ngl(self.n_gpu_layers)}
         if kw["n_gpu_layers"] == 0:
             kw["backend"] = "cpu"
+        if self.kv_overrides:
+            kw["kv_overrides"] = dict(self.kv_overrides)
         return kw
 
     def context_kwargs(self, n_ctx_train: int | None = None) -> dict:
@@ -213,7 +225,15 @@ class Params:
                     type_k=self.cache_type_k, type_v=self.cache_type_v,
                     n_threads=self.n_threads if self.n_threads > 0 else None,
                     kv_k_center=K_CENTER[self.kv_k_center],
-                    flash_attn=self.flash_attn != "off")
+                    flash_attn=self.flash_attn != "off", rope=self.rope_kwargs())
+
+    def rope_kwargs(self) -> dict:
+        """Context(rope=...): llama_context_params' RoPE / YaRN fields from the flags."""
+        return dict(rope_scaling_type=self.rope_scaling_type or None,
+                    rope_freq_base=self.rope_freq_base, rope_freq_scale=self.rope_freq_scale,
+                    yarn_ext_factor=self.yarn_ext_factor, yarn_attn_factor=self.yarn_attn_factor,
+                    yarn_beta_fast=self.yarn_beta_fast, yarn_beta_slow=self.yarn_beta_slow,
+                    yarn_orig_ctx=self.yarn_orig_ctx)
 
     def template_kwargs(self) -> dict:
         """Extra chat template variables: --chat-template-kwargs (a JSON object), then

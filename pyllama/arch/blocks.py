@@ -18,14 +18,21 @@ def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool |
     RoPE (smollm3).
     """
     n = h.shape[0]
-    q = g.matmul(L.attn_q, h, L.attn_q_b)
-    k = g.matmul(L.attn_k, h, L.attn_k_b)
+    if L.attn_qkv is not None:          # fused [q | k | v] rows (phi3): one matmul, then views
+        qkv = g.matmul(L.attn_qkv, h, L.attn_qkv_b)
+        qd, kd = hp.n_head * hp.n_embd_head_k, hp.n_embd_k_gqa
+        q, k = np.ascontiguousarray(qkv[:, :qd]), np.ascontiguousarray(qkv[:, qd:qd + kd])
+        v = np.ascontiguousarray(qkv[:, qd + kd:])
+    else:
+        q = g.matmul(L.attn_q, h, L.attn_q_b)
+        k = g.matmul(L.attn_k, h, L.attn_k_b)
+        v = g.matmul(L.attn_v, h, L.attn_v_b)
     if qk_norm == "full":
         q = g.rms_norm(q, L.attn_q_norm)
         k = g.rms_norm(k, L.attn_k_norm)
     q = q.reshape(n, hp.n_head, hp.n_embd_head_k)
     k = k.reshape(n, hp.n_head_kv, hp.n_embd_head_k)
-    v = g.matmul(L.attn_v, h, L.attn_v_b).reshape(n, hp.n_head_kv, hp.n_embd_head_v)
+    v = v.reshape(n, hp.n_head_kv, hp.n_embd_head_v)
     if qk_norm is True:
         q = g.rms_norm(q, L.attn_q_norm)
         k = g.rms_norm(k, L.attn_k_norm)
@@ -68,7 +75,7 @@ def output(g, w, hp: HParams, x: np.ndarray) -> np.ndarray:
     g.result_norm(x)          # llama.cpp's t_embd (the embeddings of Context(embeddings=True))
     if not g.want_logits:
         return None
-    logits = g.matmul(w.output if w.output is not None else w.token_embd, x)
+    logits = g.matmul(w.output if w.output is not None else w.token_embd, x, w.output_b)
     if hp.f_final_logit_softcapping > 0:
         logits = g.softcap(logits, hp.f_final_logit_softcapping)
     if hp.f_logit_scale:                                     # granite: logits / logit_scale
@@ -100,6 +107,25 @@ def pre_norm_decoder(g, w, hp: HParams, *, qk_norm: bool = False, no_rope_step: 
         if residual_scale:
             f = g.scale(f, residual_scale)
         x = g.add(x, f)
+    return output(g, w, hp, x)
+
+
+def phi3_decoder(g, w, hp: HParams) -> np.ndarray:
+    """Phi-3/4: the pre-norm stack with fused QKV (attn_qkv) and fused gate|up (ffn_up [2 n_ff,
+    n_embd], ggml_swiglu: SiLU of the first half times the second), Q scaled by 1/sqrt(head_dim)
+    with kq_scale 1, RoPE with the LongRoPE factors the context picked (hparams)."""
+    q_scale = float(np.float32(1) / np.sqrt(np.float32(hp.n_embd_head_k)))
+    x = g.embed(w.token_embd)
+    for il, L in enumerate(w.layers):
+        a = self_attention(g, L, hp, il, g.rms_norm(x, L.attn_norm), q_scale=q_scale,
+                           kq_scale=1.0)
+        if il == hp.n_layer - 1:
+            x, a = g.select_outputs(x), g.select_outputs(a)
+        x = g.add(a, x)
+        up = g.matmul(L.ffn_up, g.rms_norm(x, L.ffn_norm))
+        f = up.shape[1] // 2
+        act = g.swiglu(np.ascontiguousarray(up[:, :f]), np.ascontiguousarray(up[:, f:]))
+        x = g.add(x, g.matmul(L.ffn_down, act))
     return output(g, w, hp, x)
 
 

@@ -52,7 +52,13 @@ class _Grammar:
         self.matcher = matcher
 
     def apply(self, cur: Candidates) -> None:
-        self.matcher.apply(cur)
+        """llama_grammar_apply_impl: -inf on every candidate the grammar rejects."""
+        if cur.identity and cur.size == self.matcher.index.n_vocab:
+            cur.logits = self.matcher.apply(cur.logits)
+        else:
+            ok = self.matcher.mask()[cur.ids] != 0
+            cur.logits = np.where(ok, cur.logits, np.float32(-np.inf)).astype(np.float32)
+        cur.sorted = False
 
     def accept(self, token: int) -> None:
         self.matcher.accept(token)

@@ -22,10 +22,14 @@ from starlette.routing import Route
 
 from ..log import get_logger
 from . import cors_proxy
+from . import anthropic as A
 from . import embeddings as E
 from . import infill as I
+from . import responses as R
 from . import schemas as S
-from .chat import ToolCallStream, parse_tool_calls, render_chat
+from .chat import render_chat
+from .chat_parse import (MsgStream, ReasoningBudget, forced_open, parse_message,
+                         thinking_template)
 from .engine import Channel, Engine, Task
 from .schemas import ServerError, invalid, not_supported
 
@@ -360,6 +364,18 @@ class Server:
     async def infill(self, request: Request):
         return await I.infill(self, request)
 
+    async def responses(self, request: Request):
+        return await R.create(self, request)
+
+    async def responses_input_tokens(self, request: Request):
+        return await R.input_tokens(self, request)
+
+    async def anthropic_messages(self, request: Request):
+        return await A.messages(self, request)
+
+    async def anthropic_count_tokens(self, request: Request):
+        return await A.count_tokens(self, request)
+
     # -- slots and metrics --------------------------------------------------------------------------
     async def slots(self, request: Request):
         if not self.cfg.endpoint_slots:
@@ -412,17 +428,21 @@ class Server:
         return await self._complete(request, "chat")
 
     async def _complete(self, request: Request, mode: str, body=None):
-        chat = mode == "chat"
+        chat = mode in CHAT_MODES
         if body is None:
             body = await self.body(request, S.ChatBody if chat else S.CompletionBody)
         # templates and tokenization of long prompts run off the event loop
         prompts, params, n_cmpl = await run_in_threadpool(self._prepare, body, chat)
+        if chat:
+            params.reasoning_budget = self._reasoning_budget(body)
         ch = Channel(asyncio.get_running_loop())
         tasks = [self.engine.submit(Task("completion", ch, prompt=p, params=params,
                                          index=i * n_cmpl + j))
                  for i, p in enumerate(prompts) for j in range(n_cmpl)]
         ctx = _Req(mode, params, S.completion_id(), self.model_name,
                    bool(chat and body.tools and body.tool_choice != "none"), body)
+        if chat:
+            ctx.reasoning, ctx.open_think = self._reasoning(body, prompts[0])
         if params.stream:
             # an error before the first chunk is a plain JSON error, as in llama.cpp
             first = await self._next_event(request, ch, tasks)
@@ -432,6 +452,34 @@ class Server:
                                               "Cache-Control": "no-cache"})
         finals = await self._wait(request, ch, tasks)
         return json_response(self._final_body(ctx, finals))
+
+    def _reasoning(self, body, prompt: list[int]) -> tuple[str, bool]:
+        """(reasoning format, prompt ends inside an open think block) of a chat request: the
+        request's reasoning_format over --reasoning-format; none for templates without
+        thinking blocks."""
+        fmt = body.reasoning_format or self.cfg.reasoning_format
+        if fmt == "none" or not thinking_template(self.template):
+            return "none", False
+        tail = self.engine.model.detokenize(prompt[-16:]) if prompt else ""
+        return fmt, forced_open(tail)
+
+    def _reasoning_budget(self, body):
+        """The reasoning-budget sampler of a chat request on a template with thinking blocks:
+        reasoning_budget_tokens (or thinking_budget_tokens) over --reasoning-budget; None when
+        unrestricted (-1)."""
+        n = body.reasoning_budget_tokens
+        if n is None or n == -1:
+            n = body.thinking_budget_tokens if body.thinking_budget_tokens is not None else -1
+        if n == -1:
+            n = self.cfg.reasoning_budget
+        if n < 0 or not thinking_template(self.template):
+            return None
+        tok = lambda s: self.tokenize(s, False, True)   # noqa: E731
+        return ReasoningBudget(tok("<think>"), tok("</think>"), n,
+                               lambda t: self.engine.model.token_to_piece(t, False))
+
+    def _msg_stream(self, r: "_Req") -> MsgStream:
+        return MsgStream(r.tools, r.reasoning, r.open_think)
 
     def _prepare(self, body, chat: bool):
         """(prompt token lists, task params, completions per prompt) or a ServerError."""
@@ -458,14 +506,27 @@ class Server:
         return n
 
     def _prompts(self, prompt) -> list[list[int]]:
-        if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and
-                                       isinstance(prompt[0], int)):
-            return [self._mixed_tokens(prompt, True, True)]
-        if isinstance(prompt, dict):
-            return [self._mixed_tokens(prompt.get("prompt_string", ""), True, True)]
-        if isinstance(prompt, list) and prompt:
-            return [p for x in prompt for p in self._prompts(x)]
-        raise invalid("\"prompt\" must be a string, a list of tokens, or a list of prompts")
+        """tokenize_input_prompts (server-common.cpp): an array without token ids is a list of
+        prompts, anything else one prompt."""
+        if isinstance(prompt, list) and not any(_is_id(x) for x in prompt):
+            out = [self._subprompt(p) for p in prompt]
+            if not out:
+                raise invalid("\"prompt\" must not be empty")
+            return out
+        return [self._subprompt(prompt)]
+
+    def _subprompt(self, p) -> list[int]:
+        """tokenize_input_subprompt: a string, token ids mixed with strings, token ids, or
+        {"prompt_string": ...}."""
+        if isinstance(p, str) or (isinstance(p, list) and all(
+                isinstance(x, str) or _is_id(x) for x in p)):
+            return self._mixed_tokens(p, True, True)
+        if isinstance(p, dict):
+            if "prompt_string" not in p:
+                raise invalid("[json.exception.out_of_range.403] key 'prompt_string' not found")
+            return self._mixed_tokens(p["prompt_string"], True, True)
+        raise invalid("\"prompt\" elements must be a string, a list of tokens, a JSON object "
+                      "containing a prompt string, or a list of mixed strings & tokens.")
 
     def _check_prompt(self, tokens: list[int]) -> None:
         if not tokens:
@@ -515,11 +576,15 @@ class Server:
             return out[0] if len(out) == 1 else out
         if r.mode == "oai":
             return S.oai_completion(finals, r.model, r.cid, r.params.n_probs)
-        results = []
-        for f in finals:
-            content, calls = parse_tool_calls(f.text) if r.tools else (f.text, [])
-            results.append((f, content, calls))
-        return S.chat_completion(results, r.model, r.cid, r.params.n_probs)
+        msgs = [parse_message(f.text, r.tools, r.reasoning, r.open_think) for f in finals]
+        if r.mode in EVENT_MODES:
+            return EVENT_MODES[r.mode].final_body(r, finals[0], msgs[0])
+        body = S.chat_completion([(f, m.content, m.tool_calls) for f, m in zip(finals, msgs)],
+                                 r.model, r.cid, r.params.n_probs)
+        for c, m in zip(body["choices"], msgs):
+            if m.reasoning_content:
+                c["message"]["reasoning_content"] = m.reasoning_content
+        return body
 
     async def _stream(self, ch: Channel, tasks: list[Task], r: "_Req", first):
         n_done, started = 0, set()
@@ -535,10 +600,12 @@ class Server:
                     continue
                 if isinstance(ev, BaseException):
                     err = ev if isinstance(ev, ServerError) else ServerError(500, str(ev))
-                    yield sse(err.body())
+                    yield EVENT_MODES[r.mode].error_event(err) if r.mode in EVENT_MODES \
+                        else sse(err.body())
                     return
                 if isinstance(ev, S.Progress):
-                    yield sse(self._progress_event(r, ev))
+                    if r.mode not in EVENT_MODES:
+                        yield sse(self._progress_event(r, ev))
                     continue
                 if r.mode == "chat" and ev.index not in started:
                     started.add(ev.index)
@@ -552,7 +619,7 @@ class Server:
                     n_done += 1
                     for chunk in self._final_events(r, ev, filters):
                         yield chunk
-            if r.mode != "native":
+            if r.mode in ("oai", "chat"):
                 yield b"data: [DONE]\n\n"
         finally:
             for t in tasks:
@@ -577,13 +644,18 @@ class Server:
             yield sse(S.native_partial(p, r.params.post_sampling_probs))
         elif r.mode == "oai":
             yield sse(S.oai_completion_chunk(p.index, p.text, r.model, r.cid, p.probs))
+        elif r.mode in EVENT_MODES:
+            diffs = filters.setdefault(p.index, self._msg_stream(r)).push(p.text)
+            events = filters.setdefault(("events", p.index), EVENT_MODES[r.mode].EventStream(r))
+            for chunk in events.partial(p, diffs):
+                yield chunk
         else:
-            text = p.text
-            if r.tools:
-                text = filters.setdefault(p.index, ToolCallStream()).push(text)
-            if text or p.probs:
-                extra = {"timings": p.timings.to_json()} if p.timings else {}
-                yield sse(S.chat_chunk([S.chat_delta(p.index, {"content": text}, p.probs)],
+            diffs = filters.setdefault(p.index, self._msg_stream(r)).push(p.text)
+            extra = {"timings": p.timings.to_json()} if p.timings else {}
+            if not diffs and p.probs:
+                diffs = [{"content": ""}]
+            for k, d in enumerate(diffs):
+                yield sse(S.chat_chunk([S.chat_delta(p.index, d, p.probs if k == 0 else None)],
                                        r.model, r.cid, **extra))
 
     def _final_events(self, r: "_Req", f: S.Final, filters: dict):
@@ -595,16 +667,20 @@ class Server:
             final["choices"][0]["text"] = ""
             yield sse(final)
             return
+        diffs, msg = filters.setdefault(f.index, self._msg_stream(r)).finish()
+        if r.mode in EVENT_MODES:
+            events = filters.setdefault(("events", f.index), EVENT_MODES[r.mode].EventStream(r))
+            for chunk in events.final(f, diffs, msg):
+                yield chunk
+            return
         finish = f.finish_reason
-        if r.tools:
-            rest, calls = filters.setdefault(f.index, ToolCallStream()).finish()
-            if rest:
-                yield sse(S.chat_chunk([S.chat_delta(f.index, {"content": rest})], r.model,
-                                       r.cid))
-            if calls:
-                finish = "tool_calls"
-                delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}
-                yield sse(S.chat_chunk([S.chat_delta(f.index, delta)], r.model, r.cid))
+        for d in diffs:
+            if "tool_call" not in d:
+                yield sse(S.chat_chunk([S.chat_delta(f.index, d)], r.model, r.cid))
+        if msg.tool_calls:
+            finish = "tool_calls"
+            delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(msg.tool_calls)]}
+            yield sse(S.chat_chunk([S.chat_delta(f.index, delta)], r.model, r.cid))
         usage = r.body.stream_options is not None and r.body.stream_options.include_usage
         extra = {} if usage else {"timings": f.timings.to_json()}
         yield sse(S.chat_chunk([S.chat_delta(f.index, {}, finish=finish)], r.model, r.cid,
@@ -650,12 +726,22 @@ def release_memory() -> None:
         pass
 
 
+CHAT_MODES = ("chat", "anthropic", "responses")   # requests rendered with the chat template
+EVENT_MODES = {"anthropic": A, "responses": R}   # streamed as named events, no [DONE]
+
+
 class _Req:
     """What a response builder needs to know about its request."""
 
     def __init__(self, mode, params, cid, model, tools, body):
         self.mode, self.params, self.cid, self.model = mode, params, cid, model
         self.tools, self.body = tools, body
+        self.reasoning, self.open_think = "none", False
+        self.resp_id = "resp_" + R.random_string()
+
+
+def _is_id(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _valid_filename(name: str) -> bool:
@@ -781,7 +867,13 @@ def create_app(cfg, engine: Engine) -> Gate:
         Route("/v1/embeddings", s.embeddings_oai, methods=post),
     ] + [Route(p, s.rerank, methods=post) for p in (
         "/rerank", "/reranking", "/v1/rerank", "/v1/reranking")] + [
-        Route("/infill", s.infill, methods=post)]
+        Route("/infill", s.infill, methods=post),
+        Route("/v1/messages", s.anthropic_messages, methods=post),
+        Route("/v1/responses", s.responses, methods=post),
+        Route("/responses", s.responses, methods=post),
+        Route("/v1/responses/input_tokens", s.responses_input_tokens, methods=post),
+        Route("/responses/input_tokens", s.responses_input_tokens, methods=post),
+        Route("/v1/messages/count_tokens", s.anthropic_count_tokens, methods=post)]
     app = Starlette(routes=routes, exception_handlers={
         ServerError: _server_error, ClientGone: _client_gone, HTTPException: _http_error,
         ClientDisconnect: _upload_gone, BodyTooLarge: _too_large, Exception: _any_error})

@@ -56,12 +56,15 @@ class ServerConfig:
     ui_config: dict | None = None    # --ui-config(-file): default Web UI settings, in /props
     prefill_assistant: bool = True   # a trailing assistant message is continued, not closed
     flash_attn: bool = True          # -fa: llama.cpp's flash-attention arithmetic (auto = on)
+    rope: dict | None = None         # --rope-* / --yarn-*: Context(rope=...)
     api_prefix: str = ""
     ui: bool = True
     embeddings: bool = False        # --embeddings (and --rerank): the embedding endpoints
     pooling: str | None = None      # --pooling; None: the model's default (pyllama.Context)
     embd_normalize: int = 2         # --embd-normalize: common_embd_normalize of pooled vectors
     spm_infill: bool = False        # --spm-infill: Suffix/Prefix/Middle order for /infill
+    reasoning_format: str = "auto"  # --reasoning-format: none | auto | deepseek | deepseek-legacy
+    reasoning_budget: int = -1      # --reasoning-budget: thinking tokens before </think> is forced
     warmup: bool = True
     sse_ping_interval: float = 30.0
     model_params: dict = field(default_factory=dict)  # extra load_model kwargs (e.g. n_gpu_layers)

@@ -150,6 +150,13 @@ def _llama(s: Spec):                      # llama.cpp: optional rope_freqs, opti
             s.ffn(il)
 
 
+def _llama_yarn(s: Spec):                 # a YaRN-extended llama (rope.scaling.type yarn)
+    _llama(s)
+    s.kv(K.Rope.SCALING_TYPE, "yarn")
+    s.kv(K.Rope.SCALING_FACTOR, s.c["yarn_factor"])
+    s.kv(K.Rope.SCALING_ORIG_CTX_LEN, s.c["orig_ctx"])
+
+
 def _qwen2(s: Spec):                      # qwen2.cpp
     s.common_kv()
     s.io()
@@ -220,10 +227,30 @@ def _granite(s: Spec):                    # granite.cpp: embedding/residual/atte
         s.ffn(il)
 
 
+def _phi3(s: Spec):                       # phi3.cpp: fused QKV and gate|up, LongRoPE factors
+    c = s.c
+    s.common_kv()
+    s.kv(K.Rope.DIMENSION_COUNT, c["head"])
+    s.kv(K.Rope.SCALING_ORIG_CTX_LEN, c["orig_ctx"])
+    s.kv(K.Rope.SCALING_ATTN_FACTOR, c["rope_attn_factor"])
+    s.io()
+    s.t(tn(T.ROPE_FACTORS_LONG), c["head"] // 2)
+    s.t(tn(T.ROPE_FACTORS_SHORT), c["head"] // 2)
+    e, f, kd = c["n_embd"], c["n_ff"], c["n_head_kv"] * c["head"]
+    for il in range(c["n_layer"]):
+        s.t(tn(T.ATTN_NORM, il), e)
+        s.t(tn(T.ATTN_QKV, il), e + 2 * kd, e)
+        s.t(tn(T.ATTN_OUT, il), e, e)
+        s.t(tn(T.FFN_NORM, il), e)
+        s.t(tn(T.FFN_DOWN, il), e, f)
+        s.t(tn(T.FFN_UP, il), 2 * f, e)
+
+
 ARCHS = {
     # name: (general.architecture, builder, config overrides)
     "llama": ("llama", _llama, {}),
     "llama3": ("llama", _llama, {"rope_freqs": True, "rope_base": 500000.0}),
+    "llamayarn": ("llama", _llama_yarn, {"yarn_factor": 4.0, "orig_ctx": 256}),
     "mixtral": ("llama", _llama, {"n_expert": 8, "n_expert_used": 2, "n_ff": 256}),
     "qwen2": ("qwen2", _qwen2, {"eps": 1e-6, "rope_base": 1000000.0}),
     "qwen3": ("qwen3", _qwen3, {"eps": 1e-6, "rope_base": 1000000.0}),
@@ -234,6 +261,8 @@ ARCHS = {
                                          "n_expert_used": 4, "n_ff_exp": 256}),
     "smollm3": ("smollm3", _smollm3, {"n_layer": 4, "rope_base": 2000000.0}),
     "olmo2": ("olmo2", _olmo2, {"eps": 1e-6, "rope_base": 500000.0}),
+    # n_ctx 512 > original_context_length 256: llama.cpp picks rope_factors_long
+    "phi3": ("phi3", _phi3, {"n_head_kv": 4, "orig_ctx": 256, "rope_attn_factor": 1.1902380714238083}),
     "granite": ("granite", _granite, {"logit_scale": 8.0, "residual_scale": 0.22,
                                       "embedding_scale": 12.0, "attention_scale": 0.015625}),
 }
@@ -252,6 +281,9 @@ def tensor_data(name: str, shape, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     if name == tn(T.ROPE_FREQS):             # Llama 3 style: 1 for high, up to 8 for low freqs
         return np.geomspace(1.0, 8.0, shape[0]).astype(np.float32)
+    if name in (tn(T.ROPE_FACTORS_LONG), tn(T.ROPE_FACTORS_SHORT)):     # LongRoPE style
+        top = 16.0 if name == tn(T.ROPE_FACTORS_LONG) else 2.0
+        return np.geomspace(1.0, top, shape[0]).astype(np.float32)
     if len(shape) == 1:
         if name.endswith(".bias"):
             return (0.1 * rng.standard_normal(shape)).astype(np.float32)

@@ -221,3 +221,66 @@ def embed_tokens(llm, *_):
 
 
 CASES.update({f.__name__: f for f in (embed_pooled, embed_tokens)})
+
+
+def _pkg(Llama):
+    """The package Llama comes from (llama_cpp, or pyllama.llama_cpp)."""
+    import importlib
+    return importlib.import_module(Llama.__module__.rsplit(".", 1)[0])
+
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"},
+                                           "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+
+
+def grammar_choice(llm, Llama, *_):
+    g = _pkg(Llama).LlamaGrammar.from_string('root ::= "yes" | "no" | "maybe, " [a-z]+')
+    return llm()("Is Paris in France? Answer:", grammar=g, temperature=0, max_tokens=8)
+
+
+def grammar_json_seeded(llm, Llama, *_):
+    pkg = _pkg(Llama)
+    g = pkg.LlamaGrammar.from_string(pkg.llama_grammar.JSON_GBNF)
+    return llm()("A JSON object describing a cat:", grammar=g, temperature=0.7, seed=1,
+                 max_tokens=24)
+
+
+def chat_json(llm, *_):
+    return llm().create_chat_completion([{"role": "user", "content": "Describe a cat in JSON."}],
+                                        response_format={"type": "json_object"}, temperature=0,
+                                        max_tokens=24)
+
+
+def grammar_schema(llm, Llama, *_):
+    import json
+    g = _pkg(Llama).LlamaGrammar.from_json_schema(json.dumps(SCHEMA))
+    return llm()("A person as JSON:", grammar=g, temperature=0, max_tokens=24)
+
+
+def chat_tool_forced(llm, *_):
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+    return llm().create_chat_completion(
+        msgs, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        temperature=0, max_tokens=24)
+
+
+CASES.update({f.__name__: f for f in (grammar_choice, grammar_json_seeded, chat_json,
+                                      grammar_schema, chat_tool_forced)})
+
+
+# what langchain_community.llms.LlamaCpp(model_path=..., temperature=0.7, max_tokens=24) passes
+LANGCHAIN_CTOR = dict(rope_freq_scale=1.0, rope_freq_base=10000.0, lora_path=None, lora_base=None,
+                      n_ctx=512, n_parts=-1, seed=-1, f16_kv=True, logits_all=False,
+                      vocab_only=False, use_mlock=False, n_threads=None, n_batch=8,
+                      use_mmap=True, last_n_tokens_size=64)
+LANGCHAIN_CALL = dict(suffix=None, max_tokens=24, temperature=0.7, top_p=0.95, logprobs=None,
+                      echo=False, repeat_penalty=1.1, top_k=40, stop=[])
+
+
+def langchain_equiv(llm, *_):
+    m = llm(fresh=True, **LANGCHAIN_CTOR)
+    return [m(prompt=PROMPT, **LANGCHAIN_CALL), m(prompt="Once upon a time", **LANGCHAIN_CALL)]
+
+
+CASES["langchain_equiv"] = langchain_equiv

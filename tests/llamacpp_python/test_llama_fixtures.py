@@ -14,8 +14,10 @@ from cases import CASES, factory, scrub
 DATA = os.path.join(os.path.dirname(__file__), "..", "data", "llamacpp_python")
 ALIASES = ("gemma-3-270m", "qwen2.5-coder-0.5b")
 # cases whose oracle run costs more than the default suite's share: run with -m slow
-SLOW = {("qwen2.5-coder-0.5b", n) for n in ("chat_tools", "seeded_params", "constructor_seed",
-                                           "ram_cache", "state", "token_prompt")}
+SLOW = {("qwen2.5-coder-0.5b", n) for n in (
+    "chat_tools", "seeded_params", "constructor_seed", "ram_cache", "state", "token_prompt",
+    "seeded_mirostat", "stream_stop", "chat_stream", "greedy_stop", "logit_bias",
+    "grammar_json_seeded", "chat_json")} | {("gemma-3-270m", "grammar_json_seeded")}
 
 
 def _fixture(alias):
@@ -58,6 +60,10 @@ def assert_same(got, want, where="", tol=1e-4):
         assert got == want, f"{where}: {got!r} != {want!r}"
 
 
+# llama-cpp-python 0.3.36 converts JSON schemas with an older port of llama.cpp's converter
+# (one optional space between tokens and after values, other escapes); pyllama uses llama.cpp's
+# current one: the same JSON value, whitespace may differ (docs/llama_cpp_python.md)
+SAME_JSON = {"grammar_schema"}
 PARAMS = [pytest.param(a, n, marks=[pytest.mark.realmodel] +
                        ([pytest.mark.slow] if (a, n) in SLOW else []))
           for a in ALIASES for n in CASES]
@@ -69,6 +75,11 @@ def test_case_matches_llama_cpp_python(llms, alias, name):
     llm = llms(alias)
     got = scrub(CASES[name](llm, llama_cpp.Llama, llama_cpp.LlamaPromptLookupDecoding,
                             llama_cpp.LlamaRAMCache))
+    if name in SAME_JSON:
+        g, w = got["choices"][0], want["choices"][0]
+        assert json.loads(g["text"]) == json.loads(w["text"])
+        assert g["finish_reason"] == w["finish_reason"]
+        return
     assert_same(json.loads(json.dumps(got)), want, name)
 
 

@@ -237,8 +237,11 @@ def test_streamed_markdown_with_highlighted_code(page, qwen):
     copy = block.find_element(By.CSS_SELECTOR, ".copy-code")
     copy.click()
     page.wait(lambda b: copy.text == "Copied")
-    assert page.b.execute_async_script(
-        "navigator.clipboard.readText().then(arguments[arguments.length - 1]);") == code
+    clipboard = "navigator.clipboard.readText().then(arguments[arguments.length - 1]);"
+    assert page.b.execute_async_script(clipboard) == code
+    # and the message's copy button the whole Markdown source
+    page.one("#log article.assistant button.copy-msg").click()
+    page.wait(lambda b: page.b.execute_async_script(clipboard) == expected, 5)
 
 
 @pytest.mark.realmodel
@@ -284,6 +287,13 @@ def test_regenerate_and_edit(page, qwen):
               and page.idle())
     assert page.replies() == ["4"] and len(page.css("#log article")) == 2
     assert "generated" in page.text("#log article.assistant .msg-stats")[0]
+    # the first answer is kept as another version
+    assert page.text("#log article.assistant .ver-label") == ["2/2"]
+    page.one("#log article.assistant .ver-prev").click()
+    page.wait(lambda b: page.attr("#log article.assistant", "data-id") == first)
+    assert page.text("#log article.assistant .ver-label") == ["1/2"] and page.replies() == ["4"]
+    page.one("#log article.assistant .ver-next").click()
+    page.wait(lambda b: page.attr("#log article.assistant", "data-id") != first)
     # edit the question and send it again: the old answer is replaced
     user = page.one("#log article.user")
     page.b.execute_script("arguments[0].querySelector('button.edit').click()", user)
@@ -295,6 +305,17 @@ def test_regenerate_and_edit(page, qwen):
     assert page.text("#log article.user .msg-content") == ["What is 3+3? Answer with just the number."]
     assert [m["content"] for m in page.stored()[0]["messages"]] == [
         "What is 3+3? Answer with just the number.", "6"]
+    # the question before the edit, with its answers, is the other version of the message
+    assert page.text("#log article.user .ver-label") == ["2/2"]
+    page.one("#log article.user .ver-prev").click()
+    page.wait(lambda b: page.replies() == ["4"])
+    assert page.text("#log article.user .msg-content") == [
+        "What is 2+2? Answer with just the number."]
+    assert page.text("#log .ver-label") == ["1/2", "2/2"]
+    page.b.refresh()                                      # versions are stored too
+    page.wait(lambda b: page.text("#log .ver-label") == ["1/2", "2/2"])
+    page.one("#log article.user .ver-next").click()
+    page.wait(lambda b: page.replies() == ["6"])
 
 
 @pytest.mark.realmodel
@@ -313,6 +334,12 @@ def test_conversations_persist_rename_delete_export_import(page, qwen, downloads
     assert page.text("#conv-list .conv-name") == names
     page.css("#conv-list .conv-open")[1].click()
     page.wait(lambda b: page.replies() == ["4"])
+    # the search box filters on names and messages
+    page.one("#search").send_keys("6")
+    assert page.text("#conv-list .conv-name") == [names[0]]
+    page.one("#search").clear()
+    page.one("#search").send_keys(Keys.SPACE, Keys.BACKSPACE)
+    assert page.text("#conv-list .conv-name") == names
     # rename
     item = page.css("#conv-list .conv-item")[1]
     page.b.execute_script("arguments[0].querySelector('.conv-rename').click()", item)
@@ -439,6 +466,11 @@ def test_dark_theme_and_narrow_window(page, qwen):
         assert page.b.execute_script(bg) == light
     finally:
         page.b.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    page.b.execute_script("localStorage.setItem('pyllama-webui.settings', "
+                          "JSON.stringify({theme: 'dark'}));")          # and on a light system
+    page.b.refresh()
+    page.wait(lambda b: "ready" in page.one("body").get_attribute("class"))
+    assert page.b.execute_script(bg) == dark
     page.b.set_window_size(420, 820)
     try:
         page.b.refresh()
@@ -487,6 +519,20 @@ def test_reasoning_collapsed_and_tool_calls_shown(browser, server, shots, tmp_pa
     assert call.find_element(By.TAG_NAME, "pre").get_property("textContent") == \
         json.dumps(args, indent=2)
     p.shot("reasoning-tool-call")
+    # every control has an accessible name (the settings dialog's too)
+    p.one("#open-settings").click()
+    unnamed = p.b.execute_script("""
+        return [...document.querySelectorAll('button, input, textarea, select, summary')]
+          .filter(e => !(e.getAttribute('aria-label') || (e.labels && e.labels.length &&
+                         e.labels[0].textContent.trim()) || e.textContent.trim()))
+          .map(e => e.outerHTML.slice(0, 80));""")
+    assert unnamed == []
+    p.one("#settings-cancel").click()
+    # keyboard: Shift+Enter is a new line, Enter would send
+    box = p.one("#input")
+    box.send_keys("line one", Keys.SHIFT, Keys.ENTER, Keys.NULL, "line two")
+    assert box.get_property("value") == "line one\nline two"
+    assert len(p.css("#log article")) == 2
     assert foreign_requests(browser, server.url) == []
 
 
@@ -501,6 +547,66 @@ def test_error_when_the_server_is_gone(browser, tiny_llama, shots):
     err = p.text("#log article.assistant .error-text")
     assert len(err) == 1 and err[0].startswith("cannot reach the server"), err
     p.shot("server-gone")
+
+
+def test_loading_message_until_the_model_is_ready(browser, tiny_llama, shots):
+    """While the engine loads, the page's files are served and /props answers 503: the page says
+    the model is loading, then shows the model once it is ready. The server runs in this process
+    (starlette app + a real Engine, started only after the page is open)."""
+    import threading
+    import uvicorn
+    from pyllama.server.app import create_app
+    from pyllama.server.config import ServerConfig
+    from pyllama.server.engine import Engine
+    from server_proc import free_port
+    cfg = ServerConfig(model=tiny_llama, n_ctx=256, n_parallel=1, port=free_port())
+    engine = Engine(cfg)
+    server = uvicorn.Server(uvicorn.Config(create_app(cfg, engine), host="127.0.0.1",
+                                           port=cfg.port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{cfg.port}"
+    try:
+        p = Page(browser, url, shots)
+        WebDriverWait(browser, 10).until(lambda b: server.started)
+        p.reset()
+        p.wait(lambda b: "loading the model" in p.one("#banner").text)
+        assert "(Loading model)" in p.one("#banner").text        # the server's own words
+        p.shot("loading")
+        engine.start()
+        p.wait(lambda b: p.one("#model").text == "tiny-llama.gguf", 30)
+        assert p.one("#banner").get_property("hidden")
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        engine.stop()
+
+
+def test_prompt_progress_while_a_long_prompt_is_read(browser, tiny_llama, shots):
+    """return_progress: the page shows how much of the prompt was processed, chunk by chunk."""
+    s = ServerProc(["-m", tiny_llama, "-c", "2048", "-np", "1", "-b", "64", "-ub", "64",
+                    "-n", "2"]).wait_ready()
+    try:
+        p = Page(browser, s.url, shots).reset()
+        p.b.execute_script("""
+            window.__progress = [];
+            new MutationObserver(() => {
+              const e = document.querySelector('#log .typing .progress');
+              if (e) window.__progress.push(e.textContent);
+            }).observe(document.getElementById('log'), {childList: true, subtree: true});
+            const dt = new DataTransfer();
+            dt.setData('text/plain', 'the cat sat on the mat. '.repeat(110));
+            document.getElementById('input').dispatchEvent(
+              new ClipboardEvent('paste', {clipboardData: dt, bubbles: true, cancelable: true}));""")
+        p.send("Summarise.")
+        seen = [int(re.search(r"(\d+)%", t).group(1))
+                for t in dict.fromkeys(p.b.execute_script("return window.__progress;"))]
+        slot = httpx.get(s.url + "/slots").json()[0]
+        n_prompt = slot["n_prompt_tokens"]
+        assert n_prompt > 600
+        assert len(seen) >= 3 and seen == sorted(seen) and seen[-1] == 100, seen
+    finally:
+        assert s.stop() == 0
 
 
 def test_page_under_api_prefix(browser, tiny_llama, shots):

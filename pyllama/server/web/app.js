@@ -26,6 +26,8 @@ const PATHS = {
   upload: "M12 16V4M6 9l6-6 6 6M4 20h16",
   check: "M5 12l5 5 9-10",
   x: "M6 6l12 12M18 6L6 18",
+  prev: "M15 6l-6 6 6 6",
+  next: "M9 6l6 6-6 6",
 };
 const icon = (name) => `<svg class="icon" viewBox="0 0 24 24" aria-hidden="true">` +
   `<path d="${PATHS[name]}"/></svg>`;
@@ -190,7 +192,11 @@ $("#conv-list").addEventListener("click", async (e) => {
     renderSidebar();
   } else if (e.target.closest(".conv-delete")) {
     if (!confirm(`Delete the conversation "${conv.name}"?`)) return;
-    if (state.streaming && state.streaming.conv.id === conv.id) state.streaming.ctl.abort();
+    conv.deleted = true;              // an answer still streaming into it must not save it again
+    if (state.streaming && state.streaming.conv.id === conv.id) {
+      state.streaming.conv.deleted = true;
+      state.streaming.ctl.abort();
+    }
     await store.deleteConversation(conv.id);
     if (state.current && state.current.id === conv.id) openConversation(null);
     await refreshList();
@@ -213,6 +219,7 @@ function openConversation(conv) {
 }
 
 async function persist(conv, touch = true) {
+  if (conv.deleted) return;
   if (touch) conv.updated = Date.now();
   await store.saveConversation(conv);
   const i = state.convs.findIndex((c) => c.id === conv.id);
@@ -301,6 +308,17 @@ function toolCallsHtml(calls) {
   }).join("");
 }
 
+function versionsHtml(msg) {
+  const b = msg.branch;
+  if (!b || b.tails.length < 2) return "";
+  const off = state.streaming ? " disabled" : "";
+  return `<span class="versions"><button type="button" class="icon-btn ver-prev" ` +
+    `aria-label="Previous version"${b.at === 0 ? " disabled" : off}>${icon("prev")}</button>` +
+    `<span class="ver-label">${b.at + 1}/${b.tails.length}</span><button type="button" ` +
+    `class="icon-btn ver-next" aria-label="Next version"` +
+    `${b.at === b.tails.length - 1 ? " disabled" : off}>${icon("next")}</button></span>`;
+}
+
 function messageHtml(conv, msg, index) {
   const live = state.streaming && state.streaming.msg === msg;
   const last = index === conv.messages.length - 1;
@@ -313,7 +331,7 @@ function messageHtml(conv, msg, index) {
     }
     return `<div class="bubble">${msg.attachments && msg.attachments.length
       ? `<div class="chips">${attachmentChips(msg.attachments, false)}</div>` : ""}` +
-      `<div class="msg-content plain"></div></div><div class="msg-actions">` +
+      `<div class="msg-content plain"></div></div><div class="msg-actions">${versionsHtml(msg)}` +
       `<button type="button" class="icon-btn copy-msg" aria-label="Copy message" title="Copy">` +
       `${icon("copy")}</button>` + (state.streaming ? "" : `<button type="button" ` +
       `class="icon-btn edit" aria-label="Edit message" title="Edit">${icon("edit")}</button>`) +
@@ -338,7 +356,7 @@ function messageHtml(conv, msg, index) {
       `<span class="error-text">${escapeHtml(msg.error)}</span></div>`;
   }
   const stats = setting("showMessageStats") ? statsText(msg) : "";
-  html += `<div class="msg-actions">`;
+  html += `<div class="msg-actions">${versionsHtml(msg)}`;
   if (!live) {
     if (msg.content) {
       html += `<button type="button" class="icon-btn copy-msg" aria-label="Copy message" ` +
@@ -459,6 +477,8 @@ $("#log").addEventListener("click", (e) => {
   else if (btn.classList.contains("edit-cancel")) { state.editing = null; renderMessages(); }
   else if (btn.classList.contains("edit-send")) sendEdit(conv, msg, $(".edit-box", art).value);
   else if (btn.classList.contains("regenerate")) regenerate(conv, msg);
+  else if (btn.classList.contains("ver-prev")) switchVersion(conv, msg, -1);
+  else if (btn.classList.contains("ver-next")) switchVersion(conv, msg, +1);
 });
 
 $("#log").addEventListener("keydown", (e) => {
@@ -515,8 +535,9 @@ function describeError(e, status) {
   return String(e);
 }
 
-async function generate(conv) {
+async function generate(conv, branch = null) {
   const msg = { id: store.newId(), role: "assistant", content: "", created: Date.now() };
+  if (branch) msg.branch = branch;
   if (state.props) msg.model = state.props.model_alias;
   conv.messages.push(msg);
   const ctl = new AbortController();
@@ -551,7 +572,7 @@ async function generate(conv) {
     delete msg.progress;
     state.streaming = null;
     if (!msg.content && !msg.reasoning && !(msg.toolCalls && msg.toolCalls.length) && !msg.error) {
-      conv.messages.splice(conv.messages.indexOf(msg), 1);
+      dropFrom(conv, msg);
     }
     await persist(conv);
     if (conv === state.current) renderMessages(nearBottom());
@@ -560,10 +581,8 @@ async function generate(conv) {
 }
 
 function dropFailed(conv) {
-  while (conv.messages.length) {
-    const m = conv.messages[conv.messages.length - 1];
-    if (m.role === "assistant" && m.error && !m.content) conv.messages.pop(); else break;
-  }
+  for (let m; (m = conv.messages[conv.messages.length - 1]) && m.role === "assistant" &&
+    m.error && !m.content;) dropFrom(conv, m);
 }
 
 async function send(text) {
@@ -587,11 +606,55 @@ async function send(text) {
   await generate(conv);
 }
 
+// Versions: editing or regenerating the message at position i keeps the old path from i on (that
+// message and all after it) as another version of position i. conv.messages is the active path;
+// its message at i holds branch = {tails, at}: every version's path, its own (tails[at]) null.
+function forkAt(conv, i) {
+  const old = conv.messages[i];
+  const branch = old.branch || { tails: [null], at: 0 };
+  delete old.branch;
+  branch.tails[branch.at] = conv.messages.slice(i);
+  conv.messages.splice(i);
+  branch.tails.push(null);
+  branch.at = branch.tails.length - 1;
+  return branch;
+}
+
+function activate(conv, i, branch, j) {
+  const tail = branch.tails[j];
+  branch.tails[j] = null;
+  branch.at = j;
+  conv.messages.splice(i, Infinity, ...tail);
+  if (branch.tails.length > 1) tail[0].branch = branch;
+}
+
+function switchVersion(conv, msg, step) {
+  const i = conv.messages.indexOf(msg);
+  const b = msg.branch;
+  if (state.streaming || !b || !b.tails[b.at + step]) return;
+  delete msg.branch;
+  b.tails[b.at] = conv.messages.slice(i);
+  activate(conv, i, b, b.at + step);
+  persist(conv, false);
+  renderMessages();
+}
+
+// Remove the active path from msg on (a failed or empty answer); an older version, if any,
+// becomes the active one again.
+function dropFrom(conv, msg) {
+  const i = conv.messages.indexOf(msg);
+  const b = msg.branch;
+  conv.messages.splice(i);
+  if (b) {
+    b.tails.splice(b.at, 1);
+    activate(conv, i, b, b.tails.length - 1);
+  }
+}
+
 async function sendEdit(conv, msg, text) {
   if (state.streaming || !text.trim()) return;
-  const i = conv.messages.indexOf(msg);
-  conv.messages.splice(i + 1);
-  msg.content = text;
+  const branch = forkAt(conv, conv.messages.indexOf(msg));
+  conv.messages.push({ ...msg, id: store.newId(), content: text, created: Date.now(), branch });
   state.editing = null;
   await persist(conv);
   await generate(conv);
@@ -599,8 +662,7 @@ async function sendEdit(conv, msg, text) {
 
 async function regenerate(conv, msg) {
   if (state.streaming) return;
-  conv.messages.splice(conv.messages.indexOf(msg));
-  await generate(conv);
+  await generate(conv, forkAt(conv, conv.messages.indexOf(msg)));
 }
 
 function stop() {
@@ -803,6 +865,7 @@ $("#settings-form").addEventListener("submit", (e) => {
   applyTheme();
   $("#settings").close();
   renderMessages();
+  if (!state.props) loadProps();            // e.g. an API key was just entered
 });
 
 // ----------------------------------------------------------------------------- start
