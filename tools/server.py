@@ -54,6 +54,7 @@ def to_config(params):
         embeddings=params.embedding or params.reranking,
         pooling="rank" if params.reranking else (params.pooling or None),
         embd_normalize=params.embd_normalize, spm_infill=params.spm_infill,
+        reasoning_format=params.reasoning_format, reasoning_budget=params.reasoning_budget,
         model_params=model_kw, rope=params.rope_kwargs(), **_spec_and_checkpoints(params))
 
 

@@ -20,11 +20,14 @@ from ..gguf import GGML_BLOCK, GGMLType
 from ..quant import dequantize
 
 T = GGMLType
-FAMILY_A = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)      # vec_dot type q8_0 / q8_1
+FAMILY_A = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL, T.MXFP4)  # q8_0 / q8_1 acts
+# repacked by llama.cpp on AVX2 when rows % 8 == 0 (ggml-cpu/repack.cpp): ggml_gemm/gemv_*_8x8_q8_0
+REPACKED_8X8 = (T.Q4_0, T.IQ4_NL, T.MXFP4)
 FAMILY_K = (T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K)      # vec_dot type q8_K
 FLOATS = (T.F32, T.F16, T.BF16)
 # i-quants with llama.cpp's tiled-kernel arithmetic (q8_K activations)
-FAMILY_IQ = (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M, T.IQ4_XS)
+FAMILY_IQ = (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M, T.IQ4_XS,
+             T.TQ1_0, T.TQ2_0)   # TQ: the same formula (llama.cpp: vec_dot lanes, ~1e-7 apart)
 SUPPORTED = FAMILY_A + FAMILY_K + FLOATS + FAMILY_IQ
 
 
@@ -78,6 +81,13 @@ def _unpack_a(wtype, blk):
     elif wtype == T.Q5_1:
         m = _f16(blk[..., 2:4])
         q = _nibbles(blk[..., 8:24]) | (_bits32(blk[..., 4:8]) << 4)
+    elif wtype == T.IQ4_NL:
+        from ..quant.iquants import KV_IQ4NL
+        q = KV_IQ4NL.astype(np.int16)[_nibbles(blk[..., 2:18])]
+    elif wtype == T.MXFP4:
+        from ..quant.iquants import KV_FP4, e8m0_half
+        d = e8m0_half(blk[..., 0])
+        q = KV_FP4.astype(np.int16)[_nibbles(blk[..., 1:17])]
     else:
         q = blk[..., 2:34].view(np.int8).astype(np.int16)
     return q, d, m
@@ -246,6 +256,20 @@ def _dot_a(wtype, blk, x):
     return acc
 
 
+def _dot_r8(wtype, blk, x):
+    """llama.cpp's repacked 8x8 kernels (ggml_gemm/gemv_{q4_0,iq4_nl,mxfp4}_8x8_q8_0, AVX2): per
+    32-block the exact integer dot I, acc = fma((float)I, f32(d_w * d_x), acc) in block order."""
+    q, dw, _ = _unpack_a(wtype, blk)
+    yq, dy, _ = quantize_q8_0_ref(x)
+    n, nb = x.shape[0], q.shape[1]
+    yq = yq.reshape(n, nb, 32).astype(np.float64)
+    acc = np.zeros((n, q.shape[0]), np.float32)
+    for b in range(nb):
+        isum = (yq[:, b, :] @ q[:, b, :].T.astype(np.float64)).astype(np.float32)   # exact
+        acc = _fma32(isum, (dy[:, b, None] * dw[None, :, b]).astype(np.float32), acc)
+    return acc
+
+
 def _fma32(a, b, c):
     """f32 fma(a, b, c) (one rounding; through float64, exact for these operands but for rare
     double-rounding ties)."""
@@ -253,10 +277,11 @@ def _fma32(a, b, c):
 
 
 def _dot_k(wtype, blk, x):
-    """llama.cpp's prefill K-quant arithmetic (docs/numerics.md). Min types (Q2_K/Q4_K/Q5_K):
-    per 64-element sub-block pair acc = fma(I, f32(d*dy), acc), accm = fma(M, f32(dmin*dy), accm),
-    y = acc - accm (Q4_K activations by the 4x8 repack rule). Offset types (Q3_K/Q6_K): per
-    super-block acc = fma(f32(d * (float)S), dy, acc)."""
+    """llama.cpp's prefill K-quant arithmetic (docs/numerics.md). Q4_K (repacked, gemm): per
+    64-element sub-block pair acc = fma(I, f32(d*dy), acc), accm = fma(M, f32(dmin*dy), accm),
+    y = acc - accm (activations by the 4x8 repack rule). Q2_K/Q5_K (tiled kernel): per super-block
+    res = fma(-dmin, (float)S2, f32(d*(float)S1)), acc = fma(res, dy, acc). Offset types
+    (Q3_K/Q6_K, tiled): per super-block acc = fma(f32(d * (float)S), dy, acc)."""
     q, sc, mn, dw, dmin = _unpack_k(wtype, blk)
     quant = quantize_q8_K_4x8_ref if wtype == T.Q4_K else quantize_q8_K_ref
     yq, dy, bs = quant(x)
@@ -272,13 +297,18 @@ def _dot_k(wtype, blk, x):
             res = (dw[None, :, b] * dot16.sum(-1).astype(np.float32)).astype(np.float32)
             acc = _fma32(res, dy[:, b, None], acc)
             continue
+        msum = bs[:, b, None, :] * mn[None, :, b, :]
+        if wtype != T.Q4_K:     # Q2_K / Q5_K: ggml's tiled kernel
+            s1 = (dw[None, :, b] * dot16.sum(-1).astype(np.float32)).astype(np.float32)
+            res = _fma32(-dmin[None, :, b], msum.sum(-1).astype(np.float32), s1)
+            acc = _fma32(res, dy[:, b, None], acc)
+            continue
         dd = (dy[:, b, None] * dw[None, :, b]).astype(np.float32)
         dm = (dy[:, b, None] * dmin[None, :, b]).astype(np.float32)
-        msum = bs[:, b, None, :] * mn[None, :, b, :]
         for p in range(4):
             acc = _fma32(dot16[..., 4 * p:4 * p + 4].sum(-1).astype(np.float32), dd, acc)
             accm = _fma32(msum[..., 4 * p:4 * p + 4].sum(-1).astype(np.float32), dm, accm)
-    return acc - accm
+    return acc - accm if wtype == T.Q4_K else acc
 
 
 def matmul_ref(wtype, w_raw, x: np.ndarray) -> np.ndarray:
@@ -292,6 +322,8 @@ def matmul_ref(wtype, w_raw, x: np.ndarray) -> np.ndarray:
     blk, k = _blocks(wtype, w_raw)
     if x.shape[1] != k:
         raise ValueError(f"x has {x.shape[1]} columns, weight rows have {k}")
+    if wtype in REPACKED_8X8 and blk.shape[0] % 8 == 0:
+        return _dot_r8(wtype, blk, x)
     if wtype in FAMILY_A:
         return _dot_a(wtype, blk, x)
     if wtype in FAMILY_K:

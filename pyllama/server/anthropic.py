@@ -142,6 +142,10 @@ def to_oai(body) -> dict:
     for key in ("temperature", "top_p", "top_k", "stream", "chat_template_kwargs"):
         if key in body:
             out[key] = body[key]
+    thinking = body.get("thinking")
+    if "thinking" in body and _str(thinking, "type") == "enabled":
+        n = thinking.get("budget_tokens", 10000)
+        out["thinking_budget_tokens"] = n if isinstance(n, int) else 10000
     return out
 
 

@@ -28,7 +28,8 @@ from . import infill as I
 from . import responses as R
 from . import schemas as S
 from .chat import render_chat
-from .chat_parse import MsgStream, forced_open, parse_message, thinking_template
+from .chat_parse import (MsgStream, ReasoningBudget, forced_open, parse_message,
+                         thinking_template)
 from .engine import Channel, Engine, Task
 from .schemas import ServerError, invalid, not_supported
 
@@ -432,6 +433,8 @@ class Server:
             body = await self.body(request, S.ChatBody if chat else S.CompletionBody)
         # templates and tokenization of long prompts run off the event loop
         prompts, params, n_cmpl = await run_in_threadpool(self._prepare, body, chat)
+        if chat:
+            params.reasoning_budget = self._reasoning_budget(body)
         ch = Channel(asyncio.get_running_loop())
         tasks = [self.engine.submit(Task("completion", ch, prompt=p, params=params,
                                          index=i * n_cmpl + j))
@@ -457,8 +460,23 @@ class Server:
         fmt = body.reasoning_format or self.cfg.reasoning_format
         if fmt == "none" or not thinking_template(self.template):
             return "none", False
-        tail = self.engine.model.detokenize(prompt[-4:]) if prompt else ""
+        tail = self.engine.model.detokenize(prompt[-16:]) if prompt else ""
         return fmt, forced_open(tail)
+
+    def _reasoning_budget(self, body):
+        """The reasoning-budget sampler of a chat request on a template with thinking blocks:
+        reasoning_budget_tokens (or thinking_budget_tokens) over --reasoning-budget; None when
+        unrestricted (-1)."""
+        n = body.reasoning_budget_tokens
+        if n is None or n == -1:
+            n = body.thinking_budget_tokens if body.thinking_budget_tokens is not None else -1
+        if n == -1:
+            n = self.cfg.reasoning_budget
+        if n < 0 or not thinking_template(self.template):
+            return None
+        tok = lambda s: self.tokenize(s, False, True)   # noqa: E731
+        return ReasoningBudget(tok("<think>"), tok("</think>"), n,
+                               lambda t: self.engine.model.token_to_piece(t, False))
 
     def _msg_stream(self, r: "_Req") -> MsgStream:
         return MsgStream(r.tools, r.reasoning, r.open_think)

@@ -153,3 +153,83 @@ def parse_message(text: str, tools: bool = False, reasoning: str = "none",
     s = MsgStream(tools, reasoning, open_think)
     s.push(text)
     return s.finish()[1]
+
+
+class ReasoningBudget:
+    """llama.cpp's reasoning-budget sampler (common/reasoning-budget.cpp) on token ids: after
+    the start tag, count thinking tokens; when `budget` of them have been generated (and the
+    last piece completes its UTF-8 sequence), force the end-tag tokens one by one; a new start
+    tag re-arms it. `accept(tok)` follows every prompt and generated token, `forced()` is the
+    token the next step must produce (None: sample normally)."""
+
+    def __init__(self, start: list[int], end: list[int], budget: int, piece=None):
+        self.start, self.end = list(start), list(end)
+        self.forced_tokens = list(end)
+        self.budget = budget if budget >= 0 else 2**31 - 1
+        self.piece = piece or (lambda t: b"")
+        self.state, self.remaining, self.pos = "idle", self.budget, 0
+        self._s = self._e = 0          # matched prefix lengths of the start / end tags
+
+    @staticmethod
+    def _advance(tag: list[int], k: int, tok: int) -> tuple[int, bool]:
+        """One step of a single-pattern matcher: (new matched length, complete match)."""
+        while True:
+            if k < len(tag) and tag[k] == tok:
+                k += 1
+                break
+            if k == 0:
+                break
+            k = next((j for j in range(k - 1, 0, -1) if tag[:j] == tag[k - j:k]), 0)
+        if k == len(tag):
+            return 0, True
+        return k, False
+
+    def _arm(self) -> None:
+        self.state, self.remaining = "counting", self.budget
+        self._e = 0
+        if self.remaining <= 0:
+            self.state, self.pos = "forcing", 0
+
+    def accept(self, tok: int) -> None:
+        if self.state in ("idle", "done"):
+            self._s, hit = self._advance(self.start, self._s, tok)
+            if hit:
+                self._arm()
+            return
+        if self.state == "forcing":
+            self._e, _ = self._advance(self.end, self._e, tok)
+            self.pos += 1
+            if self.pos >= len(self.forced_tokens):
+                self.state = "done"
+            return
+        self._e, hit = self._advance(self.end, self._e, tok)
+        if hit:
+            self.state = "done"
+            return
+        complete = _utf8_complete(self.piece(tok))
+        if self.state == "waiting_utf8":
+            if complete:
+                self.state, self.pos, self._e = "forcing", 0, 0
+        else:
+            self.remaining -= 1
+            if self.remaining <= 0:
+                self.state = "forcing" if complete else "waiting_utf8"
+                self.pos, self._e = 0, 0
+
+    def fresh(self) -> "ReasoningBudget":
+        """A copy in the initial state (one per task)."""
+        return ReasoningBudget(self.start, self.end, self.budget, self.piece)
+
+    def forced(self) -> int | None:
+        if self.state == "forcing" and self.pos < len(self.forced_tokens):
+            return self.forced_tokens[self.pos]
+        return None
+
+
+def _utf8_complete(b: bytes) -> bool:
+    """common_utf8_is_complete: the bytes do not end inside a multi-byte sequence."""
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError as e:
+        return e.reason != "unexpected end of data"

@@ -168,6 +168,10 @@ class Slot:
         self.sampler = e.new_sampler(p.sampling)
         for t in task.prompt:       # llama.cpp replays the prompt: penalties and DRY see it
             self.sampler.accept(t, False)   # (not the grammar: prompt tokens are not generated)
+        self.budget = p.reasoning_budget.fresh() if p.reasoning_budget is not None else None
+        if self.budget is not None:     # the reasoning budget sees the prompt (an open <think>)
+            for t in task.prompt:
+                self.budget.accept(t)
         self.sampled: int | None = None
         self.generated: list[int] = []
         self.text, self.n_sent, self.n_decoded = "", 0, 0
@@ -238,8 +242,12 @@ class Slot:
         drafts, eog = self.drafts, self.engine.vocab.eog_ids
         out: list[int] = []
         for i, logits in enumerate(rows[:len(drafts) + 1]):
-            tok = int(self.sampler.sample(logits))
+            forced = self.budget.forced() if self.budget is not None else None
+            # a forced end-of-thinking token: every other logit is -inf (llama.cpp's budget)
+            tok = forced if forced is not None else int(self.sampler.sample(logits))
             self.sampler.accept(tok)
+            if self.budget is not None:
+                self.budget.accept(tok)
             if self.params.n_probs:
                 self.probs.append(self.engine.token_probs(self, logits, tok))
             out.append(tok)

@@ -125,6 +125,8 @@ class ChatBody(CompletionBody):
     continue_final_message: bool | None = None
     chat_template_kwargs: dict | None = None
     reasoning_format: str | None = None
+    reasoning_budget_tokens: int | None = None
+    thinking_budget_tokens: int | None = None     # Anthropic's thinking.budget_tokens
 
 
 class TokenizeBody(msgspec.Struct):
@@ -199,6 +201,7 @@ class TaskParams:
     timings_per_token: bool = False
     ignore_eos: bool = False
     embd_normalize: int = 2          # embeddings: common_embd_normalize's rule (pooled only)
+    reasoning_budget: Any = None     # chat_parse.ReasoningBudget (a template with thinking)
     t_max_predict_ms: int = -1
     sampling: Any = None           # SamplerParams
     settings: dict = field(default_factory=dict)  # generation_settings as reported

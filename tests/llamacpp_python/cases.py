@@ -267,3 +267,20 @@ def chat_tool_forced(llm, *_):
 
 CASES.update({f.__name__: f for f in (grammar_choice, grammar_json_seeded, chat_json,
                                       grammar_schema, chat_tool_forced)})
+
+
+# what langchain_community.llms.LlamaCpp(model_path=..., temperature=0.7, max_tokens=24) passes
+LANGCHAIN_CTOR = dict(rope_freq_scale=1.0, rope_freq_base=10000.0, lora_path=None, lora_base=None,
+                      n_ctx=512, n_parts=-1, seed=-1, f16_kv=True, logits_all=False,
+                      vocab_only=False, use_mlock=False, n_threads=None, n_batch=8,
+                      use_mmap=True, last_n_tokens_size=64)
+LANGCHAIN_CALL = dict(suffix=None, max_tokens=24, temperature=0.7, top_p=0.95, logprobs=None,
+                      echo=False, repeat_penalty=1.1, top_k=40, stop=[])
+
+
+def langchain_equiv(llm, *_):
+    m = llm(fresh=True, **LANGCHAIN_CTOR)
+    return [m(prompt=PROMPT, **LANGCHAIN_CALL), m(prompt="Once upon a time", **LANGCHAIN_CALL)]
+
+
+CASES["langchain_equiv"] = langchain_equiv

@@ -97,3 +97,88 @@ def test_iq_get_rows_is_ggml_dequantize(ref, name):
     want = ref["deq_" + name]
     got = mm.get_rows(_weight(ref, name), np.arange(len(want)))
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["Q2_K", "Q3_K", "Q5_K", "Q6_K"])
+def test_kquant_prefill_equals_llama_cpp_tiled_kernel(ref, name):
+    """K-quants llama.cpp does not repack on AVX2 (all but Q4_K) go through its tiled kernel
+    from 8 rows; Q2_K / Q5_K with their mins: res = fma(-dmin, S2, d*S1) per super-block."""
+    from pyllama.backend.cpu import matmul as mm
+    from pyllama.backend.ref_matmul import matmul_ref
+    w, x = _weight(ref, name), ref["x"]
+    for n in (8, 9):
+        assert np.array_equal(mm.matmul(w, x[:n]), ref[f"mm{n}_{name}"])
+        assert np.array_equal(matmul_ref(w.type, w.raw, x[:n]), ref[f"mm{n}_{name}"])
+
+
+@pytest.mark.parametrize("name", ["IQ4_NL", "Q4_0"])
+def test_unrepacked_32_blocks_equal_llama_cpp(ref, name):
+    """rows % 8 != 0 (not repacked): tinyBLAS from 2 rows (and for Q4_0 vec_dot, the same)."""
+    from pyllama.backend.base import Weight
+    from pyllama.backend.cpu import matmul as mm
+    raw, x = ref["raw_" + name][:15], ref["x"]
+    w = Weight("w", GGMLType[name], (15, 512), raw)
+    for n in (3, 8, 9):
+        assert np.array_equal(mm.matmul(w, x[:n]), ref[f"mm{n}_{name}"][:, :15])
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "IQ4_NL", "MXFP4"])
+def test_repacked_8x8_kernel_equals_oracle(ref, name):
+    """rows % 8 == 0: llama.cpp's ggml_gemm/gemv_*_8x8_q8_0 arithmetic (one exact integer per
+    32-block, one fma chain); kernels == numpy oracle for every row count, and the 1-row result
+    differs from the vec_dot / tinyBLAS lanes (so the path is really taken)."""
+    from pyllama.backend.cpu import matmul as mm
+    from pyllama.backend.ref_matmul import matmul_ref
+    w, x = _weight(ref, name), ref["x"]
+    full = mm.matmul(w, x)
+    assert np.array_equal(full, matmul_ref(w.type, w.raw, x))
+    for n in (1, 2, 3, 5):
+        assert np.array_equal(mm.matmul(w, x[:n]), full[:n])
+    assert not np.array_equal(full, ref["vd_" + name])
+    np.testing.assert_allclose(full, ref["vd_" + name], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["TQ1_0", "TQ2_0"])
+def test_ternary_matmul_close_to_llama_cpp(ref, name):
+    """TQ1_0 / TQ2_0: exact integer sums per super-block with the tiled formula (kernels ==
+    oracle, every row count); llama.cpp's vec_dot sums 8 lanes, ~1e-7 relative apart."""
+    from pyllama.backend.cpu import matmul as mm
+    from pyllama.backend.ref_matmul import matmul_ref
+    w, x = _weight(ref, name), ref["x"]
+    full = mm.matmul(w, x)
+    assert np.array_equal(full, matmul_ref(w.type, w.raw, x))
+    for n in (1, 2, 3, 5):
+        assert np.array_equal(mm.matmul(w, x[:n]), full[:n])
+    np.testing.assert_allclose(full, ref["vd_" + name], rtol=0, atol=1e-6 * np.abs(full).max())
+    assert np.array_equal(mm.get_rows(w, np.arange(4)), ref["deq_" + name])
+
+
+def _patch_type(path, tensor, type_id):
+    """Rewrite the ggml type id of one tensor in a GGUF file's tensor info."""
+    import struct
+    data = bytearray(open(path, "rb").read())
+    key = struct.pack("<Q", len(tensor)) + tensor.encode()
+    i = data.index(key) + len(key)
+    n_dims = struct.unpack_from("<I", data, i)[0]
+    struct.pack_into("<I", data, i + 4 + 8 * n_dims, type_id)
+    open(path, "wb").write(bytes(data))
+
+
+def test_unsupported_type_is_one_error_naming_it(tmp_path):
+    """A tensor type the CPU backend cannot compute with: ModelError naming tensor and type; a
+    ggml type the reader does not know (NVFP4): GgufError naming it."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from tiny import write_tiny_gguf
+
+    import pyllama
+    from pyllama.errors import GgufError, ModelError
+    path = str(tmp_path / "m.gguf")
+    write_tiny_gguf(path, "llama")
+    _patch_type(path, "output_norm.weight", int(GGMLType.I8))
+    with pytest.raises(ModelError, match=r"tensor 'output_norm.weight' has type I8, which the cpu "
+                                         r"backend does not support"):
+        pyllama.load_model(path)
+    _patch_type(path, "output_norm.weight", 40)
+    with pytest.raises(GgufError, match=r"unknown tensor type 40 \(NVFP4\), which pyllama does "
+                                        r"not support .*tensor 'output_norm.weight'"):
+        pyllama.load_model(path)

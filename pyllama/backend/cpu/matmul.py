@@ -109,6 +109,15 @@ def _raw2d(w) -> tuple[np.ndarray, int]:
 
 
 _WEIGHTS: dict = {}  # id(w) -> (w, w.raw, raw [rows, row_bytes], k, type id, activation kind)
+# llama.cpp's CPU backend repacks these on AVX2 when rows % 8 == 0 (ggml-cpu/repack.cpp,
+# ggml_repack_get_optimal_repack_type) and multiplies them with ggml_gemm/gemv_*_8x8_q8_0
+_REPACKED_8X8 = frozenset({GGMLType.Q4_0, GGMLType.IQ4_NL, GGMLType.MXFP4})
+R8 = 256
+
+
+def kernel_type(wtype, rows: int) -> int:
+    """The type id the kernels get: wtype, or wtype | R8 for the repacked 8x8 arithmetic."""
+    return int(wtype) | R8 if wtype in _REPACKED_8X8 and rows % 8 == 0 else int(wtype)
 
 
 def _weight(w) -> tuple:
@@ -118,7 +127,8 @@ def _weight(w) -> tuple:
         if len(_WEIGHTS) > 8192:
             _WEIGHTS.clear()
         raw, k = _raw2d(w)
-        e = _WEIGHTS[id(w)] = (w, w.raw, raw, k, int(w.type), _matmul.act_kind(int(w.type)))
+        e = _WEIGHTS[id(w)] = (w, w.raw, raw, k, kernel_type(w.type, raw.shape[0]),
+                               _matmul.act_kind(int(w.type)))
     return e
 
 
@@ -156,7 +166,8 @@ def _plan_obj(kind: int, n: int, k: int, nth: int):
 # i-quants: the kernels hold them in llama.cpp's tiled-kernel form, whose float expression is not
 # dequantize_row_*'s; their rows decode through the numpy reference (bit-exact with ggml)
 _NUMPY_ROWS = frozenset({GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS,
-                         GGMLType.IQ3_S, GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.IQ4_XS})
+                         GGMLType.IQ3_S, GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.IQ4_XS,
+                         GGMLType.TQ1_0, GGMLType.TQ2_0})
 
 
 def get_rows(w, ids) -> np.ndarray:

@@ -50,8 +50,13 @@ enum {
     PYL_F32 = 0, PYL_F16 = 1, PYL_Q4_0 = 2, PYL_Q4_1 = 3, PYL_Q5_0 = 6, PYL_Q5_1 = 7,
     PYL_Q8_0 = 8, PYL_Q2_K = 10, PYL_Q3_K = 11, PYL_Q4_K = 12, PYL_Q5_K = 13, PYL_Q6_K = 14,
     PYL_IQ2_XXS = 16, PYL_IQ2_XS = 17, PYL_IQ3_XXS = 18, PYL_IQ1_S = 19, PYL_IQ3_S = 21,
-    PYL_IQ2_S = 22, PYL_IQ4_XS = 23, PYL_IQ1_M = 29, PYL_BF16 = 30
+    PYL_IQ2_S = 22, PYL_IQ4_XS = 23, PYL_IQ1_M = 29, PYL_BF16 = 30, PYL_IQ4_NL = 20,
+    PYL_MXFP4 = 39, PYL_TQ1_0 = 34, PYL_TQ2_0 = 35
 };
+/* a weight type id | PYL_R8: the weight as llama.cpp repacks it on AVX2 (Q4_0, IQ4_NL, MXFP4 with
+ * rows % 8 == 0: block_*x8, ggml_gemm/gemv_*_8x8_q8_0): per 32-block the exact integer dot I,
+ * acc = fma((float)I, d_w * d_x, acc) */
+#define PYL_R8 256
 /* activation kinds (the vec_dot type) */
 enum { PYL_ACT_Q8_0 = 0, PYL_ACT_Q8_K = 1, PYL_ACT_F16 = 2, PYL_ACT_BF16 = 3, PYL_ACT_F32 = 4,
        PYL_ACT_Q8_K4 = 5 /* q8_K values by the 4x8 repack rule (Q4_K) */ };
@@ -93,10 +98,20 @@ static inline float pyl_round_f16(float f) { return pyl_f16_to_f32(pyl_f32_to_f1
  * through it (one broadcast load instead of insert + convert + broadcast). Filled once by
  * pyl_init_tables() when _matmul is imported. */
 static float pyl_f16_table[65536];
+/* ggml_e8m0_to_fp32_half for every byte (MXFP4 block scales) */
+static float pyl_e8m0h_table[256];
 static void pyl_init_tables(void) {
     for (uint32_t i = 0; i < 65536; i++) pyl_f16_table[i] = pyl_f16_to_f32((uint16_t)i);
+    for (uint32_t e = 0; e < 256; e++) {
+        const uint32_t bits = e < 2 ? 0x00200000u << e : (e - 1) << 23;
+        memcpy(&pyl_e8m0h_table[e], &bits, 4);
+    }
 }
 static inline const float *pyl_f16_ref(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return &pyl_f16_table[h]; }
+/* the scale of a family-A block: f16 d first, MXFP4's E8M0 exponent byte */
+static inline const float *pyl_scaleA_ref(int t, const uint8_t *x) {
+    return t == PYL_MXFP4 ? &pyl_e8m0h_table[x[0]] : pyl_f16_ref(x);
+}
 
 static inline float pyl_round_bf16(float f) { /* ggml_compute_fp32_to_bf16, back to f32 */
     uint32_t u = pyl_fbits(f);
@@ -247,31 +262,38 @@ static inline void pyl_wrow_init(pyl_wrow *W, uint8_t *buf, int k) {
 
 /* family of a weight type: 0 = A (q8_0 activations), 1 = K (q8_K), 2 = float; -1 unsupported */
 static inline int pyl_family(int t) {
-    switch (t) {
+    switch (t & 255) {
     case PYL_Q4_0: case PYL_Q4_1: case PYL_Q5_0: case PYL_Q5_1: case PYL_Q8_0: return 0;
+    case PYL_IQ4_NL: case PYL_MXFP4: return 0;
     case PYL_Q2_K: case PYL_Q3_K: case PYL_Q4_K: case PYL_Q5_K: case PYL_Q6_K: return 1;
     case PYL_IQ2_XXS: case PYL_IQ2_XS: case PYL_IQ2_S: case PYL_IQ3_XXS: case PYL_IQ3_S:
     case PYL_IQ1_S: case PYL_IQ1_M: case PYL_IQ4_XS: return 1;
+    case PYL_TQ1_0: case PYL_TQ2_0: return 1;
     case PYL_F32: case PYL_F16: case PYL_BF16: return 2;
     default: return -1;
     }
 }
 static inline int pyl_act_kind(int t) {
+    t &= 255;
     switch (pyl_family(t)) {
     case 0: return PYL_ACT_Q8_0;
     case 1: return t == PYL_Q4_K ? PYL_ACT_Q8_K4 : PYL_ACT_Q8_K;
     default: return t == PYL_F16 ? PYL_ACT_F16 : t == PYL_BF16 ? PYL_ACT_BF16 : PYL_ACT_F32;
     }
 }
-/* K family: offset types (the -off*sc*bsum term folds into the integer sum: 0) vs min types (1);
- * 2: signed values (IQ4_XS: int8 in [-127, 113], dotted by the sign trick, no offset) */
+/* K family arithmetic modes:
+ * 0: offset types (the -off*sc*bsum term folds into the integer sum; ggml tiled kernel);
+ * 1: Q4_K, repacked by llama.cpp (ggml_gemm_q4_K_8x8_q8_K: I, M per 64-element pair);
+ * 2: signed values (IQ4_XS: int8 in [-127, 113], dotted by the sign trick; tiled kernel);
+ * 3: Q2_K / Q5_K (ggml tiled kernel with mins: S1 = sum sc*q*y, S2 = sum mins*bsums per
+ *    super-block, res = fma(-dmin, (float)S2, d*(float)S1), acc = fma(res, dy, acc)) */
 static inline int pyl_has_min(int t) {
-    return t == PYL_Q2_K || t == PYL_Q4_K || t == PYL_Q5_K ? 1 : t == PYL_IQ4_XS ? 2 : 0;
+    return t == PYL_Q4_K ? 1 : t == PYL_Q2_K || t == PYL_Q5_K ? 3 : t == PYL_IQ4_XS ? 2 : 0;
 }
 static inline int pyl_is_iq(int t) {
     switch (t) {
     case PYL_IQ2_XXS: case PYL_IQ2_XS: case PYL_IQ2_S: case PYL_IQ3_XXS: case PYL_IQ3_S:
-    case PYL_IQ1_S: case PYL_IQ1_M: case PYL_IQ4_XS: return 1;
+    case PYL_IQ1_S: case PYL_IQ1_M: case PYL_IQ4_XS: case PYL_TQ1_0: case PYL_TQ2_0: return 1;
     default: return 0;
     }
 }
@@ -317,6 +339,10 @@ static inline void pyl_dec_q8_0(const uint8_t *__restrict x, int8_t *__restrict 
     *d = pyl_rd_f16(x); *m = 0.0f;
     memcpy(w, x + 2, 32);
 }
+/* IQ4_NL / MXFP4: 4-bit indices into kvalues_iq4nl / kvalues_mxfp4 (low nibbles 0-15, high 16-31) */
+static inline void pyl_dec_lut4(const uint8_t *__restrict qs, const int8_t *lut, int8_t *__restrict w) {
+    for (int j = 0; j < 16; j++) { w[j] = lut[qs[j] & 0xF]; w[j + 16] = lut[qs[j] >> 4]; }
+}
 
 static inline int pyl_block_bytes(int t) {
     switch (t) {
@@ -324,9 +350,11 @@ static inline int pyl_block_bytes(int t) {
     case PYL_Q5_1: return 24; case PYL_Q8_0: return 34; case PYL_Q2_K: return 84;
     case PYL_Q3_K: return 110; case PYL_Q4_K: return 144; case PYL_Q5_K: return 176;
     case PYL_Q6_K: return 210; case PYL_F32: return 4;
+    case PYL_IQ4_NL: return 18; case PYL_MXFP4: return 17;
     case PYL_IQ2_XXS: return 66; case PYL_IQ2_XS: return 74; case PYL_IQ2_S: return 82;
     case PYL_IQ3_XXS: return 98; case PYL_IQ3_S: return 110; case PYL_IQ1_S: return 50;
     case PYL_IQ1_M: return 56; case PYL_IQ4_XS: return 136;
+    case PYL_TQ1_0: return 54; case PYL_TQ2_0: return 66;
     default: return 2;
     }
 }
@@ -354,6 +382,10 @@ static inline __m256i pyl_dec32_avx2(int t, const uint8_t *x) {
         return _mm256_or_si256(pyl_nib32(x + 6), _mm256_andnot_si256(pyl_bits32(x + 2),
                                                                       _mm256_set1_epi8((char)0xF0)));
     case PYL_Q5_1: return _mm256_or_si256(pyl_nib32(x + 8), _mm256_and_si256(pyl_bits32(x + 4), b16));
+    case PYL_IQ4_NL: return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)pyl_kvalues_iq4nl)), pyl_nib32(x + 2));
+    case PYL_MXFP4: return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)pyl_kvalues_fp4)), pyl_nib32(x + 1));
     default: return _mm256_loadu_si256((const __m256i *)(x + 2));
     }
 }
@@ -366,7 +398,7 @@ static inline void pyl_decode_A(int t, const uint8_t *src, int k, pyl_wrow *W) {
     float *__restrict d = W->d, *__restrict m = W->m;
     for (int b = 0; b < k / 32; b++) {
         const uint8_t *x = src + (int64_t)bb * b;
-        d[b] = pyl_rd_f16(x);
+        d[b] = *pyl_scaleA_ref(t, x);
         m[b] = hm ? pyl_rd_f16(x + 2) : 0.0f;
 #if PYL_AVX2
         const __m256i v = pyl_dec32_avx2(t, x);
@@ -379,6 +411,8 @@ static inline void pyl_decode_A(int t, const uint8_t *src, int k, pyl_wrow *W) {
         case PYL_Q4_1: pyl_dec_q4_1(x, w + 32 * b, &dd, &mm); break;
         case PYL_Q5_0: pyl_dec_q5_0(x, w + 32 * b, &dd, &mm); break;
         case PYL_Q5_1: pyl_dec_q5_1(x, w + 32 * b, &dd, &mm); break;
+        case PYL_IQ4_NL: pyl_dec_lut4(x + 2, pyl_kvalues_iq4nl, w + 32 * b); break;
+        case PYL_MXFP4: pyl_dec_lut4(x + 1, pyl_kvalues_fp4, w + 32 * b); break;
         default: pyl_dec_q8_0(x, w + 32 * b, &dd, &mm); break;
         }
         for (int j = 0; j < 32; j++) aw[32 * b + j] = (uint8_t)(w[32 * b + j] < 0 ? -w[32 * b + j] : w[32 * b + j]);
@@ -597,6 +631,26 @@ static inline void pyl_dec_iq(int t, const uint8_t *__restrict x, uint8_t *__res
             }
         }
         break;
+    }
+    case PYL_TQ1_0: case PYL_TQ2_0: { /* ternary: u = trit in {0, 1, 2}, value u - 1, scale 1 */
+        static const uint8_t pow3[6] = {1, 3, 9, 27, 81, 243};
+        if (t == PYL_TQ2_0) {
+            *d = pyl_rd_f16(x + 64);
+            for (int j = 0; j < 2; j++)
+                for (int l = 0; l < 4; l++)
+                    for (int m = 0; m < 32; m++) u[128 * j + 32 * l + m] = (x[32 * j + m] >> (2 * l)) & 3;
+        } else {
+            *d = pyl_rd_f16(x + 52);
+            int o = 0;
+            for (int n = 0; n < 5; n++)
+                for (int m = 0; m < 32; m++) u[o++] = (uint8_t)(((uint16_t)(uint8_t)(x[m] * pow3[n]) * 3) >> 8);
+            for (int n = 0; n < 5; n++)
+                for (int m = 0; m < 16; m++) u[o++] = (uint8_t)(((uint16_t)(uint8_t)(x[32 + m] * pow3[n]) * 3) >> 8);
+            for (int n = 0; n < 4; n++)
+                for (int j = 0; j < 4; j++) u[o++] = (uint8_t)(((uint16_t)(uint8_t)(x[48 + j] * pow3[n]) * 3) >> 8);
+        }
+        for (int j = 0; j < 16; j++) { s16[j] = 1; mn[j] = 1; }
+        return;
     }
     default: { /* IQ4_XS */
         *d = pyl_rd_f16(x);
@@ -909,7 +963,7 @@ static inline __attribute__((always_inline)) void
 pyl_k_sb(const int NT, const int MODE, const int SC16, const uint8_t *u, const int16_t *sc, const int16_t *mn,
          const int8_t *const *yq, const int16_t *const *bs, __m128 dyv, float dw, float dmw,
          __m128 *acc, __m128 *accm) {
-    const int HAS_MIN = MODE == 1, SGN = MODE == 2;
+    const int HAS_MIN = MODE == 1, SGN = MODE == 2, TMIN = MODE == 3;
     __m256i sumi[4], pr[4][4];
     const __m256i z = _mm256_setzero_si256();
     for (int t = 0; t < 4; t++) { sumi[t] = z; for (int p = 0; p < 4; p++) pr[t][p] = z; }
@@ -964,6 +1018,14 @@ pyl_k_sb(const int NT, const int MODE, const int SC16, const uint8_t *u, const i
     if (NT == 1) { /* lane 0 only: the same operations without the transposes */
         const __m256i hm = _mm256_hadd_epi32(ms[0], ms[0]);
         const __m128i Mi = _mm_unpacklo_epi64(_mm256_castsi256_si128(hm), _mm256_extracti128_si256(hm, 1));
+        if (TMIN) {
+            const __m128i Ms = _mm_add_epi32(Mi, _mm_shuffle_epi32(Mi, 0x4E));
+            const __m128 S1 = _mm_cvtepi32_ps(pyl_hsum4_i32(sumi[0], z, z, z));
+            const __m128 S2 = _mm_cvtepi32_ps(_mm_add_epi32(Ms, _mm_shuffle_epi32(Ms, 0xB1)));
+            const __m128 res = _mm_fnmadd_ss(_mm_set_ss(dmw), S2, _mm_mul_ss(_mm_set_ss(dw), S1));
+            *acc = _mm_fmadd_ss(res, dyv, *acc);
+            return;
+        }
         if (!HAS_MIN) {
             const __m128i S = pyl_hsum4_i32(sumi[0], z, z, z);
             const __m128i Ms = _mm_add_epi32(Mi, _mm_shuffle_epi32(Mi, 0x4E));
@@ -982,6 +1044,13 @@ pyl_k_sb(const int NT, const int MODE, const int SC16, const uint8_t *u, const i
         *accm = _mm_fmadd_ss(_mm_shuffle_ps(M, M, 2), dm, *accm);
         *acc = _mm_fmadd_ss(_mm_shuffle_ps(I, I, 3), dd, *acc);
         *accm = _mm_fmadd_ss(_mm_shuffle_ps(M, M, 3), dm, *accm);
+        return;
+    }
+    if (TMIN) {
+        const __m128 S1 = _mm_cvtepi32_ps(pyl_hsum4_i32(sumi[0], sumi[1], sumi[2], sumi[3]));
+        const __m128 S2 = _mm_cvtepi32_ps(pyl_hsum4_i32(ms[0], ms[1], ms[2], ms[3]));
+        const __m128 res = _mm_fnmadd_ps(_mm_set1_ps(dmw), S2, _mm_mul_ps(_mm_set1_ps(dw), S1));
+        *acc = _mm_fmadd_ps(res, dyv, *acc);
         return;
     }
     if (!HAS_MIN) {
@@ -1084,7 +1153,7 @@ static inline void pyl_tileK(const int NR, const int NT, const int HAS_MIN, int 
                 const uint8_t *u = (const uint8_t *)W[r].w + 256 * b;
                 const int8_t *y = A[t].q + 256 * b;
                 const float dy = A[t].d[b];
-                int S = 0;
+                int S = 0, S1 = 0, S2 = 0;
                 for (int p = 0; p < 4; p++) {
                     int I = 0, M = 0;
                     for (int j = 4 * p; j < 4 * p + 4; j++) {
@@ -1099,9 +1168,13 @@ static inline void pyl_tileK(const int NR, const int NT, const int HAS_MIN, int 
                         accm = fmaf((float)M, W[r].dm[b] * dy, accm);
                     } else {
                         S += I - M;
+                        S1 += I;
+                        S2 += M;
                     }
                 }
-                if (HAS_MIN != 1) acc = fmaf(W[r].d[b] * (float)S, dy, acc);
+                if (HAS_MIN == 3)
+                    acc = fmaf(fmaf(-W[r].dm[b], (float)S2, W[r].d[b] * (float)S1), dy, acc);
+                else if (HAS_MIN != 1) acc = fmaf(W[r].d[b] * (float)S, dy, acc);
             }
             out[t * os + r] = acc - accm;
         }
@@ -1130,7 +1203,7 @@ pyl_blockA(const int t, const uint8_t *x, const int8_t *yq, const float *dy, __m
     const __m256i w = pyl_dec32_avx2(t, x);
     const __m256i y = _mm256_loadu_si256((const __m256i *)yq);
     const __m256i p = PYL_DOT4(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w), _mm256_set1_epi16(1));
-    const __m256 dd = _mm256_mul_ps(_mm256_broadcast_ss(pyl_f16_ref(x)), _mm256_broadcast_ss(dy));
+    const __m256 dd = _mm256_mul_ps(_mm256_broadcast_ss(pyl_scaleA_ref(t, x)), _mm256_broadcast_ss(dy));
     return _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
 }
 
@@ -1218,7 +1291,7 @@ pyl_dotA_group(const int t, const int NT, const uint8_t *row, int nb, const pyl_
         const uint8_t *x = row + (int64_t)bb * b;
         _mm_prefetch((const char *)x + PYL_PREFETCH, _MM_HINT_T0);
         const __m256i w = pyl_dec32_avx2(t, x), aw = _mm256_abs_epi8(w);
-        const __m256 dw = _mm256_broadcast_ss(pyl_f16_ref(x));
+        const __m256 dw = _mm256_broadcast_ss(pyl_scaleA_ref(t, x));
         for (int i = 0; i < NT; i++) {
             const __m256i y = _mm256_loadu_si256((const __m256i *)(X[i].q + 32 * b));
             const __m256i p = PYL_DOT4(aw, _mm256_sign_epi8(y, w), ones);
@@ -1273,6 +1346,8 @@ PYL_DIRECT_A(Q4_1)
 PYL_DIRECT_A(Q5_0)
 PYL_DIRECT_A(Q5_1)
 PYL_DIRECT_A(Q8_0)
+PYL_DIRECT_A(IQ4_NL)
+PYL_DIRECT_A(MXFP4)
 PYL_DIRECT_K(Q2_K)
 PYL_DIRECT_K(Q3_K)
 PYL_DIRECT_K(Q4_K)
@@ -1286,6 +1361,8 @@ PYL_DIRECT_K(IQ3_S)
 PYL_DIRECT_K(IQ1_S)
 PYL_DIRECT_K(IQ1_M)
 PYL_DIRECT_K(IQ4_XS)
+PYL_DIRECT_K(TQ1_0)
+PYL_DIRECT_K(TQ2_0)
 
 typedef void (*pyl_direct_fn)(const uint8_t *, int64_t, int, int, const pyl_arow *, int, float *, int64_t);
 static inline pyl_direct_fn pyl_direct_for(int t) {
@@ -1293,12 +1370,14 @@ static inline pyl_direct_fn pyl_direct_for(int t) {
     case PYL_Q4_0: return pyl_direct_Q4_0; case PYL_Q4_1: return pyl_direct_Q4_1;
     case PYL_Q5_0: return pyl_direct_Q5_0; case PYL_Q5_1: return pyl_direct_Q5_1;
     case PYL_Q8_0: return pyl_direct_Q8_0; case PYL_Q2_K: return pyl_direct_Q2_K;
+    case PYL_IQ4_NL: return pyl_direct_IQ4_NL; case PYL_MXFP4: return pyl_direct_MXFP4;
     case PYL_Q3_K: return pyl_direct_Q3_K; case PYL_Q4_K: return pyl_direct_Q4_K;
     case PYL_Q5_K: return pyl_direct_Q5_K; case PYL_Q6_K: return pyl_direct_Q6_K;
     case PYL_IQ2_XXS: return pyl_direct_IQ2_XXS; case PYL_IQ2_XS: return pyl_direct_IQ2_XS;
     case PYL_IQ2_S: return pyl_direct_IQ2_S; case PYL_IQ3_XXS: return pyl_direct_IQ3_XXS;
     case PYL_IQ3_S: return pyl_direct_IQ3_S; case PYL_IQ1_S: return pyl_direct_IQ1_S;
     case PYL_IQ1_M: return pyl_direct_IQ1_M; case PYL_IQ4_XS: return pyl_direct_IQ4_XS;
+    case PYL_TQ1_0: return pyl_direct_TQ1_0; case PYL_TQ2_0: return pyl_direct_TQ2_0;
     default: return 0;
     }
 }
@@ -1328,6 +1407,7 @@ PYL_SPECIALISE(pyl_tileA, 1)
 PYL_SPECIALISE(pyl_tileK, 0)
 PYL_SPECIALISE(pyl_tileK, 1)
 PYL_SPECIALISE(pyl_tileK, 2)
+PYL_SPECIALISE(pyl_tileK, 3)
 PYL_SPECIALISE(pyl_tileF3, 0)
 
 typedef void (*pyl_full_fn)(int, const pyl_wrow *, const pyl_arow *, float *, int64_t);
@@ -1342,6 +1422,7 @@ static inline void pyl_tile_fns(int t, pyl_full_fn full[PYL_T], pyl_part_fn *par
         switch (pyl_has_min(t)) {
         case 1: PYL_SET(pyl_tileK, 1) break;
         case 2: PYL_SET(pyl_tileK, 2) break;
+        case 3: PYL_SET(pyl_tileK, 3) break;
         default: PYL_SET(pyl_tileK, 0) break;
         }
         break;
@@ -1356,6 +1437,55 @@ static inline void pyl_tile_fns(int t, pyl_full_fn full[PYL_T], pyl_part_fn *par
 #define pyl_tileA_4x2_fn pyl_tileA_full2_0
 #endif
 
+/* ---- repacked 32-block types (weight type | PYL_R8): llama.cpp's ggml_gemm/gemv_*_8x8_q8_0
+ * arithmetic (the same for every row count): per block the exact integer dot I of the 32
+ * values, acc = fma((float)I, d_w * d_x, acc) in block order.  Each block is decoded once per
+ * weight row and dotted with every token. */
+static void pyl_rowtile_r8(int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int k,
+                           const pyl_acts *A, int64_t n, float *out, int64_t os) {
+    const int bb = pyl_block_bytes(t), nb = k / 32;
+    enum { G = 8 };
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *row = wsrc + (r0 + r) * wstride;
+        for (int64_t t0 = 0; t0 < n; t0 += G) {
+            const int nt = n - t0 < G ? (int)(n - t0) : G;
+            pyl_arow X[G];
+            float acc[G];
+            for (int i = 0; i < nt; i++) { X[i] = pyl_act_row(A, t0 + i); acc[i] = 0.0f; }
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *x = row + (int64_t)bb * b;
+                const float dw = *pyl_scaleA_ref(t, x);
+#if PYL_AVX2
+                const __m256i w = pyl_dec32_avx2(t, x), aw = _mm256_abs_epi8(w);
+                const __m256i ones = _mm256_set1_epi16(1);
+                for (int i = 0; i < nt; i++) {
+                    const __m256i y = _mm256_loadu_si256((const __m256i *)(X[i].q + 32 * b));
+                    const __m256i p = PYL_DOT4(aw, _mm256_sign_epi8(y, w), ones);
+                    const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+                    const __m128i h2 = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+                    const int I = _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 1)));
+                    acc[i] = fmaf((float)I, dw * X[i].d[b], acc[i]);
+                }
+#else
+                int8_t w[32];
+                float dd, mm;
+                switch (t) {
+                case PYL_Q4_0: pyl_dec_q4_0(x, w, &dd, &mm); break;
+                case PYL_IQ4_NL: pyl_dec_lut4(x + 2, pyl_kvalues_iq4nl, w); break;
+                default: pyl_dec_lut4(x + 1, pyl_kvalues_fp4, w); break;
+                }
+                for (int i = 0; i < nt; i++) {
+                    int I = 0;
+                    for (int j = 0; j < 32; j++) I += w[j] * X[i].q[32 * b + j];
+                    acc[i] = fmaf((float)I, dw * X[i].d[b], acc[i]);
+                }
+#endif
+            }
+            for (int i = 0; i < nt; i++) out[(t0 + i) * os + r0 + r] = acc[i];
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- one row tile ----------- */
 /* rows r0..r0+nr of W (row stride wstride bytes) times all n activation rows; out[t, r] with
  * row stride os.  scratch: PYL_R * PYL_ROWB(k) bytes, private to the calling thread. */
@@ -1366,6 +1496,7 @@ static inline void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int6
     pyl_arow X[PYL_T > PYL_DIRECT_MAX_A ? PYL_T : PYL_DIRECT_MAX_A];
     pyl_full_fn full[PYL_T];
     pyl_part_fn part;
+    if (t & PYL_R8) { pyl_rowtile_r8(t & 255, wsrc, wstride, r0, nr, k, A, n, out, os); return; }
     const int fam = pyl_family(t);
 #if PYL_AVX2
     if (fam != 2 && n <= (fam == 0 ? PYL_DIRECT_MAX_A : PYL_DIRECT_MAX_K)) {
