@@ -506,14 +506,27 @@ class Server:
         return n
 
     def _prompts(self, prompt) -> list[list[int]]:
-        if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and
-                                       isinstance(prompt[0], int)):
-            return [self._mixed_tokens(prompt, True, True)]
-        if isinstance(prompt, dict):
-            return [self._mixed_tokens(prompt.get("prompt_string", ""), True, True)]
-        if isinstance(prompt, list) and prompt:
-            return [p for x in prompt for p in self._prompts(x)]
-        raise invalid("\"prompt\" must be a string, a list of tokens, or a list of prompts")
+        """tokenize_input_prompts (server-common.cpp): an array without token ids is a list of
+        prompts, anything else one prompt."""
+        if isinstance(prompt, list) and not any(_is_id(x) for x in prompt):
+            out = [self._subprompt(p) for p in prompt]
+            if not out:
+                raise invalid("\"prompt\" must not be empty")
+            return out
+        return [self._subprompt(prompt)]
+
+    def _subprompt(self, p) -> list[int]:
+        """tokenize_input_subprompt: a string, token ids mixed with strings, token ids, or
+        {"prompt_string": ...}."""
+        if isinstance(p, str) or (isinstance(p, list) and all(
+                isinstance(x, str) or _is_id(x) for x in p)):
+            return self._mixed_tokens(p, True, True)
+        if isinstance(p, dict):
+            if "prompt_string" not in p:
+                raise invalid("[json.exception.out_of_range.403] key 'prompt_string' not found")
+            return self._mixed_tokens(p["prompt_string"], True, True)
+        raise invalid("\"prompt\" elements must be a string, a list of tokens, a JSON object "
+                      "containing a prompt string, or a list of mixed strings & tokens.")
 
     def _check_prompt(self, tokens: list[int]) -> None:
         if not tokens:
@@ -725,6 +738,10 @@ class _Req:
         self.tools, self.body = tools, body
         self.reasoning, self.open_think = "none", False
         self.resp_id = "resp_" + R.random_string()
+
+
+def _is_id(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _valid_filename(name: str) -> bool:
