@@ -339,7 +339,7 @@ OPTIONS: list[Opt] = [
        "all sequences (default: false)", neg="-no-kvu --no-kv-unified", env="LLAMA_ARG_KV_UNIFIED",
        tools={S, P}),
     _O("--kv-unified-per-slot", "int", "kv_unified_per_slot", "per-slot context cap in a "
-       "unified cache (default: 0 = unset)", env="LLAMA_ARG_KV_UNIFIED_PER_SLOT", tools={S}, status=UNSUP, note="per-slot caps in a unified cache"),
+       "unified cache (default: 0 = unset)", env="LLAMA_ARG_KV_UNIFIED_PER_SLOT", tools={S}),
     _O("--context-shift", "bool", "ctx_shift", "whether to use context shift on infinite text "
        "generation (default: disabled)", neg="--no-context-shift", env="LLAMA_ARG_CONTEXT_SHIFT",
        tools={S, C, CO, P}, status=UNSUP, note="context shift"),
