@@ -57,6 +57,10 @@ class Model:
             if t.shape != spec.shape:
                 raise ModelError(f"{self.path}: tensor '{spec.name}' has wrong shape; expected "
                                  f"{list(spec.shape)}, got {list(t.shape)}")
+        for name, info in tensors.items():
+            if not self.backend.supports_type(info.type):
+                raise ModelError(f"{self.path}: tensor '{name}' has type {info.type.name}, which "
+                                 f"the {self.backend.name} backend does not support")
         top, per_layer = {}, [dict() for _ in range(self.hparams.n_layer)]
         for name, info in tensors.items():
             w = self.backend.weight(info)

@@ -204,17 +204,33 @@ class Spinner:
         return False
 
 
-def pick_backend(params: Params) -> str:
+def pick_backend(params: Params, path: str | None = None) -> str:
     """-ngl / -dev → backend: 'cuda' when layers are to be offloaded and a CUDA backend is usable,
-    else 'cpu' (an explicit -ngl N > 0 then warns, like llama.cpp on a CPU-only build)."""
+    else 'cpu' (an explicit -ngl N > 0 then warns, like llama.cpp on a CPU-only build). The CUDA
+    backend runs whole models: -ngl N below the model's layer count is refused (one line)."""
     ngl = params.model_kwargs()["n_gpu_layers"]
     if ngl != 0:
         if cuda_usable():
+            check_full_offload(ngl, path)
             return "cuda"
         if "n_gpu_layers" in params.set_fields and ngl > 0:
             print("warning: no usable GPU found, --gpu-layers option will be ignored",
                   file=sys.stderr)
     return "cpu"
+
+
+def check_full_offload(ngl: int, path: str | None) -> None:
+    """-ngl N with 0 < N < the model's block count would offload only some layers, which the
+    CUDA backend cannot do: say so instead of offloading everything."""
+    if ngl <= 0 or path is None:
+        return                                  # auto (-1) / all (-2): every layer
+    from pyllama.errors import BackendError
+    from pyllama.gguf import GGUFReader
+    meta = GGUFReader(path).metadata
+    n_layer = int(meta.get(f"{meta.get('general.architecture', '')}.block_count", 0) or 0)
+    if 0 < ngl < n_layer:
+        raise BackendError(f"-ngl {ngl}: offloading only some of the model's {n_layer} layers is "
+                           "not supported; use -ngl 0 (CPU) or -ngl all (every layer on the GPU)")
 
 
 def load_model(params: Params, **extra):
@@ -223,7 +239,7 @@ def load_model(params: Params, **extra):
     import pyllama
     path = resolve_model(params)
     kwargs = params.model_kwargs()
-    kwargs["backend"] = pick_backend(params)
+    kwargs["backend"] = pick_backend(params, path)
     kwargs.update(extra)
     try:
         sig = inspect.signature(pyllama.load_model)

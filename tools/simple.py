@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from ._common import cuda_usable, guard, log, print_perf
+from ._common import check_full_offload, cuda_usable, guard, log, print_perf
 
 
 def usage(argv0: str) -> str:
@@ -60,8 +60,11 @@ def run(argv) -> int:
     from pyllama.errors import PyllamaError
     t0 = time.perf_counter()
     try:
+        path = models.resolve(model_path)
         backend = "cuda" if ngl != 0 and cuda_usable() else "cpu"
-        model = pyllama.load_model(models.resolve(model_path), backend=backend)
+        if backend == "cuda":
+            check_full_offload(ngl, path)
+        model = pyllama.load_model(path, backend=backend)
     except PyllamaError as e:
         log().error(f"main: error: unable to load model ({e})")
         return 1

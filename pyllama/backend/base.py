@@ -132,6 +132,12 @@ class Backend(ABC):
         """Threads for the CPU kernels (None: the library default)."""
         self.n_threads = n_threads
 
+    def supports_type(self, wtype) -> bool:
+        """Whether this backend computes with tensors of ggml type wtype (the numpy oracle's
+        matmul types: F32/F16/BF16, legacy, K and i-quants, MXFP4)."""
+        from .ref_matmul import SUPPORTED
+        return wtype in SUPPORTED
+
     # -- memory -----------------------------------------------------------------------------
     def weight(self, info) -> Weight:
         """Wrap a gguf TensorInfo (reader view, no copy)."""

@@ -26,7 +26,8 @@ REPACKED_8X8 = (T.Q4_0, T.IQ4_NL, T.MXFP4)
 FAMILY_K = (T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K)      # vec_dot type q8_K
 FLOATS = (T.F32, T.F16, T.BF16)
 # i-quants with llama.cpp's tiled-kernel arithmetic (q8_K activations)
-FAMILY_IQ = (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M, T.IQ4_XS)
+FAMILY_IQ = (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M, T.IQ4_XS,
+             T.TQ1_0, T.TQ2_0)   # TQ: the same formula (llama.cpp: vec_dot lanes, ~1e-7 apart)
 SUPPORTED = FAMILY_A + FAMILY_K + FLOATS + FAMILY_IQ
 
 

@@ -19,6 +19,12 @@ from ..errors import GgufError
 from .constants import (GGML_BLOCK, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, SUPPORTED_VERSIONS,
                         GGMLType, ValueType)
 
+# ggml type ids (ggml.h, llama.cpp 0c1e570) that GGMLType does not read: named in the error
+_UNREAD_TYPES = {31: "Q4_0_4_4 (removed from GGUF files)", 32: "Q4_0_4_8 (removed from GGUF files)",
+                 33: "Q4_0_8_8 (removed from GGUF files)", 36: "IQ4_NL_4_4 (removed from GGUF files)",
+                 37: "IQ4_NL_4_8 (removed from GGUF files)", 38: "IQ4_NL_8_8 (removed from GGUF files)",
+                 40: "NVFP4", 41: "Q1_0", 42: "Q2_0"}
+
 _SCALAR = {
     ValueType.UINT8: ("<B", np.uint8), ValueType.INT8: ("<b", np.int8),
     ValueType.UINT16: ("<H", np.uint16), ValueType.INT16: ("<h", np.int16),
@@ -235,7 +241,9 @@ class GGUFReader:
             try:
                 qtype = GGMLType(raw_type)
             except ValueError:
-                raise c.fail(f"unknown tensor type {raw_type}") from None
+                known = _UNREAD_TYPES.get(raw_type)
+                what = f" ({known}), which pyllama does not support" if known else ""
+                raise c.fail(f"unknown tensor type {raw_type}{what}") from None
             rel = c.u64()
             infos.append((name, ne, qtype, rel))
         c.what = "tensor data"

@@ -235,6 +235,9 @@ def tiled_ints(qtype, b) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return v.reshape(n, 256), _per16(iq4_xs_scales(b) - 32), _f16(b["d"])
     if qtype in (T.IQ1_S, T.IQ1_M):
         return _tiled_iq1(qtype, b)
+    if qtype in (T.TQ1_0, T.TQ2_0):      # ternary: value trit - 1, scale 1
+        q = tq1_trits(b) if qtype == T.TQ1_0 else tq2_values(b)
+        return q - 1, np.ones((len(q), 16), np.int64), _f16(b["d"])
     n = len(b["d"])
     d = _f16(b["d"])
     if qtype == T.IQ2_XXS:

@@ -157,6 +157,18 @@ def _llama_yarn(s: Spec):                 # a YaRN-extended llama (rope.scaling.
     s.kv(K.Rope.SCALING_ORIG_CTX_LEN, s.c["orig_ctx"])
 
 
+def _mistral3(s: Spec):                   # mistral3.cpp: YaRN, attention temperature tuning
+    c = s.c
+    _llama(s)
+    s.kv(K.Rope.SCALING_TYPE, "yarn")
+    s.kv(K.Rope.SCALING_FACTOR, c["yarn_factor"])
+    s.kv(K.Rope.SCALING_ORIG_CTX_LEN, c["orig_ctx"])
+    s.kv(K.Rope.SCALING_YARN_BETA_FAST, 32.0)
+    s.kv(K.Rope.SCALING_YARN_BETA_SLOW, 1.0)
+    s.kv(K.Rope.SCALING_YARN_LOG_MUL, 1.0)
+    s.kv(K.Attention.TEMPERATURE_SCALE, c["temp_scale"])
+
+
 def _qwen2(s: Spec):                      # qwen2.cpp
     s.common_kv()
     s.io()
@@ -251,6 +263,9 @@ ARCHS = {
     "llama": ("llama", _llama, {}),
     "llama3": ("llama", _llama, {"rope_freqs": True, "rope_base": 500000.0}),
     "llamayarn": ("llama", _llama_yarn, {"yarn_factor": 4.0, "orig_ctx": 256}),
+    # original context 8: the attention temperature steps at positions 8 and 16
+    "mistral3": ("mistral3", _mistral3, {"rope_base": 1000000.0, "yarn_factor": 16.0,
+                                         "orig_ctx": 8, "temp_scale": 0.1}),
     "mixtral": ("llama", _llama, {"n_expert": 8, "n_expert_used": 2, "n_ff": 256}),
     "qwen2": ("qwen2", _qwen2, {"eps": 1e-6, "rope_base": 1000000.0}),
     "qwen3": ("qwen3", _qwen3, {"eps": 1e-6, "rope_base": 1000000.0}),

@@ -136,3 +136,64 @@ def test_repacked_8x8_kernel_equals_oracle(ref, name):
         assert np.array_equal(mm.matmul(w, x[:n]), full[:n])
     assert not np.array_equal(full, ref["vd_" + name])
     np.testing.assert_allclose(full, ref["vd_" + name], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["TQ1_0", "TQ2_0"])
+def test_ternary_matmul_close_to_llama_cpp(ref, name):
+    """TQ1_0 / TQ2_0: exact integer sums per super-block with the tiled formula (kernels ==
+    oracle, every row count); llama.cpp's vec_dot sums 8 lanes, ~1e-7 relative apart."""
+    from pyllama.backend.cpu import matmul as mm
+    from pyllama.backend.ref_matmul import matmul_ref
+    w, x = _weight(ref, name), ref["x"]
+    full = mm.matmul(w, x)
+    assert np.array_equal(full, matmul_ref(w.type, w.raw, x))
+    for n in (1, 2, 3, 5):
+        assert np.array_equal(mm.matmul(w, x[:n]), full[:n])
+    np.testing.assert_allclose(full, ref["vd_" + name], rtol=0, atol=1e-6 * np.abs(full).max())
+    assert np.array_equal(mm.get_rows(w, np.arange(4)), ref["deq_" + name])
+
+
+def _patch_type(path, tensor, type_id):
+    """Rewrite the ggml type id of one tensor in a GGUF file's tensor info."""
+    import struct
+    data = bytearray(open(path, "rb").read())
+    key = struct.pack("<Q", len(tensor)) + tensor.encode()
+    i = data.index(key) + len(key)
+    n_dims = struct.unpack_from("<I", data, i)[0]
+    struct.pack_into("<I", data, i + 4 + 8 * n_dims, type_id)
+    open(path, "wb").write(bytes(data))
+
+
+def test_unsupported_type_is_one_error_naming_it(tmp_path):
+    """A tensor type the CPU backend cannot compute with: ModelError naming tensor and type; a
+    ggml type the reader does not know (NVFP4): GgufError naming it."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from tiny import write_tiny_gguf
+
+    import pyllama
+    from pyllama.errors import GgufError, ModelError
+    path = str(tmp_path / "m.gguf")
+    write_tiny_gguf(path, "llama")
+    _patch_type(path, "output_norm.weight", int(GGMLType.I8))
+    with pytest.raises(ModelError, match=r"tensor 'output_norm.weight' has type I8, which the cpu "
+                                         r"backend does not support"):
+        pyllama.load_model(path)
+    _patch_type(path, "output_norm.weight", 40)
+    with pytest.raises(GgufError, match=r"unknown tensor type 40 \(NVFP4\), which pyllama does "
+                                        r"not support .*tensor 'output_norm.weight'"):
+        pyllama.load_model(path)
+
+
+def test_iq4_xs_one_token_kernel_equals_llama_cpp(ref):
+    """numerics="llama.cpp": under 8 rows llama.cpp runs ggml_vec_dot_iq4_xs_q8_K (8 float lanes);
+    the CPU kernel and the numpy oracle give its bits (the vec_dot fixture and mul_mat at 1, 3
+    rows)."""
+    from pyllama.backend import ref_compat
+    from pyllama.backend.compat import vec_row_start
+    from pyllama.backend.cpu import compat
+    w, x = _weight(ref, "IQ4_XS"), ref["x"]
+    assert np.array_equal(compat.matvec_k(w, x, 2), ref["vd_IQ4_XS"])
+    assert np.array_equal(ref_compat.matvec_k(w.type, w.raw, x), ref["vd_IQ4_XS"])
+    for n in (1, 3):
+        assert np.array_equal(compat.matvec_k(w, x[:n], 1), ref[f"mm{n}_IQ4_XS"])
+    assert vec_row_start(w.type, 16, 7) == 0 and vec_row_start(w.type, 16, 8) == 8

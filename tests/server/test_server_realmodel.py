@@ -7,7 +7,7 @@ import pytest
 
 from server_proc import ServerProc
 
-pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
+pytestmark = pytest.mark.realmodel   # two short requests per model: default run
 DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
 
 

@@ -11,10 +11,12 @@ import pytest
 
 from toolsupport import DATA, real_model_path_or_skip
 
-pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
+pytestmark = pytest.mark.realmodel     # the long runs are marked slow one by one
 GPL3 = os.path.join(DATA, "gpl3-head.txt")   # first 14000 bytes of texts/GPL-3.txt
+GPL3_FULL = os.path.join(os.path.dirname(DATA), "GPL-3.txt")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alias,ppl,err", [("gemma-3-270m", "15.1904", "1.33153"),
                                           ("qwen2.5-coder-0.5b", "6.1921", "0.42472")])
 def test_perplexity_is_llama_cpps(tool, alias, ppl, err):
@@ -28,6 +30,7 @@ def test_perplexity_is_llama_cpps(tool, alias, ppl, err):
     assert f"Final estimate: PPL = {ppl} +/- {err}" in r.stderr, r.stderr[-400:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alias,kv,extra,ppl,err", [
     ("gemma-3-270m", "q8_0", (), "15.1131", "1.31903"),
     ("gemma-3-270m", "q4_0", (), "17.2419", "1.51397"),
@@ -45,6 +48,20 @@ def test_perplexity_quantized_kv_is_llama_cpps(tool, alias, kv, extra, ppl, err)
     assert f"Final estimate: PPL = {ppl} +/- {err}" in r.stderr, r.stderr[-400:]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("alias,ppl,err", [("gemma-3-270m", "16.1578", "1.04982"),
+                                          ("qwen2.5-coder-0.5b", "6.7254", "0.33526")])
+def test_perplexity_c1024_is_llama_cpps(tool, alias, ppl, err):
+    """The -c 1024 figures docs/numerics.md quotes: llama.cpp 0c1e570's llama-perplexity -c 1024
+    --chunks 4 on the whole GPL-3 text (tests/data/perplexity.json), digit for digit."""
+    path = real_model_path_or_skip(alias)
+    r = tool("perplexity", "-m", path, "-f", GPL3_FULL, "-c", "1024", "--chunks", "4", "-t", "2",
+             timeout=3600)
+    assert r.returncode == 0, r.stderr
+    assert f"Final estimate: PPL = {ppl} +/- {err}" in r.stderr, r.stderr[-400:]
+
+
+@pytest.mark.slow
 def test_perplexity_without_flash_attention_differs_slightly(tool):
     """-fa off: llama.cpp's other attention arithmetic (f16 q and probabilities), a different
     estimate within 1% of the reference."""
@@ -84,6 +101,7 @@ def test_qwen_kld_against_llama_cpp_base_rows():
     assert st.sum_kld / st.count < 0.01
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alias,case_id,n_same", [("gemma-3-270m", "story", 32),
                                                   ("qwen2.5-coder-0.5b", "chat-qwen", 32)])
 def test_simple_greedy_matches_library_and_llama_cpp(tool, alias, case_id, n_same):

@@ -94,6 +94,10 @@ class CpuBackend(Backend):
     def matmul(self, w: Weight, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         return self._matmul_mod().matmul(w, _c32(x), out=out)
 
+    def supports_type(self, wtype) -> bool:
+        from . import _matmul
+        return _matmul.family(int(wtype)) >= 0
+
     def matmul_vec(self, w: Weight, x: np.ndarray) -> np.ndarray:
         from . import compat
         return compat.matvec_k(w, x, self.n_threads)

@@ -166,7 +166,8 @@ def _plan_obj(kind: int, n: int, k: int, nth: int):
 # i-quants: the kernels hold them in llama.cpp's tiled-kernel form, whose float expression is not
 # dequantize_row_*'s; their rows decode through the numpy reference (bit-exact with ggml)
 _NUMPY_ROWS = frozenset({GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS,
-                         GGMLType.IQ3_S, GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.IQ4_XS})
+                         GGMLType.IQ3_S, GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.IQ4_XS,
+                         GGMLType.TQ1_0, GGMLType.TQ2_0})
 
 
 def get_rows(w, ids) -> np.ndarray:

@@ -51,7 +51,7 @@ enum {
     PYL_Q8_0 = 8, PYL_Q2_K = 10, PYL_Q3_K = 11, PYL_Q4_K = 12, PYL_Q5_K = 13, PYL_Q6_K = 14,
     PYL_IQ2_XXS = 16, PYL_IQ2_XS = 17, PYL_IQ3_XXS = 18, PYL_IQ1_S = 19, PYL_IQ3_S = 21,
     PYL_IQ2_S = 22, PYL_IQ4_XS = 23, PYL_IQ1_M = 29, PYL_BF16 = 30, PYL_IQ4_NL = 20,
-    PYL_MXFP4 = 39
+    PYL_MXFP4 = 39, PYL_TQ1_0 = 34, PYL_TQ2_0 = 35
 };
 /* a weight type id | PYL_R8: the weight as llama.cpp repacks it on AVX2 (Q4_0, IQ4_NL, MXFP4 with
  * rows % 8 == 0: block_*x8, ggml_gemm/gemv_*_8x8_q8_0): per 32-block the exact integer dot I,
@@ -268,6 +268,7 @@ static inline int pyl_family(int t) {
     case PYL_Q2_K: case PYL_Q3_K: case PYL_Q4_K: case PYL_Q5_K: case PYL_Q6_K: return 1;
     case PYL_IQ2_XXS: case PYL_IQ2_XS: case PYL_IQ2_S: case PYL_IQ3_XXS: case PYL_IQ3_S:
     case PYL_IQ1_S: case PYL_IQ1_M: case PYL_IQ4_XS: return 1;
+    case PYL_TQ1_0: case PYL_TQ2_0: return 1;
     case PYL_F32: case PYL_F16: case PYL_BF16: return 2;
     default: return -1;
     }
@@ -292,7 +293,7 @@ static inline int pyl_has_min(int t) {
 static inline int pyl_is_iq(int t) {
     switch (t) {
     case PYL_IQ2_XXS: case PYL_IQ2_XS: case PYL_IQ2_S: case PYL_IQ3_XXS: case PYL_IQ3_S:
-    case PYL_IQ1_S: case PYL_IQ1_M: case PYL_IQ4_XS: return 1;
+    case PYL_IQ1_S: case PYL_IQ1_M: case PYL_IQ4_XS: case PYL_TQ1_0: case PYL_TQ2_0: return 1;
     default: return 0;
     }
 }
@@ -353,6 +354,7 @@ static inline int pyl_block_bytes(int t) {
     case PYL_IQ2_XXS: return 66; case PYL_IQ2_XS: return 74; case PYL_IQ2_S: return 82;
     case PYL_IQ3_XXS: return 98; case PYL_IQ3_S: return 110; case PYL_IQ1_S: return 50;
     case PYL_IQ1_M: return 56; case PYL_IQ4_XS: return 136;
+    case PYL_TQ1_0: return 54; case PYL_TQ2_0: return 66;
     default: return 2;
     }
 }
@@ -629,6 +631,26 @@ static inline void pyl_dec_iq(int t, const uint8_t *__restrict x, uint8_t *__res
             }
         }
         break;
+    }
+    case PYL_TQ1_0: case PYL_TQ2_0: { /* ternary: u = trit in {0, 1, 2}, value u - 1, scale 1 */
+        static const uint8_t pow3[6] = {1, 3, 9, 27, 81, 243};
+        if (t == PYL_TQ2_0) {
+            *d = pyl_rd_f16(x + 64);
+            for (int j = 0; j < 2; j++)
+                for (int l = 0; l < 4; l++)
+                    for (int m = 0; m < 32; m++) u[128 * j + 32 * l + m] = (x[32 * j + m] >> (2 * l)) & 3;
+        } else {
+            *d = pyl_rd_f16(x + 52);
+            int o = 0;
+            for (int n = 0; n < 5; n++)
+                for (int m = 0; m < 32; m++) u[o++] = (uint8_t)(((uint16_t)(uint8_t)(x[m] * pow3[n]) * 3) >> 8);
+            for (int n = 0; n < 5; n++)
+                for (int m = 0; m < 16; m++) u[o++] = (uint8_t)(((uint16_t)(uint8_t)(x[32 + m] * pow3[n]) * 3) >> 8);
+            for (int n = 0; n < 4; n++)
+                for (int j = 0; j < 4; j++) u[o++] = (uint8_t)(((uint16_t)(uint8_t)(x[48 + j] * pow3[n]) * 3) >> 8);
+        }
+        for (int j = 0; j < 16; j++) { s16[j] = 1; mn[j] = 1; }
+        return;
     }
     default: { /* IQ4_XS */
         *d = pyl_rd_f16(x);
@@ -1339,6 +1361,8 @@ PYL_DIRECT_K(IQ3_S)
 PYL_DIRECT_K(IQ1_S)
 PYL_DIRECT_K(IQ1_M)
 PYL_DIRECT_K(IQ4_XS)
+PYL_DIRECT_K(TQ1_0)
+PYL_DIRECT_K(TQ2_0)
 
 typedef void (*pyl_direct_fn)(const uint8_t *, int64_t, int, int, const pyl_arow *, int, float *, int64_t);
 static inline pyl_direct_fn pyl_direct_for(int t) {
@@ -1353,6 +1377,7 @@ static inline pyl_direct_fn pyl_direct_for(int t) {
     case PYL_IQ2_S: return pyl_direct_IQ2_S; case PYL_IQ3_XXS: return pyl_direct_IQ3_XXS;
     case PYL_IQ3_S: return pyl_direct_IQ3_S; case PYL_IQ1_S: return pyl_direct_IQ1_S;
     case PYL_IQ1_M: return pyl_direct_IQ1_M; case PYL_IQ4_XS: return pyl_direct_IQ4_XS;
+    case PYL_TQ1_0: return pyl_direct_TQ1_0; case PYL_TQ2_0: return pyl_direct_TQ2_0;
     default: return 0;
     }
 }

@@ -59,6 +59,19 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+_WARNED = []
+
+
+def _warn_unverified() -> None:
+    """One line, on the first CUDA backend of the process: no GPU run has verified it yet."""
+    if not _WARNED:
+        _WARNED.append(True)
+        from ...log import get_logger
+        get_logger("cuda").warning(
+            "warning: the CUDA backend has never been run on a GPU (compiled and host-tested "
+            "only, docs/cuda.md); results are unverified: -ngl 0 uses the CPU backend")
+
+
 class CudaBackend(Backend):
     name = "cuda"
     # launches with at least this many queries use the tiled (prefill) attention kernel; fewer
@@ -69,6 +82,7 @@ class CudaBackend(Backend):
     def __init__(self, n_threads: int | None = None, device: int = 0):
         super().__init__(n_threads)
         self.dev = get_device(device)
+        _warn_unverified()
         self._consts: dict[tuple, DevArray] = {}
 
     def _idx(self, a, dtype) -> DevArray:
