@@ -38,6 +38,7 @@ def to_config(params):
         kv_k_center=K_CENTER[params.kv_k_center],
         type_v=params.cache_type_v,
         kv_unified=params.kv_unified if "kv_unified" in params.set_fields else None,
+        kv_unified_per_slot=params.kv_unified_per_slot,
         n_predict=params.n_predict, n_keep=params.n_keep, cache_prompt=params.cache_prompt,
         reverse_prompts=list(params.antiprompt), special=params.special,
         sampling=_sampling(params),

@@ -23,7 +23,8 @@ from .ref import _fma, ggml_expf, ggml_hsum8, ggml_softmax_probs
 from .ref_matmul import _blocks, _unpack_k, quantize_q8_K_ref
 
 _F32 = np.float32
-VEC_TYPES = (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
+VEC_TYPES = (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K,
+             GGMLType.IQ4_XS)
 
 
 def _lane_order() -> np.ndarray:
@@ -144,7 +145,33 @@ def matvec_k(wtype, raw, x: np.ndarray) -> np.ndarray:
         return _q23k_vecdot(wtype, blk, x)
     if wtype == GGMLType.Q6_K:
         return _q6k_vecdot(blk, x)
+    if wtype == GGMLType.IQ4_XS:
+        return _iq4xs_vecdot(blk, x)
     raise NotImplementedError(f"one-token kernel for {wtype.name}")
+
+
+def _iq4xs_vecdot(blk, x):
+    """ggml_vec_dot_iq4_xs_q8_K (AVX2): per super-block 8 int32 lanes, lane l of each 32-block
+    the (ls - 32)-scaled dot of its elements 4l..4l+3; acc8 = fma(f32(d*d8), (float)lanes, acc8);
+    hsum_float_8."""
+    from ..quant import BLOCK_LAYOUT
+    from ..quant.iquants import tiled_ints
+    rows, nb = blk.shape[:2]
+    b = np.ascontiguousarray(blk).reshape(-1).view(BLOCK_LAYOUT[GGMLType.IQ4_XS].dtype)
+    v, sc, d = tiled_ints(GGMLType.IQ4_XS, {f: np.ascontiguousarray(b[f]) for f in b.dtype.names})
+    # [rows, nb, 8 blocks, 8 lanes, 4] values times their block's scale (exact integers)
+    wv = (v.astype(np.int64).reshape(rows, nb, 8, 8, 4) *
+          sc.reshape(rows, nb, 8, 2)[..., :1, None].astype(np.int64)).astype(np.float64)
+    d = d.reshape(rows, nb)
+    qa, da, _ = quantize_q8_K_ref(x)
+    n = x.shape[0]
+    qa = qa.reshape(n, nb, 8, 8, 4).astype(np.float64)
+    acc = np.zeros((n, rows, 8), _F32)
+    for i in range(nb):
+        lanes = np.einsum("rjlk,njlk->nrl", wv[:, i], qa[:, i]).astype(_F32)
+        dd = (d[None, :, i] * da[:, None, i]).astype(_F32)[..., None]
+        acc = _fma(np.broadcast_to(dd, lanes.shape), lanes, acc)
+    return ggml_hsum8(acc)
 
 
 def matvec_float(wtype, raw, x: np.ndarray) -> np.ndarray:

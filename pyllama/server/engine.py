@@ -416,7 +416,7 @@ class Engine:
         speculating = draft_model is not None or cfg.spec_ngram
         # rollbacks of up to n_max drafts stay exact in a shared SWA cache (--swa-extra, docs/architecture.md)
         extra = max(cfg.swa_extra, cfg.spec_n_max) if speculating else cfg.swa_extra
-        self.ctx = pyllama.Context(self.model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch,
+        self.ctx = pyllama.Context(self.model, n_ctx=cfg.n_ctx_pool, n_batch=cfg.n_batch,
                                    n_ubatch=cfg.n_ubatch, n_seq_max=n, swa_full=cfg.swa_full,
                                    swa_extra=extra, kv_unified=cfg.unified,
                                    type_k=cfg.type_k, type_v=cfg.type_v,
@@ -433,7 +433,11 @@ class Engine:
             self.spec = Speculation(cfg, dctx)
         self.use_checkpoints = (cfg.n_ctx_checkpoints > 0 and not cfg.swa_full
                                 and self.ctx.hp.is_swa_any())
-        self.n_ctx_slot = self.ctx.n_ctx // n
+        # llama.cpp's n_ctx_slot(): the context's n_ctx_seq (all of n_ctx when unified),
+        # capped by --kv-unified-per-slot (llama.cpp also caps at n_ctx_train; not here yet)
+        self.n_ctx_slot = self.ctx.n_ctx_seq
+        if cfg.kv_unified_per_slot > 0:
+            self.n_ctx_slot = min(self.n_ctx_slot, cfg.kv_unified_per_slot)
         self.slots = [Slot(self, i, self.n_ctx_slot) for i in range(n)]
         self.sampling_defaults = self._sampling_defaults()
         if cfg.warmup:

@@ -242,6 +242,7 @@ def test_streamed_markdown_with_highlighted_code(page, qwen):
     # and the message's copy button the whole Markdown source
     page.one("#log article.assistant button.copy-msg").click()
     page.wait(lambda b: page.b.execute_async_script(clipboard) == expected, 5)
+    check_themes_and_narrow_window(page)
 
 
 @pytest.mark.realmodel
@@ -447,9 +448,9 @@ def test_attach_and_paste_text_files(page, qwen, tmp_path):
     assert page.one("#input").get_property("value") == ""
 
 
-@pytest.mark.realmodel
-def test_dark_theme_and_narrow_window(page, qwen):
-    page.send(CODE_PROMPT)
+def check_themes_and_narrow_window(page):
+    """Dark theme (the system's, or the settings' choice) and a phone-sized window, on the page
+    as it is (a code answer shown)."""
     bg = "return getComputedStyle(document.body).backgroundColor"
     light = page.b.execute_script(bg)
     page.b.execute_cdp_cmd("Emulation.setEmulatedMedia", {
@@ -486,6 +487,47 @@ def test_dark_theme_and_narrow_window(page, qwen):
         page.shot("narrow")
     finally:
         page.b.set_window_size(1200, 820)
+
+
+THINK_TEMPLATE = """{%- for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+<think>
+{% endif %}{#- a reply starts with its reasoning, closed by </think> -#}
+"""
+
+
+@pytest.mark.realmodel
+def test_streamed_reasoning_is_collapsed(browser, qwen_path, shots, tmp_path):
+    """Qwen with a chat template whose generation prompt opens a think block: the server streams
+    the reply as reasoning_content deltas, the page folds them into a collapsed block."""
+    tpl = tmp_path / "think.jinja"
+    tpl.write_text(THINK_TEMPLATE)
+    s = ServerProc(["-m", qwen_path, "-c", "1024", "-np", "1", "--temp", "0", "-n", "32",
+                    "--chat-template-file", str(tpl)]).wait_ready(300)
+    try:
+        prompt = "What is 2+2? Write one sentence of reasoning, then the tag </think>, then the answer."
+        ref = httpx.post(s.url + "/v1/chat/completions", timeout=120, json={
+            "messages": [{"role": "user", "content": prompt}]}).json()["choices"][0]["message"]
+        assert ref["reasoning_content"] == "2 + 2 equals 4"
+        p = Page(browser, s.url, shots).reset()
+        p.b.execute_script("""
+            window.__summaries = [];
+            new MutationObserver(() => {
+              const e = document.querySelector('#log details.reasoning summary');
+              if (e) window.__summaries.push(e.textContent);
+            }).observe(document.getElementById('log'), {childList: true, subtree: true});""")
+        p.send(prompt)
+        assert "Thinking…" in p.b.execute_script("return window.__summaries;")
+        details = p.one("#log article.assistant details.reasoning")
+        assert details.get_property("open") is False
+        assert details.find_element(By.TAG_NAME, "summary").text == "Reasoning"
+        assert p.text("#log article.assistant .reasoning-body") == [ref["reasoning_content"]]
+        # the streamed deltas end with the "\n" before the end of generation
+        assert p.stored()[0]["messages"][1]["reasoning"].rstrip() == ref["reasoning_content"]
+        assert foreign_requests(browser, s.url) == []
+    finally:
+        assert s.stop() == 0
 
 
 # ----------------------------------------------------------------------------- no model needed

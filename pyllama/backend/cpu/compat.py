@@ -31,6 +31,8 @@ def _kernel(wtype, rows: int) -> int:
         return _compat.VEC_Q2_K
     if wtype == GGMLType.Q3_K:
         return _compat.VEC_Q3_K
+    if wtype == GGMLType.IQ4_XS:
+        return _compat.VEC_IQ4_XS
     raise BackendError(f"no one-token kernel for {GGMLType(wtype).name}")
 
 
