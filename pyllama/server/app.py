@@ -23,6 +23,7 @@ from starlette.routing import Route
 from ..log import get_logger
 from . import cors_proxy
 from . import anthropic as A
+from . import control as K
 from . import embeddings as E
 from . import infill as I
 from . import responses as R
@@ -179,6 +180,7 @@ class Server:
     def __init__(self, cfg, engine: Engine):
         self.cfg, self.engine = cfg, engine
         self._defaults = None
+        self.live: dict[str, list] = {}     # chat completion id -> its tasks (while running)
 
     # -- helpers -----------------------------------------------------------------------------------
     @property
@@ -370,6 +372,20 @@ class Server:
     async def responses_input_tokens(self, request: Request):
         return await R.input_tokens(self, request)
 
+    async def chat_control(self, request: Request):
+        return await K.chat_control(self, request)
+
+    async def lora_adapters(self, request: Request):
+        if request.method == "POST":
+            return await K.lora_set(self, request)
+        return await K.lora_list(self, request)
+
+    async def transcriptions(self, request: Request):
+        return await K.transcriptions(self, request)
+
+    async def stream_resume(self, request: Request):
+        return await K.stream_resume(self, request)
+
     async def anthropic_messages(self, request: Request):
         return await A.messages(self, request)
 
@@ -434,23 +450,32 @@ class Server:
         # templates and tokenization of long prompts run off the event loop
         prompts, params, n_cmpl = await run_in_threadpool(self._prepare, body, chat)
         if chat:
-            params.reasoning_budget = self._reasoning_budget(body)
+            params.reasoning_control = bool(body.reasoning_control)
+            params.reasoning_budget = self._reasoning_budget(body, params.reasoning_control)
         ch = Channel(asyncio.get_running_loop())
         tasks = [self.engine.submit(Task("completion", ch, prompt=p, params=params,
                                          index=i * n_cmpl + j))
                  for i, p in enumerate(prompts) for j in range(n_cmpl)]
         ctx = _Req(mode, params, S.completion_id(), self.model_name,
                    bool(chat and body.tools and body.tool_choice != "none"), body)
+        self.live[ctx.cid] = tasks      # reasoning control finds live completions by id
         if chat:
             ctx.reasoning, ctx.open_think = self._reasoning(body, prompts[0])
         if params.stream:
             # an error before the first chunk is a plain JSON error, as in llama.cpp
-            first = await self._next_event(request, ch, tasks)
+            try:
+                first = await self._next_event(request, ch, tasks)
+            except BaseException:
+                self.live.pop(ctx.cid, None)
+                raise
             return StreamingResponse(self._stream(ch, tasks, ctx, first),
                                      media_type="text/event-stream",
                                      headers={"X-Accel-Buffering": "no",
                                               "Cache-Control": "no-cache"})
-        finals = await self._wait(request, ch, tasks)
+        try:
+            finals = await self._wait(request, ch, tasks)
+        finally:
+            self.live.pop(ctx.cid, None)
         return json_response(self._final_body(ctx, finals))
 
     def _reasoning(self, body, prompt: list[int]) -> tuple[str, bool]:
@@ -463,7 +488,7 @@ class Server:
         tail = self.engine.model.detokenize(prompt[-16:]) if prompt else ""
         return fmt, forced_open(tail)
 
-    def _reasoning_budget(self, body):
+    def _reasoning_budget(self, body, control: bool = False):
         """The reasoning-budget sampler of a chat request on a template with thinking blocks:
         reasoning_budget_tokens (or thinking_budget_tokens) over --reasoning-budget; None when
         unrestricted (-1)."""
@@ -472,7 +497,7 @@ class Server:
             n = body.thinking_budget_tokens if body.thinking_budget_tokens is not None else -1
         if n == -1:
             n = self.cfg.reasoning_budget
-        if n < 0 or not thinking_template(self.template):
+        if (n < 0 and not control) or not thinking_template(self.template):
             return None
         tok = lambda s: self.tokenize(s, False, True)   # noqa: E731
         return ReasoningBudget(tok("<think>"), tok("</think>"), n,
@@ -622,6 +647,7 @@ class Server:
             if r.mode in ("oai", "chat"):
                 yield b"data: [DONE]\n\n"
         finally:
+            self.live.pop(r.cid, None)
             for t in tasks:
                 t.cancelled = True
 
@@ -869,6 +895,12 @@ def create_app(cfg, engine: Engine) -> Gate:
         "/rerank", "/reranking", "/v1/rerank", "/v1/reranking")] + [
         Route("/infill", s.infill, methods=post),
         Route("/v1/messages", s.anthropic_messages, methods=post),
+        Route("/v1/chat/completions/control", s.chat_control, methods=post),
+        Route("/lora-adapters", s.lora_adapters, methods=["GET", "POST"]),
+        Route("/v1/audio/transcriptions", s.transcriptions, methods=post),
+        Route("/audio/transcriptions", s.transcriptions, methods=post),
+        Route("/v1/stream", s.stream_resume, methods=["GET", "DELETE"]),
+        Route("/v1/streams/lookup", s.stream_resume, methods=post),
         Route("/v1/responses", s.responses, methods=post),
         Route("/responses", s.responses, methods=post),
         Route("/v1/responses/input_tokens", s.responses_input_tokens, methods=post),

@@ -62,6 +62,7 @@ class Task:
     filename: str = ""
     id: int = 0
     cancelled: bool = False
+    end_reasoning: bool = False      # set by /v1/chat/completions/control (any thread)
     t_submit: float = field(default_factory=time.perf_counter)
 
 
@@ -242,6 +243,9 @@ class Slot:
         drafts, eog = self.drafts, self.engine.vocab.eog_ids
         out: list[int] = []
         for i, logits in enumerate(rows[:len(drafts) + 1]):
+            if self.budget is not None and self.task.end_reasoning:
+                self.task.end_reasoning = False     # reasoning control: end the thinking now
+                self.budget.force()
             forced = self.budget.forced() if self.budget is not None else None
             # a forced end-of-thinking token: every other logit is -inf (llama.cpp's budget)
             tok = forced if forced is not None else int(self.sampler.sample(logits))

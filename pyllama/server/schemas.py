@@ -127,6 +127,7 @@ class ChatBody(CompletionBody):
     reasoning_format: str | None = None
     reasoning_budget_tokens: int | None = None
     thinking_budget_tokens: int | None = None     # Anthropic's thinking.budget_tokens
+    reasoning_control: bool | None = None
 
 
 class TokenizeBody(msgspec.Struct):
@@ -202,6 +203,7 @@ class TaskParams:
     ignore_eos: bool = False
     embd_normalize: int = 2          # embeddings: common_embd_normalize's rule (pooled only)
     reasoning_budget: Any = None     # chat_parse.ReasoningBudget (a template with thinking)
+    reasoning_control: bool = False  # /v1/chat/completions/control may end the thinking
     t_max_predict_ms: int = -1
     sampling: Any = None           # SamplerParams
     settings: dict = field(default_factory=dict)  # generation_settings as reported

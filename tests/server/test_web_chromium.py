@@ -651,6 +651,34 @@ def test_prompt_progress_while_a_long_prompt_is_read(browser, tiny_llama, shots)
         assert s.stop() == 0
 
 
+def test_ui_config_gives_the_defaults(browser, tiny_llama, shots):
+    """--ui-config (llama.cpp's preferences keys, and sampling fields): the page's defaults; a
+    sampling value from it is sent with each request."""
+    cfg = {"pasteLongTextToFileLen": 0, "systemMessage": "Be terse.", "temperature": 0.3,
+           "theme": "dark"}
+    s = ServerProc(["-m", tiny_llama, "-c", "512", "-np", "1", "-n", "2",
+                    "--ui-config", json.dumps(cfg)]).wait_ready()
+    try:
+        p = Page(browser, s.url, shots).reset()
+        p.wait(lambda b: p.one("#model").text)
+        assert p.b.execute_script("return document.documentElement.dataset.theme") == "dark"
+        p.one("#open-settings").click()
+        assert p.one("#set-temperature").get_property("value") == "0.3"
+        assert p.one("#set-systemMessage").get_property("value") == "Be terse."
+        assert p.one("#set-pasteLongTextToFileLen").get_property("value") == "0"
+        p.one("#settings-cancel").click()
+        p.send("hello")
+        slot = httpx.get(s.url + "/slots").json()[0]
+        assert abs(slot["params"]["temperature"] - 0.3) < 1e-6
+        prompt = httpx.post(s.url + "/apply-template", json={"messages": [
+            {"role": "system", "content": "Be terse."}, {"role": "user", "content": "hello"}]})
+        n_prompt = len(httpx.post(s.url + "/tokenize", json={
+            "content": prompt.json()["prompt"]}).json()["tokens"])
+        assert slot["n_prompt_tokens"] == n_prompt            # the system message was sent
+    finally:
+        assert s.stop() == 0
+
+
 def test_page_under_api_prefix(browser, tiny_llama, shots):
     s = ServerProc(["-m", tiny_llama, "-c", "256", "-np", "1", "--api-prefix", "/llm",
                     "--api-key", "sekrit"]).wait_ready()
