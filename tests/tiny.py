@@ -50,11 +50,14 @@ def _qtype_for(name: str, cols: int, i: int):
 
 
 def write_tiny_gguf(path: str, arch: str = "llama", seed: int = 0, overrides: dict | None = None,
-                    all_f32: bool = False, embd_std: float = 0.25, quantizer=None) -> str:
+                    all_f32: bool = False, embd_std: float = 0.25, quantizer=None,
+                    extra_tensors: dict | None = None) -> str:
     """Write a tiny random model of `arch`; overrides replace keys of the arch's tiny() config.
     embd_std: standard deviation of token_embd (smaller: less peaked next-token distributions).
     quantizer(name, f32 data) -> (raw uint8 rows, ggml type id) or None (keep F32): replaces the
-    default type choice (e.g. pyllama's ggml reference quantizers in one type)."""
+    default type choice (e.g. pyllama's ggml reference quantizers in one type).
+    extra_tensors: {GGUF name: float32 array (numpy order)} written as F32 after the arch's own
+    (e.g. a classification head `cls.output.weight`)."""
     cls = arch_registry.get(arch)
     cfg = dict(cls.tiny())
     cfg.update(overrides or {})
@@ -91,6 +94,8 @@ def write_tiny_gguf(path: str, arch: str = "llama", seed: int = 0, overrides: di
         else:
             q = gguf.quants.quantize(data, qt)
             w.add_tensor(spec.name, q, raw_shape=q.shape, raw_dtype=qt)
+    for name, data in (extra_tensors or {}).items():
+        w.add_tensor(name, np.asarray(data, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
