@@ -291,12 +291,12 @@ ARCHS = {
 
 
 # benchmark shapes (no fixtures): Qwen3-30B-A3B scaled down, same expert count and top-k, the
-# same q-width / n_embd ratio and GQA ratio, expert FFN / n_embd as 768 / 2048
+# same q-width / n_embd ratio, expert FFN a multiple of 256 (K-quants, as 768), 2 layers
 BENCH = {
     "qwen3moe-a3b-mini": ("qwen3moe", _qwen3moe, {
         "eps": 1e-6, "rope_base": 1000000.0, "n_embd": 768, "n_layer": 2, "n_head": 12,
         "n_head_kv": 1, "head": 128, "n_ff": 2048, "n_expert": 128, "n_expert_used": 8,
-        "n_ff_exp": 288, "n_ctx": 4096}),
+        "n_ff_exp": 256, "n_ctx": 4096}),
 }
 
 
