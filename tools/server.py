@@ -50,7 +50,7 @@ def to_config(params):
         cors_origins=params.cors_origins, cors_methods=params.cors_methods,
         cors_headers=params.cors_headers, cors_credentials=params.cors_credentials,
         ui_config=_ui_config(params.ui_config_json),
-        prefill_assistant=params.prefill_assistant, ui_mcp_proxy=params.ui_mcp_proxy, flash_attn=params.flash_attn != "off",
+        prefill_assistant=params.prefill_assistant, verbose=params.verbosity > 9, ui_mcp_proxy=params.ui_mcp_proxy, flash_attn=params.flash_attn != "off",
         warmup=params.warmup, sse_ping_interval=float(params.sse_ping_interval),
         embeddings=params.embedding or params.reranking,
         pooling="rank" if params.reranking else (params.pooling or None),

@@ -201,7 +201,8 @@ class Server:
             cfg = self.cfg
             self._defaults = S.RequestDefaults(
                 n_predict=cfg.n_predict, n_keep=cfg.n_keep, stop=list(cfg.reverse_prompts),
-                cache_prompt=cfg.cache_prompt, sampling=self.engine.sampling_defaults)
+                cache_prompt=cfg.cache_prompt, sampling=self.engine.sampling_defaults,
+                eog_ids=tuple(self.engine.vocab.eog_ids), verbose=cfg.verbose)
         return self._defaults
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True):
@@ -354,7 +355,8 @@ class Server:
         bos = self.engine.model.token_to_piece(v.bos, True).decode("utf-8", "replace") \
             if getattr(v, "add_bos", False) and getattr(v, "bos", -1) >= 0 else None
         kwargs = {"enable_thinking": self._thinking_default(), **self.cfg.chat_template_kwargs}
-        return render_chat(self.template, body, kwargs, bos)
+        return render_chat(self.template, body, kwargs, bos,
+                           prefill_assistant=self.cfg.prefill_assistant)
 
     def _thinking_default(self) -> bool:
         """llama.cpp's enable_thinking template variable: true when the template renders
@@ -566,6 +568,9 @@ class Server:
         if isinstance(p, dict):
             if "prompt_string" not in p:
                 raise invalid("[json.exception.out_of_range.403] key 'prompt_string' not found")
+            if "multimodal_data" in p:     # a runtime_error in llama.cpp: 500
+                raise ServerError(500, "Multimodal data provided, but model does not support "
+                                       "multimodal requests.")
             return self._mixed_tokens(p["prompt_string"], True, True)
         raise invalid("\"prompt\" elements must be a string, a list of tokens, a JSON object "
                       "containing a prompt string, or a list of mixed strings & tokens.")
@@ -617,7 +622,8 @@ class Server:
             out = [S.native_final(f, r.model, False, r.params, fields) for f in finals]
             return out[0] if len(out) == 1 else out
         if r.mode == "oai":
-            return S.oai_completion(finals, r.model, r.cid, r.params.n_probs)
+            return self._verbose(r, finals, S.oai_completion(finals, r.model, r.cid,
+                                                             r.params.n_probs))
         msgs = [parse_message(f.text, r.tools, r.reasoning, r.open_think, r.family)
                 for f in finals]
         if r.mode in EVENT_MODES:
@@ -627,6 +633,14 @@ class Server:
         for c, m in zip(body["choices"], msgs):
             if m.reasoning_content:
                 c["message"]["reasoning_content"] = m.reasoning_content
+        return self._verbose(r, finals, body)
+
+    @staticmethod
+    def _verbose(r: "_Req", finals: list[S.Final], body: dict) -> dict:
+        """`verbose` (request field, default: server -v): llama.cpp adds the native result as
+        `__verbose` to an OpenAI-style response (server-task.cpp)."""
+        if r.params.verbose:
+            body["__verbose"] = S.native_final(finals[0], r.model, False, r.params)
         return body
 
     async def _stream(self, ch: Channel, tasks: list[Task], r: "_Req", first):

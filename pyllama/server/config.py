@@ -53,6 +53,7 @@ class ServerConfig:
     cors_methods: str = "GET, POST, DELETE, OPTIONS"
     cors_headers: str = "*"
     cors_credentials: bool = True
+    verbose: bool = False            # -v (verbosity > 9): `__verbose` in OpenAI responses
     ui_mcp_proxy: bool = False       # --ui-mcp-proxy: /cors-proxy forwards (else 403)
     ui_config: dict | None = None    # --ui-config(-file): default Web UI settings, in /props
     prefill_assistant: bool = True   # a trailing assistant message is continued, not closed

@@ -782,6 +782,7 @@ class Engine:
             try:
                 if task.kind == "completion":
                     slot.start(task)
+                    self._send_progress(slot)   # llama.cpp's initial report: processed = cache
                     log.info(f"slot {slot.id}: launching task {task.id}, n_prompt = "
                              f"{len(task.prompt)}, n_cached = {slot.n_cached}")
                 elif task.kind in ("embedding", "rerank"):

@@ -226,6 +226,11 @@ def _olmo2(s: Spec):                      # olmo2.cpp: full-width Q/K norms, pos
         s.t(tn(T.FFN_POST_NORM, il), e)
 
 
+def _olmo3(s: Spec):                      # olmo2.cpp with a sliding window (OLMo 3)
+    _olmo2(s)
+    s.kv(K.Attention.SLIDING_WINDOW, s.c["n_swa"])
+
+
 def _granite(s: Spec):                    # granite.cpp: embedding/residual/attention/logit scales
     c = s.c
     s.common_kv()
@@ -278,13 +283,25 @@ ARCHS = {
     "olmo2": ("olmo2", _olmo2, {"eps": 1e-6, "rope_base": 500000.0}),
     # n_ctx 512 > original_context_length 256: llama.cpp picks rope_factors_long
     "phi3": ("phi3", _phi3, {"n_head_kv": 4, "orig_ctx": 256, "rope_attn_factor": 1.1902380714238083}),
+    # 4 layers, window 8 over 26 positions: SWA layers 0-2 mask, layer 3 is global
+    "olmo3": ("olmo2", _olmo3, {"eps": 1e-6, "rope_base": 500000.0, "n_layer": 4, "n_swa": 8}),
     "granite": ("granite", _granite, {"logit_scale": 8.0, "residual_scale": 0.22,
                                       "embedding_scale": 12.0, "attention_scale": 0.015625}),
 }
 
 
+# benchmark shapes (no fixtures): Qwen3-30B-A3B scaled down, same expert count and top-k, the
+# same q-width / n_embd ratio, expert FFN a multiple of 256 (K-quants, as 768), 2 layers
+BENCH = {
+    "qwen3moe-a3b-mini": ("qwen3moe", _qwen3moe, {
+        "eps": 1e-6, "rope_base": 1000000.0, "n_embd": 768, "n_layer": 2, "n_head": 12,
+        "n_head_kv": 1, "head": 128, "n_ff": 2048, "n_expert": 128, "n_expert_used": 8,
+        "n_ff_exp": 256, "n_ctx": 4096}),
+}
+
+
 def spec(name: str) -> Spec:
-    arch, build, over = ARCHS[name]
+    arch, build, over = ARCHS[name] if name in ARCHS else BENCH[name]
     c = dict(BASE)
     c.update(over)
     s = Spec(arch, c)

@@ -61,3 +61,52 @@ def tool_config(tiny_llama):
     from pyllama.tools import _args, server
     return lambda *argv: server.to_config(_args.parse("server", ["-m", tiny_llama, *argv],
                                                       env={}, config=[]))
+
+
+def test_verbose_field(client):
+    """`verbose`: llama.cpp's __verbose (the native result, with the prompt text) in OpenAI
+    responses; absent otherwise."""
+    msgs = [{"role": "system", "content": "Book"}, {"role": "user", "content": "hi"}]
+    r = client.post("/chat/completions", json={"messages": msgs, "max_tokens": 2,
+                                               "verbose": True}).json()
+    assert "Book" in r["__verbose"]["prompt"] and r["__verbose"]["tokens_predicted"] == 2
+    r = client.post("/chat/completions", json={"messages": msgs, "max_tokens": 2}).json()
+    assert "__verbose" not in r
+
+
+def test_ignore_eos_logit_bias_in_generation_settings(client):
+    """ignore_eos adds every EOG token at -inf (null) to logit_bias (server-schema.cpp)."""
+    body = {"prompt": "the cat", "n_predict": 2, "temperature": 0}
+    lb = client.post("/completion", json={**body, "ignore_eos": True}).json()[
+        "generation_settings"]["logit_bias"]
+    assert lb and all(e["bias"] is None for e in lb)
+    assert client.post("/completion", json=body).json()["generation_settings"]["logit_bias"] == []
+    lb = client.post("/completion", json={**body, "logit_bias": [[5, 1.5]]}).json()[
+        "generation_settings"]["logit_bias"]
+    assert lb == [{"bias": 1.5, "token": 5}]
+
+
+@pytest.mark.parametrize("body", [
+    {"add_generation_prompt": True, "continue_final_message": True,
+     "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hel"}]},
+    {"messages": [{"role": "user", "content": "t"}, {"role": "assistant", "content": "a"},
+                  {"role": "assistant", "content": "b"}]},
+])
+def test_continuation_rules_are_400(client, body):
+    r = client.post("/chat/completions", json={**body, "max_tokens": 1})
+    assert r.status_code == 400 and "error" in r.json()
+
+
+def test_continue_final_message_prefills(client):
+    msgs = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hel"}]
+    prompts = [client.post("/apply-template", json={"messages": msgs, **extra}).json()["prompt"]
+               for extra in ({}, {"add_generation_prompt": False,
+                                  "continue_final_message": True})]
+    assert prompts[0] == prompts[1] and prompts[0].endswith("Hel")
+
+
+def test_multimodal_prompt_on_a_text_model(client):
+    r = client.post("/completion", json={"prompt": {"prompt_string": "x <__media__>",
+                                                    "multimodal_data": ["AAAA"]}})
+    assert r.status_code == 500
+    assert "does not support multimodal" in r.json()["error"]["message"]

@@ -36,6 +36,10 @@ def _kernel(wtype, rows: int) -> int:
     raise BackendError(f"no one-token kernel for {GGMLType(wtype).name}")
 
 
+_IQ_VEC = frozenset({GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS,
+                     GGMLType.IQ3_S, GGMLType.IQ1_S, GGMLType.IQ1_M})
+
+
 def matvec_k(w, x: np.ndarray, n_threads: int) -> np.ndarray:
     """y [n, rows] = x [n, k] @ W^T by llama.cpp's one-token kernel for w: Q4_K
     ggml_gemv_q4_K_8x8_q8_K (rows % 8 == 0, llama.cpp repacks those) or vec_dot, Q2_K / Q3_K /
@@ -49,6 +53,11 @@ def matvec_k(w, x: np.ndarray, n_threads: int) -> np.ndarray:
     q = np.empty((n, k), np.int8)
     d = np.empty((n, k // 256), np.float32)
     bs = np.empty((n, k // 16), np.int16)
+    if w.type in _IQ_VEC:
+        from . import _matmul
+        _compat.quant_q8_K(x, q, d, bs)
+        _matmul.vecdot_iq(int(w.type), raw, q, d, out, max(1, n_threads or 1))
+        return out
     _compat.matvec_k(_kernel(w.type, raw.shape[0]), raw, k, x, out, q, d, bs,
                      max(1, n_threads or 1))
     return out

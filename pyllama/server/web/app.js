@@ -825,7 +825,6 @@ function fillSettings(values) {
     const v = values(f.key);
     if (f.type === "bool") el.checked = !!v; else el.value = formatValue(f, v);
     const def = f.key in state.defaults ? state.defaults[f.key] : f.def;
-    el.dataset.default = formatValue(f, def);
     if (f.server) el.placeholder = def === undefined ? "server default" : formatValue(f, def);
   }
   const p = state.props;
