@@ -243,3 +243,47 @@ def test_cpp_double_formatting():
     from pyllama.server.app import cpp_double
     assert [cpp_double(v) for v in (0, 5, 5.0, 0.25, 1234567, 0.1234567, 1e-7, 123456)] == \
         ["0", "5", "5", "0.25", "1.23457e+06", "0.123457", "1e-07", "123456"]
+
+
+# -- 9: one slot's bad state must not end another slot's stream with an error ---------------------
+def test_a_stream_survives_a_bad_restore_in_another_slot(tiny_llama, tmp_path):
+    """The cause of streams ending with an "error" event under mixed load: a slot restored from
+    a file whose token count disagreed with its state held more tokens than its KV cells, so
+    the next batch including that slot failed to decode (-1) and every slot of that batch,
+    including a healthy stream in another slot, got the error. The restore is now refused."""
+    s = ServerProc(["-m", tiny_llama, "-c", "2048", "-np", "2", "-t", "1",
+                    "--slot-save-path", str(tmp_path)]).wait_ready()
+    try:
+        with httpx.Client(base_url=s.url, timeout=120) as c:
+            r = c.post("/completion", json={"prompt": "one two three four", "n_predict": 2,
+                                            "temperature": 0, "id_slot": 0})
+            assert r.status_code == 200
+            assert c.post("/slots/0?action=save", json={"filename": "s0.bin"}).status_code == 200
+            data = (tmp_path / "s0.bin").read_bytes()
+            (n,) = struct.unpack_from("<I", data, 8)
+            tokens = np.frombuffer(data, np.int32, n, 12).tolist()
+            longer = tokens + tokens[-1:] * 4          # 4 more tokens than the state holds
+            (tmp_path / "bad.bin").write_bytes(_slot_file(longer, data[12 + 4 * n:]))
+        lines, started = [], threading.Event()
+
+        def stream():
+            with httpx.Client(base_url=s.url, timeout=120) as c2:
+                with c2.stream("POST", "/v1/completions", json={
+                        "prompt": "a long story", "max_tokens": 900, "temperature": 0,
+                        "ignore_eos": True, "stream": True, "id_slot": 1}) as r2:
+                    for line in r2.iter_lines():
+                        if line:
+                            lines.append(line)
+                            started.set()
+        t = threading.Thread(target=stream)
+        t.start()
+        assert started.wait(60)
+        with httpx.Client(base_url=s.url, timeout=120) as c:
+            c.post("/slots/0?action=restore", json={"filename": "bad.bin"})
+            c.post("/completion", json={"prompt": longer + [5, 6], "n_predict": 4,
+                                        "temperature": 0, "id_slot": 0})
+        t.join()
+        errors = [ln for ln in lines if '"error"' in ln]
+        assert not errors and lines[-1] == "data: [DONE]", (errors[:1], lines[-2:])
+    finally:
+        assert s.stop() == 0, s.output()
