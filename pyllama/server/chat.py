@@ -76,16 +76,22 @@ def render_chat(template, body, kwargs: dict, strip_bos: str | None) -> str:
     messages = normalize_messages(body.messages)
     tools = body.tools if body.tools and body.tool_choice != "none" else None
     extra = {**kwargs, **(body.chat_template_kwargs or {})}
+    if "messages" in extra:     # llama.cpp's template kwargs replace the template's variables
+        messages = extra.pop("messages")
+        if not isinstance(messages, (list, dict)):   # llama.cpp's jinja iterates no strings
+            raise invalid("chat template error: Expected iterable or object type in for loop: "
+                          "messages")
     add_gen = True if body.add_generation_prompt is None else body.add_generation_prompt
-    continue_final = (bool(messages) and messages[-1]["role"] == "assistant"
+    continue_final = (isinstance(messages, list) and bool(messages) and
+                      isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant"
                       and body.continue_final_message is not False)
     try:
         if continue_final:
             text = _render_prefilled(template, messages, tools, extra)
         else:
             text = template.apply(messages, add_generation_prompt=add_gen, tools=tools, **extra)
-    except TemplateError as e:
-        raise ServerError(500, str(e))
+    except TemplateError as e:     # llama.cpp: a template that fails on the request is a 400
+        raise ServerError(400, str(e))
     if strip_bos and text.startswith(strip_bos):
         text = text[len(strip_bos):]
     return text
