@@ -72,6 +72,14 @@ class Graph:
     def softmax(self, x):
         return self.be.softmax(x)
 
+    def attn_temperature(self, temp_scale: float, floor_scale: int) -> np.ndarray:
+        """llm_graph_input_attn_temp (Llama 4 / Mistral 3): per token log(floor(pos / floor_scale)
+        + 1) * temp_scale + 1 (in double, stored as f32), shaped [n_tokens, 1, 1] to scale Q."""
+        p = self.pos.astype(np.float32)
+        f = np.floor((p / np.float32(floor_scale)).astype(np.float32)).astype(np.float64)
+        s = np.log(f + 1.0) * np.float64(np.float32(temp_scale)) + 1.0
+        return s.astype(np.float32).reshape(-1, 1, 1)
+
     # -- mixture of experts ---------------------------------------------------------------
     def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """x [n, m, cols] by the experts ids [n, k] of w [n_expert, rows, cols] -> [n, k, rows]."""

@@ -44,6 +44,8 @@ class HParams:
     f_embedding_scale: float = 0.0           # 0 -> none (Gemma: sqrt(n_embd))
     f_logit_scale: float = 0.0               # 0 -> none (granite: logits / f_logit_scale)
     f_residual_scale: float = 0.0            # 0 -> none (granite)
+    f_attn_temp_scale: float = 0.0           # 0 -> none (mistral3: Q times a per-position scale)
+    n_attn_temp_floor_scale: int = 0
     # mixture of experts (llama_model_base::load_hparams: expert_count, expert_used_count)
     n_expert: int = 0
     n_expert_used: int = 0

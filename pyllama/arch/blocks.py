@@ -8,14 +8,16 @@ from ..hparams import HParams
 
 def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool | str = False,
                    q_scale: float | None = None, kq_scale: float | None = None,
-                   softcap: float = 0.0, rope: bool = True) -> np.ndarray:
+                   softcap: float = 0.0, rope: bool = True,
+                   q_mul: np.ndarray | None = None) -> np.ndarray:
     """Q/K/V projections (+bias), optional Q/K RMSNorm, RoPE, attention, output proj.
     h [n_tokens, n_embd] -> [n_tokens, n_embd].
 
     qk_norm: True per head (qwen3, gemma3), "full" over the whole Q / K projection (olmo2);
     q_scale: multiply Q after RoPE (Gemma's f_attention_scale, then kq_scale = 1);
     kq_scale: the attention scale (default 1/sqrt(head_dim)); rope: False for a layer without
-    RoPE (smollm3).
+    RoPE (smollm3); q_mul [n_tokens, 1, 1]: multiply Q after RoPE (mistral3's attention
+    temperature).
     """
     n = h.shape[0]
     if L.attn_qkv is not None:          # fused [q | k | v] rows (phi3): one matmul, then views
@@ -39,6 +41,8 @@ def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool |
     if rope:
         q = g.rope(q, il)
         k = g.rope(k, il)
+    if q_mul is not None:
+        q = g.mul(q, q_mul)
     if q_scale is not None:
         q = g.scale(q, q_scale)
     o = g.attention(il, q, k, v, scale=kq_scale, softcap=softcap)
@@ -84,7 +88,7 @@ def output(g, w, hp: HParams, x: np.ndarray) -> np.ndarray:
 
 
 def pre_norm_decoder(g, w, hp: HParams, *, qk_norm: bool = False, no_rope_step: int = 0,
-                     residual_scale: float = 0.0) -> np.ndarray:
+                     residual_scale: float = 0.0, q_mul: np.ndarray | None = None) -> np.ndarray:
     """The Llama-style stack: x += attn(norm(x)); x += ffn(norm(x)) (llama, qwen2, qwen3; the
     FFN is build_moe_ffn's when the model has experts: Mixtral-style llama, qwen3moe).
     no_rope_step: every no_rope_step-th layer has no RoPE (smollm3); residual_scale (granite):
@@ -96,7 +100,7 @@ def pre_norm_decoder(g, w, hp: HParams, *, qk_norm: bool = False, no_rope_step: 
     for il, L in enumerate(w.layers):
         rope = not no_rope_step or (il + 1) % no_rope_step != 0
         a = self_attention(g, L, hp, il, g.rms_norm(x, L.attn_norm), qk_norm=qk_norm,
-                           kq_scale=hp.f_attention_scale or None, rope=rope)
+                           kq_scale=hp.f_attention_scale or None, rope=rope, q_mul=q_mul)
         if il == hp.n_layer - 1:
             x, a = g.select_outputs(x), g.select_outputs(a)
         if residual_scale:

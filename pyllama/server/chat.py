@@ -70,24 +70,38 @@ def _parse_call_args(call):
     return call
 
 
-def render_chat(template, body, kwargs: dict, strip_bos: str | None) -> str:
-    """Render the conversation with the model's chat template (pyllama.vocab.chat.ChatTemplate)."""
+def render_chat(template, body, kwargs: dict, strip_bos: str | None,
+                prefill_assistant: bool = True) -> str:
+    """Render the conversation with the model's chat template (pyllama.vocab.chat.ChatTemplate),
+    continuing a final message as oaicompat_chat_params_parse decides: `continue_final_message`
+    (true, "content" or "reasoning_content"), else with --prefill-assistant (the default) a
+    trailing assistant message; continuing excludes `add_generation_prompt: true`."""
     from pyllama.errors import TemplateError
+    raw_last = body.messages[-1] if isinstance(body.messages, list) and body.messages else None
     messages = normalize_messages(body.messages)
     tools = body.tools if body.tools and body.tool_choice != "none" else None
     extra = {**kwargs, **(body.chat_template_kwargs or {})}
-    if "messages" in extra:     # llama.cpp's template kwargs replace the template's variables
-        messages = extra.pop("messages")
-        if not isinstance(messages, (list, dict)):   # llama.cpp's jinja iterates no strings
-            raise invalid("chat template error: Expected iterable or object type in for loop: "
-                          "messages")
+    override = extra.pop("messages", None)   # llama.cpp: template kwargs replace its variables
+    if override is not None and not isinstance(override, (list, dict)):
+        raise invalid("chat template error: Expected iterable or object type in for loop: "
+                      "messages")     # llama.cpp's jinja iterates no strings
     add_gen = True if body.add_generation_prompt is None else body.add_generation_prompt
-    continue_final = (isinstance(messages, list) and bool(messages) and
-                      isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant"
-                      and body.continue_final_message is not False)
+    cont = body.continue_final_message
+    cont = cont is True or cont in ("content", "reasoning_content")
+    last_is_assistant = _is_role(messages, -1, "assistant")
+    if not cont and prefill_assistant and last_is_assistant:
+        if _is_role(messages, -2, "assistant"):
+            raise invalid("Cannot have 2 or more assistant messages at the end of the list.")
+        cont, add_gen = True, False
+    if cont and add_gen:
+        raise invalid("Cannot set both add_generation_prompt and continue_final_message to true.")
+    if cont and last_is_assistant and messages[-1].get("tool_calls"):
+        raise invalid("Cannot continue an assistant message that contains tool calls.")
     try:
-        if continue_final:
-            text = _render_prefilled(template, messages, tools, extra)
+        if override is not None:
+            text = template.apply(override, add_generation_prompt=add_gen, tools=tools, **extra)
+        elif cont and last_is_assistant:
+            text = _render_prefilled(template, messages, tools, extra, raw_last)
         else:
             text = template.apply(messages, add_generation_prompt=add_gen, tools=tools, **extra)
     except TemplateError as e:     # llama.cpp: a template that fails on the request is a 400
@@ -97,12 +111,20 @@ def render_chat(template, body, kwargs: dict, strip_bos: str | None) -> str:
     return text
 
 
-def _render_prefilled(template, messages, tools, extra) -> str:
+def _is_role(messages: list, i: int, role: str) -> bool:
+    return len(messages) >= abs(i) and messages[i]["role"] == role
+
+
+def _render_prefilled(template, messages, tools, extra, raw_last) -> str:
     """Continue a trailing assistant message: render the rest with a generation prompt, then
-    append the partial assistant content (llama.cpp's prefill_assistant)."""
-    last = messages[-1]
+    append the partial assistant content (text parts joined by a blank line, as
+    common_chat_msg::render_content)."""
+    content = raw_last.get("content") if isinstance(raw_last, dict) else None
+    if isinstance(content, list):
+        content = "\n\n".join(str(p.get("text", "")) for p in content
+                              if isinstance(p, dict) and p.get("type") == "text")
     head = template.apply(messages[:-1], add_generation_prompt=True, tools=tools, **extra)
-    return head + (last.get("content") or "")
+    return head + (content or "")
 
 
 def new_call_id() -> str:

@@ -216,6 +216,13 @@ class ReasoningBudget:
                 self.state = "forcing" if complete else "waiting_utf8"
                 self.pos, self._e = 0, 0
 
+    def force(self) -> bool:
+        """common_reasoning_budget_force: end the thinking now (reasoning control)."""
+        if self.state in ("counting", "waiting_utf8"):
+            self.state, self.pos, self._e = "forcing", 0, 0
+            return True
+        return False
+
     def fresh(self) -> "ReasoningBudget":
         """A copy in the initial state (one per task)."""
         return ReasoningBudget(self.start, self.end, self.budget, self.piece)
