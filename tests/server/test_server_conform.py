@@ -110,3 +110,20 @@ def test_multimodal_prompt_on_a_text_model(client):
                                                     "multimodal_data": ["AAAA"]}})
     assert r.status_code == 500
     assert "does not support multimodal" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("jinja", ["--jinja", "--no-jinja"])
+def test_chat_template_builtin_name(tiny_llama, jinja):
+    """--chat-template NAME: llama.cpp's built-in format (src/llama-chat.cpp), not the name as
+    template text; the expected prompt is llama.cpp's server test (test_apply_chat_template)."""
+    s = ServerProc(["-m", tiny_llama, "-c", "256", "-np", "1", "-t", "1", "--chat-template",
+                    "command-r", jinja]).wait_ready()
+    try:
+        r = httpx.post(s.url + "/apply-template", json={"messages": [
+            {"role": "system", "content": "You are a test."},
+            {"role": "user", "content": "Hi there"}]}).json()
+    finally:
+        assert s.stop() == 0
+    assert r["prompt"] == ("<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a test."
+                           "<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi there"
+                           "<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>")
