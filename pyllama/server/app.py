@@ -296,7 +296,11 @@ class Server:
         ids = self._mixed_tokens(b.content, b.add_special, b.parse_special)
         if not b.with_pieces:
             return {"tokens": ids}
-        self._check_ids(ids)    # llama.cpp: out-of-range ids with pieces are a 400
+        n = self.engine.model.n_vocab
+        for t in ids:   # llama.cpp answers 500 with std::vector::at's message (id_to_token.at)
+            if not 0 <= t < n:
+                raise ServerError(500, f"vector::_M_range_check: __n (which is {t % 2**64}) >= "
+                                       f"this->size() (which is {n})")
         out = []
         for t in ids:
             raw = self.engine.model.token_to_piece(t, True)
@@ -565,9 +569,7 @@ class Server:
         if isinstance(p, str) or (isinstance(p, list) and all(
                 isinstance(x, str) or _is_id(x) for x in p)):
             return self._mixed_tokens(p, True, True)
-        if isinstance(p, dict):
-            if "prompt_string" not in p:
-                raise invalid("[json.exception.out_of_range.403] key 'prompt_string' not found")
+        if isinstance(p, dict) and "prompt_string" in p:
             if "multimodal_data" in p:     # a runtime_error in llama.cpp: 500
                 raise ServerError(500, "Multimodal data provided, but model does not support "
                                        "multimodal requests.")
