@@ -1,6 +1,7 @@
 """pp512 / tg128 / load time: pyllama vs llama.cpp (through llama-cpp-python), side by side.
 
     python bench/side_by_side.py [--models gemma-3-270m,qwen2.5-coder-0.5b] [--pairs 5] [-t 2]
+        [--llama-cpp-python /path/to/python]      # --models also takes GGUF paths
 
 Runs the two runtimes interleaved (A B A B ...) in fresh subprocesses, reports medians and per-pair
 ratios, and writes a JSON + markdown report with machine info under bench/results/. Besides the
@@ -90,9 +91,13 @@ print(json.dumps(out))
 '''.replace("N_CTX", str(N_CTX))
 
 
+LLAMA_CPP_PYTHON = None      # --llama-cpp-python: another interpreter for the llama.cpp worker
+
+
 def run(runtime: str, path: str, threads: int) -> dict:
     env = dict(os.environ)
-    r = subprocess.run([sys.executable, "-c", WORKER, runtime, path, str(threads)],
+    exe = LLAMA_CPP_PYTHON if runtime == "llama.cpp" and LLAMA_CPP_PYTHON else sys.executable
+    r = subprocess.run([exe, "-c", WORKER, runtime, path, str(threads)],
                        capture_output=True, text=True, env=env, timeout=1800)
     if r.returncode != 0:
         raise RuntimeError(f"{runtime} failed: {r.stderr[-2000:]}")
@@ -100,6 +105,8 @@ def run(runtime: str, path: str, threads: int) -> dict:
 
 
 def have_llama_cpp() -> bool:
+    if LLAMA_CPP_PYTHON:
+        return subprocess.run([LLAMA_CPP_PYTHON, "-c", "import llama_cpp"]).returncode == 0
     try:
         import llama_cpp  # noqa: F401
         return True
@@ -123,7 +130,11 @@ def main() -> int:
     ap.add_argument("--models", default="gemma-3-270m,qwen2.5-coder-0.5b")
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--llama-cpp-python", default=None,
+                    help="python with llama-cpp-python for the llama.cpp side (default: this one)")
     args = ap.parse_args()
+    global LLAMA_CPP_PYTHON
+    LLAMA_CPP_PYTHON = args.llama_cpp_python
     sys.path.insert(0, os.path.dirname(HERE))
     from pyllama.models import resolve
     runtimes = ["pyllama"] + (["llama.cpp"] if have_llama_cpp() else [])

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from .backend import compat as llama_cpp_numerics
-from .backend.base import Backend, Weight
+from .backend.base import Backend, Weight, as_matrix
 from .hparams import HParams
 
 
@@ -46,6 +46,8 @@ class Graph:
         return self.be.rms_norm(x, None if w is None else self.be.vec(w), e)
 
     def matmul(self, w: Weight, x: np.ndarray, bias: Weight | None = None) -> np.ndarray:
+        if len(w.shape) == 1:                 # a vector weight: the [1, cols] matrix (qwen2moe)
+            w = as_matrix(w)
         y = llama_cpp_numerics.matmul(self.be, w, x) if self.llama_cpp else self.be.matmul(w, x)
         if bias is not None:
             y = self.be.add(y, self.be.vec(bias))
@@ -71,6 +73,21 @@ class Graph:
 
     def softmax(self, x):
         return self.be.softmax(x)
+
+    def silu(self, x):
+        return self.be.silu(x)
+
+    def div(self, a, b):
+        """a / b elementwise in f32 (ggml_div)."""
+        return self.be.div(a, b)
+
+    def attn_temperature(self, temp_scale: float, floor_scale: int) -> np.ndarray:
+        """llm_graph_input_attn_temp (Llama 4 / Mistral 3): per token log(floor(pos / floor_scale)
+        + 1) * temp_scale + 1 (in double, stored as f32), shaped [n_tokens, 1, 1] to scale Q."""
+        p = self.pos.astype(np.float32)
+        f = np.floor((p / np.float32(floor_scale)).astype(np.float32)).astype(np.float64)
+        s = np.log(f + 1.0) * np.float64(np.float32(temp_scale)) + 1.0
+        return s.astype(np.float32).reshape(-1, 1, 1)
 
     # -- mixture of experts ---------------------------------------------------------------
     def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray) -> np.ndarray:

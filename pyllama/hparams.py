@@ -44,10 +44,13 @@ class HParams:
     f_embedding_scale: float = 0.0           # 0 -> none (Gemma: sqrt(n_embd))
     f_logit_scale: float = 0.0               # 0 -> none (granite: logits / f_logit_scale)
     f_residual_scale: float = 0.0            # 0 -> none (granite)
+    f_attn_temp_scale: float = 0.0           # 0 -> none (mistral3: Q times a per-position scale)
+    n_attn_temp_floor_scale: int = 0
     # mixture of experts (llama_model_base::load_hparams: expert_count, expert_used_count)
     n_expert: int = 0
     n_expert_used: int = 0
     n_ff_exp: int = 0                        # expert_feed_forward_length (0: n_ff)
+    n_ff_shexp: int = 0                      # shared expert width (qwen2moe)
     expert_weights_scale: float = 0.0        # 0 or 1: none
     # RoPE scaling (llama_model_base::load_hparams; resolved per context by with_rope_cparams)
     rope_scaling_type: str = "linear"        # none | linear | yarn | longrope

@@ -1,6 +1,8 @@
 """Batch invariance of the whole model (docs/architecture.md) on tiny random models of every
-architecture: logits are bit-identical across prefill vs token-by-token, ubatch sizes, iSWA vs
-swa_full, rollbacks within the guarantee, and sequences sharing a unified cache.
+architecture: logits are bit-identical across prefill vs token-by-token, ubatch sizes, thread
+counts, iSWA vs swa_full, rollbacks within the guarantee, sequences sharing a unified cache, and
+speculative (self-drafted) vs plain greedy decoding. The iSWA architectures are those whose tiny()
+config has a sliding window.
 
 The SWA models use n_swa = 16 and run past the 256-cell SWA cache so cells really are recycled."""
 import numpy as np
@@ -8,10 +10,13 @@ import pytest
 
 import pyllama
 from pyllama import arch as arch_registry
+from pyllama.generate import generate
+from pyllama.sampling import SamplerChain, SamplerParams
+from pyllama.speculative import DraftModelDrafter, SpecParams, speculative_generate
 from tiny import random_tokens as tokens
 
 ARCHS = arch_registry.names()
-SWA_ARCHS = [a for a in ARCHS if a in ("gemma2", "gemma3")]
+SWA_ARCHS = [a for a in ARCHS if "attention.sliding_window" in arch_registry.get(a).tiny()]
 N_LONG = 300
 
 
@@ -141,3 +146,43 @@ def test_full_cache_returns_one_and_leaves_memory(models):
     rc = ctx.decode(pyllama.Batch(tokens(10), pos=np.arange(250, 260), seq_ids=[0] * 10))
     assert rc == 1
     assert ctx.memory.seq_pos_max(0) == 249
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_thread_count_does_not_change_logits(models, arch):
+    m = models(arch)
+    toks = tokens(40, seed=11)
+    try:
+        m.backend.set_threads(1)
+        a = pyllama.Context(m, n_ctx=256, n_ubatch=16).eval(toks, logits_all=True)
+        m.backend.set_threads(2)
+        b = pyllama.Context(m, n_ctx=256, n_ubatch=16).eval(toks, logits_all=True)
+    finally:
+        m.backend.set_threads(None)
+    assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_speculative_equals_plain(models, arch):
+    """Self-drafting (the model drafts for itself, 4 tokens a round): every sampled row equals
+    plain decoding's, bit for bit."""
+    class Recording(SamplerChain):
+        def __init__(self):
+            super().__init__(SamplerParams(temp=0.0), m.n_vocab, eog_ids=())
+            self.rows = []
+
+        def sample(self, logits, u=None):
+            self.rows.append(np.array(logits, copy=True))
+            return super().sample(logits, u)
+
+    m = models(arch)
+    prompt = [int(t) for t in tokens(20, seed=12)]
+    plain = Recording()
+    ref = list(generate(pyllama.Context(m, n_ctx=512, n_ubatch=64), prompt, plain,
+                        n_predict=40, stop_tokens=()))
+    spec = Recording()
+    drafter = DraftModelDrafter(pyllama.Context(m, n_ctx=512, n_ubatch=64))
+    got = list(speculative_generate(pyllama.Context(m, n_ctx=512, n_ubatch=64), spec, prompt,
+                                    drafter, SpecParams(n_max=4), n_predict=40, stop_tokens=()))
+    assert got == ref
+    assert all(np.array_equal(a, b) for a, b in zip(spec.rows, plain.rows))

@@ -50,9 +50,14 @@ def _qtype_for(name: str, cols: int, i: int):
 
 
 def write_tiny_gguf(path: str, arch: str = "llama", seed: int = 0, overrides: dict | None = None,
-                    all_f32: bool = False, embd_std: float = 0.25) -> str:
+                    all_f32: bool = False, embd_std: float = 0.25, quantizer=None,
+                    extra_tensors: dict | None = None) -> str:
     """Write a tiny random model of `arch`; overrides replace keys of the arch's tiny() config.
-    embd_std: standard deviation of token_embd (smaller: less peaked next-token distributions)."""
+    embd_std: standard deviation of token_embd (smaller: less peaked next-token distributions).
+    quantizer(name, f32 data) -> (raw uint8 rows, ggml type id) or None (keep F32): replaces the
+    default type choice (e.g. pyllama's ggml reference quantizers in one type).
+    extra_tensors: {GGUF name: float32 array (numpy order)} written as F32 after the arch's own
+    (e.g. a classification head `cls.output.weight`)."""
     cls = arch_registry.get(arch)
     cfg = dict(cls.tiny())
     cfg.update(overrides or {})
@@ -75,12 +80,22 @@ def write_tiny_gguf(path: str, arch: str = "llama", seed: int = 0, overrides: di
     rng = np.random.default_rng(seed)
     for i, spec in enumerate(s for s in cls.tensor_specs(hp) if s.required):
         data = _random_tensor(rng, spec.name, spec.shape, embd_std)
+        if quantizer is not None:
+            q = quantizer(spec.name, data)
+            if q is None:
+                w.add_tensor(spec.name, data)
+            else:
+                w.add_tensor(spec.name, q[0], raw_shape=q[0].shape,
+                             raw_dtype=gguf.GGMLQuantizationType(int(q[1])))
+            continue
         qt = gguf.GGMLQuantizationType.F32 if all_f32 else _qtype_for(spec.name, spec.shape[-1], i)
         if qt == gguf.GGMLQuantizationType.F32:
             w.add_tensor(spec.name, data)
         else:
             q = gguf.quants.quantize(data, qt)
             w.add_tensor(spec.name, q, raw_shape=q.shape, raw_dtype=qt)
+    for name, data in (extra_tensors or {}).items():
+        w.add_tensor(name, np.asarray(data, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

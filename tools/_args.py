@@ -22,9 +22,11 @@ from ._convert import ConvertError, is_truthy, parse_bool, process_escapes, stof
 from ._params import Params
 
 S, C, CO, SP, P, T = "server", "cli", "completion", "speculative", "perplexity", "tokenize"
-ALL = frozenset({S, C, CO, SP, P, T})
+E = "embedding"
+ALL = frozenset({S, C, CO, SP, P, T, E})
 TOOL_NAMES = {S: "llama-server", C: "llama-cli", CO: "llama-completion",
-              SP: "llama-speculative", P: "llama-perplexity", T: "llama-tokenize"}
+              SP: "llama-speculative", P: "llama-perplexity", T: "llama-tokenize",
+              E: "llama-embedding"}
 IMPL, NOOP, UNSUP, DEPR = "impl", "noop", "unsupported", "deprecated"
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
@@ -231,7 +233,7 @@ OPTIONS: list[Opt] = [
        "print source-able bash completion script for llama.cpp"),
     _O("-cl --cache-list", "flag", "cache_list", "show list of models in cache"),
     _O("--verbose-prompt", "flag", "verbose_prompt",
-       "print a verbose prompt before generation (default: false)", tools={C, CO}),
+       "print a verbose prompt before generation (default: false)", tools={C, CO, E}),
     _O("--display-prompt", "bool", "display_prompt", "whether to print prompt at generation "
        "(default: true)", neg="--no-display-prompt", tools={C, CO}),
     _O("-co --color", "optenum", "color", "Colorize output to distinguish prompt and user input "
@@ -337,7 +339,7 @@ OPTIONS: list[Opt] = [
        "all sequences (default: false)", neg="-no-kvu --no-kv-unified", env="LLAMA_ARG_KV_UNIFIED",
        tools={S, P}),
     _O("--kv-unified-per-slot", "int", "kv_unified_per_slot", "per-slot context cap in a "
-       "unified cache (default: 0 = unset)", env="LLAMA_ARG_KV_UNIFIED_PER_SLOT", tools={S}, status=UNSUP, note="per-slot caps in a unified cache"),
+       "unified cache (default: 0 = unset)", env="LLAMA_ARG_KV_UNIFIED_PER_SLOT", tools={S}),
     _O("--context-shift", "bool", "ctx_shift", "whether to use context shift on infinite text "
        "generation (default: disabled)", neg="--no-context-shift", env="LLAMA_ARG_CONTEXT_SHIFT",
        tools={S, C, CO, P}, status=UNSUP, note="context shift"),
@@ -810,9 +812,18 @@ OPTIONS += [
        "(default: disabled)", env="LLAMA_ARG_RERANKING", tools={S}, **_EX),
     _O("--pooling", "enum", "pooling", "pooling type for embeddings, use model default if "
        "unspecified", choices=("none", "mean", "cls", "last", "rank"), env="LLAMA_ARG_POOLING",
-       tools={S}, **_EX),
+       tools={S, E}, **_EX),
     _O("--embd-normalize", "int", "embd_normalize", "normalisation for embeddings (default: 2) "
-       "(-1=none, 0=max absolute int16, 1=taxicab, 2=euclidean, >2=p-norm)", tools={S}, **_EX),
+       "(-1=none, 0=max absolute int16, 1=taxicab, 2=euclidean, >2=p-norm)", tools={S, E},
+       **_EX),
+    _O("--embd-output-format", "str", "embd_out", "empty = default, \"array\" = [[],[]...], "
+       "\"json\" = openai style, \"json+\" = same \"json\" + cosine similarity matrix, \"raw\" "
+       "= plain whitespace-delimited output (one embedding per line)", hint="FORMAT",
+       tools={E}, **_EX),
+    _O("--embd-separator", "str", "embd_sep", "separator of embeddings (default \\n) for "
+       "example \"<#sep#>\"", tools={E}, **_EX),
+    _O("--cls-separator", "str", "cls_sep", "separator of classification sequences (default "
+       "\\t) for example \"<#seq#>\"", tools={E}, **_EX),
     _O("--spm-infill", "flag", "spm_infill", "use Suffix/Prefix/Middle pattern for infill "
        "(instead of Prefix/Suffix/Middle) as some models prefer this. (default: disabled)",
        tools={S}, **_EX),

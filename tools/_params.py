@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 SEED_RANDOM = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED
 K_CENTER = {"auto": None, "on": True, "off": False}      # --kv-k-center -> Context kwarg
 # tools whose default --numerics is llama.cpp's (Params.numerics_for)
-LLAMA_CPP_NUMERICS_TOOLS = frozenset({"cli", "completion", "perplexity"})
+LLAMA_CPP_NUMERICS_TOOLS = frozenset({"cli", "completion", "perplexity", "embedding"})
 
 
 @dataclass
@@ -188,6 +188,9 @@ class Params:
     pooling: str = ""               # "" = unspecified: the model's default
     embd_normalize: int = 2
     spm_infill: bool = False
+    embd_out: str = ""              # llama-embedding --embd-output-format
+    embd_sep: str = "\n"
+    cls_sep: str = "\t"
     # perplexity
     ppl_stride: int = 0
     ppl_output_type: int = 0

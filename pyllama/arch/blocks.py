@@ -8,14 +8,16 @@ from ..hparams import HParams
 
 def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool | str = False,
                    q_scale: float | None = None, kq_scale: float | None = None,
-                   softcap: float = 0.0, rope: bool = True) -> np.ndarray:
+                   softcap: float = 0.0, rope: bool = True,
+                   q_mul: np.ndarray | None = None) -> np.ndarray:
     """Q/K/V projections (+bias), optional Q/K RMSNorm, RoPE, attention, output proj.
     h [n_tokens, n_embd] -> [n_tokens, n_embd].
 
     qk_norm: True per head (qwen3, gemma3), "full" over the whole Q / K projection (olmo2);
     q_scale: multiply Q after RoPE (Gemma's f_attention_scale, then kq_scale = 1);
     kq_scale: the attention scale (default 1/sqrt(head_dim)); rope: False for a layer without
-    RoPE (smollm3).
+    RoPE (smollm3); q_mul [n_tokens, 1, 1]: multiply Q after RoPE (mistral3's attention
+    temperature).
     """
     n = h.shape[0]
     if L.attn_qkv is not None:          # fused [q | k | v] rows (phi3): one matmul, then views
@@ -39,6 +41,8 @@ def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool |
     if rope:
         q = g.rope(q, il)
         k = g.rope(k, il)
+    if q_mul is not None:
+        q = g.mul(q, q_mul)
     if q_scale is not None:
         q = g.scale(q, q_scale)
     o = g.attention(il, q, k, v, scale=kq_scale, softcap=softcap)
@@ -53,10 +57,12 @@ def ffn_geglu(g, L, x: np.ndarray) -> np.ndarray:
     return g.matmul(L.ffn_down, g.geglu(g.matmul(L.ffn_gate, x), g.matmul(L.ffn_up, x)))
 
 
-def moe_ffn(g, L, hp: HParams, x: np.ndarray, *, norm_w: bool = True) -> np.ndarray:
+def moe_ffn(g, L, hp: HParams, x: np.ndarray, *, norm_w: bool = True,
+            shexp: bool = False) -> np.ndarray:
     """build_moe_ffn with softmax gating and SiLU experts (llama/Mixtral, qwen3moe): router
     logits -> softmax -> top n_expert_used -> weights (normalised when norm_w, times
-    expert_weights_scale); each token's experts' SwiGLU FFNs weighted and summed.
+    expert_weights_scale); each token's experts' SwiGLU FFNs weighted and summed; shexp: plus
+    the gated shared expert (qwen2moe).
     x [n, n_embd] -> [n, n_embd]."""
     n = x.shape[0]
     probs = g.softmax(g.matmul(L.ffn_gate_inp, x))                 # [n, n_expert]
@@ -66,7 +72,17 @@ def moe_ffn(g, L, hp: HParams, x: np.ndarray, *, norm_w: bool = True) -> np.ndar
     up = g.mul_mat_id(L.ffn_up_exps, x3, ids)                       # [n, k, n_ff_exp]
     gate = g.mul_mat_id(L.ffn_gate_exps, x3, ids)
     down = g.mul_mat_id(L.ffn_down_exps, g.swiglu(gate, up), ids)   # [n, k, n_embd]
-    return g.sum_experts(g.mul(down, wts[..., None]))
+    out = g.sum_experts(g.mul(down, wts[..., None]))
+    return g.add(out, shared_expert(g, L, x)) if shexp else out
+
+
+def shared_expert(g, L, x: np.ndarray) -> np.ndarray:
+    """qwen2moe's shared expert: a SwiGLU FFN (ffn_*_shexp) times the gate silu(s) / s, s =
+    ffn_gate_inp_shexp . x (one value per token). x [n, n_embd] -> [n, n_embd]."""
+    s = g.matmul(L.ffn_gate_inp_shexp, x)                          # [n, 1]
+    y = g.matmul(L.ffn_down_shexp, g.swiglu(g.matmul(L.ffn_gate_shexp, x),
+                                             g.matmul(L.ffn_up_shexp, x)))
+    return g.mul(y, g.div(g.silu(s), s))
 
 
 def output(g, w, hp: HParams, x: np.ndarray) -> np.ndarray:
@@ -84,7 +100,8 @@ def output(g, w, hp: HParams, x: np.ndarray) -> np.ndarray:
 
 
 def pre_norm_decoder(g, w, hp: HParams, *, qk_norm: bool = False, no_rope_step: int = 0,
-                     residual_scale: float = 0.0) -> np.ndarray:
+                     residual_scale: float = 0.0, q_mul: np.ndarray | None = None,
+                     moe_norm_w: bool = True, shexp: bool = False) -> np.ndarray:
     """The Llama-style stack: x += attn(norm(x)); x += ffn(norm(x)) (llama, qwen2, qwen3; the
     FFN is build_moe_ffn's when the model has experts: Mixtral-style llama, qwen3moe).
     no_rope_step: every no_rope_step-th layer has no RoPE (smollm3); residual_scale (granite):
@@ -96,14 +113,15 @@ def pre_norm_decoder(g, w, hp: HParams, *, qk_norm: bool = False, no_rope_step: 
     for il, L in enumerate(w.layers):
         rope = not no_rope_step or (il + 1) % no_rope_step != 0
         a = self_attention(g, L, hp, il, g.rms_norm(x, L.attn_norm), qk_norm=qk_norm,
-                           kq_scale=hp.f_attention_scale or None, rope=rope)
+                           kq_scale=hp.f_attention_scale or None, rope=rope, q_mul=q_mul)
         if il == hp.n_layer - 1:
             x, a = g.select_outputs(x), g.select_outputs(a)
         if residual_scale:
             a = g.scale(a, residual_scale)
         x = g.add(x, a)
         h = g.rms_norm(x, L.ffn_norm)
-        f = moe_ffn(g, L, hp, h) if hp.n_expert else ffn_swiglu(g, L, h)
+        f = (moe_ffn(g, L, hp, h, norm_w=moe_norm_w, shexp=shexp) if hp.n_expert
+             else ffn_swiglu(g, L, h))
         if residual_scale:
             f = g.scale(f, residual_scale)
         x = g.add(x, f)

@@ -50,7 +50,8 @@ class Olmo2(Arch):
 
     @classmethod
     def tiny(cls):
-        return {"context_length": 256, "embedding_length": 64, "block_count": 2,
+        # OLMo 3 style (sliding window, pattern 4), so the invariance suite runs its iSWA cache
+        return {"context_length": 512, "embedding_length": 64, "block_count": 4,
                 "feed_forward_length": 96, "attention.head_count": 4,
                 "attention.head_count_kv": 2, "attention.layer_norm_rms_epsilon": 1e-6,
-                "rope.freq_base": 500000.0}
+                "rope.freq_base": 500000.0, "attention.sliding_window": 16}

@@ -23,7 +23,13 @@ from .ref import _fma, ggml_expf, ggml_hsum8, ggml_softmax_probs
 from .ref_matmul import _blocks, _unpack_k, quantize_q8_K_ref
 
 _F32 = np.float32
-VEC_TYPES = (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
+# llama.cpp's AVX2 vec_dot of the grid i-quants: 8 int32 lanes per super-block (lane l of each
+# 32-block: its elements 4l..4l+3, times the integer scale of their 16), acc8 = fma(f32(d*d8),
+# (float)lanes, acc8), the result mult * hsum_float_8(acc8)
+IQ_VEC_MULT = {GGMLType.IQ2_XXS: 0.125, GGMLType.IQ2_XS: 0.125, GGMLType.IQ2_S: 0.125,
+               GGMLType.IQ3_XXS: 0.25, GGMLType.IQ3_S: 1.0}
+VEC_TYPES = (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K,
+             GGMLType.IQ4_XS, GGMLType.IQ1_S, GGMLType.IQ1_M) + tuple(IQ_VEC_MULT)
 
 
 def _lane_order() -> np.ndarray:
@@ -144,7 +150,97 @@ def matvec_k(wtype, raw, x: np.ndarray) -> np.ndarray:
         return _q23k_vecdot(wtype, blk, x)
     if wtype == GGMLType.Q6_K:
         return _q6k_vecdot(blk, x)
+    if wtype == GGMLType.IQ4_XS:
+        return _iq4xs_vecdot(blk, x)
+    if wtype in IQ_VEC_MULT:
+        return _iq_grid_vecdot(wtype, blk, x)
+    if wtype in (GGMLType.IQ1_S, GGMLType.IQ1_M):
+        return _iq1_vecdot(wtype, blk, x)
+    if wtype in (GGMLType.IQ4_NL, GGMLType.MXFP4):      # not repacked (rows % 8 != 0)
+        from .ref_matmul import dot_v2
+        return dot_v2(wtype, blk, x)
     raise NotImplementedError(f"one-token kernel for {wtype.name}")
+
+
+def _iq_grid_vecdot(wtype, blk, x):
+    """ggml_vec_dot_iq{2_xxs,2_xs,2_s,3_xxs,3_s}_q8_K (AVX2), see IQ_VEC_MULT."""
+    from ..quant import BLOCK_LAYOUT
+    from ..quant.iquants import tiled_ints
+    rows, nb = blk.shape[:2]
+    b = np.ascontiguousarray(blk).reshape(-1).view(BLOCK_LAYOUT[wtype].dtype)
+    v, sc, d0 = tiled_ints(wtype, {f: np.ascontiguousarray(b[f]) for f in b.dtype.names})
+    mult = _F32(IQ_VEC_MULT[wtype])
+    d = (d0 / mult).astype(_F32).reshape(rows, nb)          # the f16 scale (exact)
+    sc8 = np.repeat(sc.reshape(rows, nb, 8, 2), 4, axis=-1).reshape(rows, nb, 8, 8, 1)
+    wv = (v.astype(np.int64).reshape(rows, nb, 8, 8, 4) * sc8).astype(np.float64)
+    qa, da, _ = quantize_q8_K_ref(x)
+    n = x.shape[0]
+    qa = qa.reshape(n, nb, 8, 8, 4).astype(np.float64)
+    acc = np.zeros((n, rows, 8), _F32)
+    for i in range(nb):
+        lanes = np.einsum("rjlk,njlk->nrl", wv[:, i], qa[:, i]).astype(_F32)
+        dd = (d[None, :, i] * da[:, None, i]).astype(_F32)[..., None]
+        acc = _fma(np.broadcast_to(dd, lanes.shape), lanes, acc)
+    return (mult * ggml_hsum8(acc)).astype(_F32)
+
+
+def _iq1_vecdot(wtype, blk, x):
+    """ggml_vec_dot_iq1_{s,m}_q8_K (AVX2): the grid part as _iq_grid_vecdot's lanes (values -1,
+    0, 1); the +-1 deltas: IQ1_S one exact integer per super-block (bsums x sign x scale),
+    acc1 = fma(d, (float)sum, acc1) (gcc contracts `accum1 += d * sumi1`); IQ1_M a second set of
+    8 lanes and fma chain. Result hsum8(acc) + 0.125 * (acc1 or hsum8(acc2))."""
+    from ..quant import BLOCK_LAYOUT
+    from ..quant.iquants import tiled_ints
+    rows, nb = blk.shape[:2]
+    b = np.ascontiguousarray(blk).reshape(-1).view(BLOCK_LAYOUT[wtype].dtype)
+    v, sc, d0 = tiled_ints(wtype, {f: np.ascontiguousarray(b[f]) for f in b.dtype.names})
+    v = v.astype(np.int64).reshape(rows, nb, 8, 8, 4)          # 8 * grid + delta
+    delta = np.where(v % 8 == 1, 1, -1)
+    sc8 = np.repeat(sc.reshape(rows, nb, 8, 2), 4, axis=-1).reshape(rows, nb, 8, 8, 1)
+    wg = ((v - delta) // 8 * sc8).astype(np.float64)
+    wd = (delta * sc8).astype(np.float64)
+    d = (d0 / _F32(0.125)).astype(_F32).reshape(rows, nb)
+    qa, da, _ = quantize_q8_K_ref(x)
+    n = x.shape[0]
+    qa = qa.reshape(n, nb, 8, 8, 4).astype(np.float64)
+    acc = np.zeros((n, rows, 8), _F32)
+    acc2 = np.zeros((n, rows, 8), _F32)
+    acc1 = np.zeros((n, rows), _F32)
+    for i in range(nb):
+        lanes = np.einsum("rjlk,njlk->nrl", wg[:, i], qa[:, i]).astype(_F32)
+        dl = np.einsum("rjlk,njlk->nrl", wd[:, i], qa[:, i])
+        dd = (da[:, None, i] * d[None, :, i]).astype(_F32)
+        acc = _fma(np.broadcast_to(dd[..., None], lanes.shape), lanes, acc)
+        if wtype == GGMLType.IQ1_M:
+            acc2 = _fma(np.broadcast_to(dd[..., None], lanes.shape), dl.astype(_F32), acc2)
+        else:
+            acc1 = _fma(dd, dl.sum(-1).astype(_F32), acc1)
+    other = ggml_hsum8(acc2) if wtype == GGMLType.IQ1_M else acc1
+    return (ggml_hsum8(acc) + _F32(0.125) * other).astype(_F32)
+
+
+def _iq4xs_vecdot(blk, x):
+    """ggml_vec_dot_iq4_xs_q8_K (AVX2): per super-block 8 int32 lanes, lane l of each 32-block
+    the (ls - 32)-scaled dot of its elements 4l..4l+3; acc8 = fma(f32(d*d8), (float)lanes, acc8);
+    hsum_float_8."""
+    from ..quant import BLOCK_LAYOUT
+    from ..quant.iquants import tiled_ints
+    rows, nb = blk.shape[:2]
+    b = np.ascontiguousarray(blk).reshape(-1).view(BLOCK_LAYOUT[GGMLType.IQ4_XS].dtype)
+    v, sc, d = tiled_ints(GGMLType.IQ4_XS, {f: np.ascontiguousarray(b[f]) for f in b.dtype.names})
+    # [rows, nb, 8 blocks, 8 lanes, 4] values times their block's scale (exact integers)
+    wv = (v.astype(np.int64).reshape(rows, nb, 8, 8, 4) *
+          sc.reshape(rows, nb, 8, 2)[..., :1, None].astype(np.int64)).astype(np.float64)
+    d = d.reshape(rows, nb)
+    qa, da, _ = quantize_q8_K_ref(x)
+    n = x.shape[0]
+    qa = qa.reshape(n, nb, 8, 8, 4).astype(np.float64)
+    acc = np.zeros((n, rows, 8), _F32)
+    for i in range(nb):
+        lanes = np.einsum("rjlk,njlk->nrl", wv[:, i], qa[:, i]).astype(_F32)
+        dd = (d[None, :, i] * da[:, None, i]).astype(_F32)[..., None]
+        acc = _fma(np.broadcast_to(dd, lanes.shape), lanes, acc)
+    return ggml_hsum8(acc)
 
 
 def matvec_float(wtype, raw, x: np.ndarray) -> np.ndarray:

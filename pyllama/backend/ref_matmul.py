@@ -270,6 +270,28 @@ def _dot_r8(wtype, blk, x):
     return acc
 
 
+def dot_v2(wtype, blk, x):
+    """ggml_vec_dot_{iq4_nl,mxfp4}_q8_0 (AVX2): block pairs into two chains of 8 lanes
+    (lane l: elements 4l..4l+3), acc_h = fma(f32(d_x*d_w), (float)lane, acc_h), then
+    hsum8(acc1 + acc2); an odd last block adds fma(d, (float)I, sum)."""
+    from .ref import ggml_hsum8
+    q, dw, _ = _unpack_a(wtype, blk)
+    yq, dy, _ = quantize_q8_0_ref(x)
+    n, rows, nb = x.shape[0], q.shape[0], q.shape[1]
+    yq = yq.reshape(n, nb, 8, 4).astype(np.float64)
+    qw = q.reshape(rows, nb, 8, 4).astype(np.float64)
+    acc = np.zeros((2, n, rows, 8), np.float32)
+    for b in range(nb & ~1):
+        lanes = np.einsum("rlk,nlk->nrl", qw[:, b], yq[:, b]).astype(np.float32)
+        dd = (dy[:, b, None] * dw[None, :, b]).astype(np.float32)[..., None]
+        acc[b & 1] = _fma32(np.broadcast_to(dd, lanes.shape), lanes, acc[b & 1])
+    s = ggml_hsum8((acc[0] + acc[1]).astype(np.float32))
+    for b in range(nb & ~1, nb):
+        isum = np.einsum("rlk,nlk->nr", qw[:, b], yq[:, b]).astype(np.float32)
+        s = _fma32((dy[:, b, None] * dw[None, :, b]).astype(np.float32), isum, s)
+    return s
+
+
 def _fma32(a, b, c):
     """f32 fma(a, b, c) (one rounding; through float64, exact for these operands but for rare
     double-rounding ties)."""
@@ -324,6 +346,8 @@ def matmul_ref(wtype, w_raw, x: np.ndarray) -> np.ndarray:
         raise ValueError(f"x has {x.shape[1]} columns, weight rows have {k}")
     if wtype in REPACKED_8X8 and blk.shape[0] % 8 == 0:
         return _dot_r8(wtype, blk, x)
+    if wtype == T.MXFP4:          # not repacked: ggml_vec_dot_mxfp4_q8_0 for every row count
+        return dot_v2(wtype, blk, x)
     if wtype in FAMILY_A:
         return _dot_a(wtype, blk, x)
     if wtype in FAMILY_K:

@@ -241,8 +241,11 @@ class Llama:
         self._token_eos = self.token_eos()
         self.n_tokens = 0
         self._requires_eval = True
-        self.input_ids = np.zeros((n_ctx,), dtype=np.intc)
-        self.scores = np.zeros((n_ctx if logits_all else self.n_batch, self._n_vocab),
+        # (sized for the context's padded n_ctx, and for logits of every token whenever they
+        # are kept: llama-cpp-python sizes them by the n_ctx and logits_all arguments)
+        n_rows = max(n_ctx, self._n_ctx)
+        self.input_ids = np.zeros((n_rows,), dtype=np.intc)
+        self.scores = np.zeros((n_rows if self._logits_all else self.n_batch, self._n_vocab),
                                dtype=np.single)
         self._sampler: Optional[LlamaSampler] = None
         self._setup_chat_formats()

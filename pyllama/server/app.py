@@ -23,11 +23,13 @@ from starlette.routing import Route
 from ..log import get_logger
 from . import cors_proxy
 from . import anthropic as A
+from . import control as K
 from . import embeddings as E
 from . import infill as I
 from . import responses as R
 from . import schemas as S
 from .chat import render_chat
+from .tool_calls import family as tool_family
 from .chat_parse import (MsgStream, ReasoningBudget, forced_open, parse_message,
                          thinking_template)
 from .engine import Channel, Engine, Task
@@ -179,6 +181,7 @@ class Server:
     def __init__(self, cfg, engine: Engine):
         self.cfg, self.engine = cfg, engine
         self._defaults = None
+        self.live: dict[str, list] = {}     # chat completion id -> its tasks (while running)
 
     # -- helpers -----------------------------------------------------------------------------------
     @property
@@ -198,7 +201,8 @@ class Server:
             cfg = self.cfg
             self._defaults = S.RequestDefaults(
                 n_predict=cfg.n_predict, n_keep=cfg.n_keep, stop=list(cfg.reverse_prompts),
-                cache_prompt=cfg.cache_prompt, sampling=self.engine.sampling_defaults)
+                cache_prompt=cfg.cache_prompt, sampling=self.engine.sampling_defaults,
+                eog_ids=tuple(self.engine.vocab.eog_ids), verbose=cfg.verbose)
         return self._defaults
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True):
@@ -350,7 +354,23 @@ class Server:
         v = self.engine.vocab
         bos = self.engine.model.token_to_piece(v.bos, True).decode("utf-8", "replace") \
             if getattr(v, "add_bos", False) and getattr(v, "bos", -1) >= 0 else None
-        return render_chat(self.template, body, self.cfg.chat_template_kwargs, bos)
+        kwargs = {"enable_thinking": self._thinking_default(), **self.cfg.chat_template_kwargs}
+        return render_chat(self.template, body, kwargs, bos,
+                           prefill_assistant=self.cfg.prefill_assistant)
+
+    def _thinking_default(self) -> bool:
+        """llama.cpp's enable_thinking template variable: true when the template renders
+        differently with it (common_chat_templates_support_enable_thinking)."""
+        if getattr(self, "_thinking", None) is None:
+            msgs = [{"role": "user", "content": "test"}]
+            try:
+                on = self.template.apply(msgs, add_generation_prompt=True, enable_thinking=True)
+                off = self.template.apply(msgs, add_generation_prompt=True,
+                                          enable_thinking=False)
+                self._thinking = on != off
+            except Exception:  # noqa: BLE001 - a template that fails here fails later anyway
+                self._thinking = False
+        return self._thinking
 
     async def embeddings(self, request: Request):
         return await E.embeddings(self, request, oai=False)
@@ -369,6 +389,20 @@ class Server:
 
     async def responses_input_tokens(self, request: Request):
         return await R.input_tokens(self, request)
+
+    async def chat_control(self, request: Request):
+        return await K.chat_control(self, request)
+
+    async def lora_adapters(self, request: Request):
+        if request.method == "POST":
+            return await K.lora_set(self, request)
+        return await K.lora_list(self, request)
+
+    async def transcriptions(self, request: Request):
+        return await K.transcriptions(self, request)
+
+    async def stream_resume(self, request: Request):
+        return await K.stream_resume(self, request)
 
     async def anthropic_messages(self, request: Request):
         return await A.messages(self, request)
@@ -434,23 +468,33 @@ class Server:
         # templates and tokenization of long prompts run off the event loop
         prompts, params, n_cmpl = await run_in_threadpool(self._prepare, body, chat)
         if chat:
-            params.reasoning_budget = self._reasoning_budget(body)
+            params.reasoning_control = bool(body.reasoning_control)
+            params.reasoning_budget = self._reasoning_budget(body, params.reasoning_control)
         ch = Channel(asyncio.get_running_loop())
         tasks = [self.engine.submit(Task("completion", ch, prompt=p, params=params,
                                          index=i * n_cmpl + j))
                  for i, p in enumerate(prompts) for j in range(n_cmpl)]
         ctx = _Req(mode, params, S.completion_id(), self.model_name,
                    bool(chat and body.tools and body.tool_choice != "none"), body)
+        self.live[ctx.cid] = tasks      # reasoning control finds live completions by id
         if chat:
             ctx.reasoning, ctx.open_think = self._reasoning(body, prompts[0])
+            ctx.family = tool_family(self.template)
         if params.stream:
             # an error before the first chunk is a plain JSON error, as in llama.cpp
-            first = await self._next_event(request, ch, tasks)
+            try:
+                first = await self._next_event(request, ch, tasks)
+            except BaseException:
+                self.live.pop(ctx.cid, None)
+                raise
             return StreamingResponse(self._stream(ch, tasks, ctx, first),
                                      media_type="text/event-stream",
                                      headers={"X-Accel-Buffering": "no",
                                               "Cache-Control": "no-cache"})
-        finals = await self._wait(request, ch, tasks)
+        try:
+            finals = await self._wait(request, ch, tasks)
+        finally:
+            self.live.pop(ctx.cid, None)
         return json_response(self._final_body(ctx, finals))
 
     def _reasoning(self, body, prompt: list[int]) -> tuple[str, bool]:
@@ -463,7 +507,7 @@ class Server:
         tail = self.engine.model.detokenize(prompt[-16:]) if prompt else ""
         return fmt, forced_open(tail)
 
-    def _reasoning_budget(self, body):
+    def _reasoning_budget(self, body, control: bool = False):
         """The reasoning-budget sampler of a chat request on a template with thinking blocks:
         reasoning_budget_tokens (or thinking_budget_tokens) over --reasoning-budget; None when
         unrestricted (-1)."""
@@ -472,14 +516,14 @@ class Server:
             n = body.thinking_budget_tokens if body.thinking_budget_tokens is not None else -1
         if n == -1:
             n = self.cfg.reasoning_budget
-        if n < 0 or not thinking_template(self.template):
+        if (n < 0 and not control) or not thinking_template(self.template):
             return None
         tok = lambda s: self.tokenize(s, False, True)   # noqa: E731
         return ReasoningBudget(tok("<think>"), tok("</think>"), n,
                                lambda t: self.engine.model.token_to_piece(t, False))
 
     def _msg_stream(self, r: "_Req") -> MsgStream:
-        return MsgStream(r.tools, r.reasoning, r.open_think)
+        return MsgStream(r.tools, r.reasoning, r.open_think, family=r.family)
 
     def _prepare(self, body, chat: bool):
         """(prompt token lists, task params, completions per prompt) or a ServerError."""
@@ -524,6 +568,9 @@ class Server:
         if isinstance(p, dict):
             if "prompt_string" not in p:
                 raise invalid("[json.exception.out_of_range.403] key 'prompt_string' not found")
+            if "multimodal_data" in p:     # a runtime_error in llama.cpp: 500
+                raise ServerError(500, "Multimodal data provided, but model does not support "
+                                       "multimodal requests.")
             return self._mixed_tokens(p["prompt_string"], True, True)
         raise invalid("\"prompt\" elements must be a string, a list of tokens, a JSON object "
                       "containing a prompt string, or a list of mixed strings & tokens.")
@@ -575,8 +622,10 @@ class Server:
             out = [S.native_final(f, r.model, False, r.params, fields) for f in finals]
             return out[0] if len(out) == 1 else out
         if r.mode == "oai":
-            return S.oai_completion(finals, r.model, r.cid, r.params.n_probs)
-        msgs = [parse_message(f.text, r.tools, r.reasoning, r.open_think) for f in finals]
+            return self._verbose(r, finals, S.oai_completion(finals, r.model, r.cid,
+                                                             r.params.n_probs))
+        msgs = [parse_message(f.text, r.tools, r.reasoning, r.open_think, r.family)
+                for f in finals]
         if r.mode in EVENT_MODES:
             return EVENT_MODES[r.mode].final_body(r, finals[0], msgs[0])
         body = S.chat_completion([(f, m.content, m.tool_calls) for f, m in zip(finals, msgs)],
@@ -584,6 +633,14 @@ class Server:
         for c, m in zip(body["choices"], msgs):
             if m.reasoning_content:
                 c["message"]["reasoning_content"] = m.reasoning_content
+        return self._verbose(r, finals, body)
+
+    @staticmethod
+    def _verbose(r: "_Req", finals: list[S.Final], body: dict) -> dict:
+        """`verbose` (request field, default: server -v): llama.cpp adds the native result as
+        `__verbose` to an OpenAI-style response (server-task.cpp)."""
+        if r.params.verbose:
+            body["__verbose"] = S.native_final(finals[0], r.model, False, r.params)
         return body
 
     async def _stream(self, ch: Channel, tasks: list[Task], r: "_Req", first):
@@ -622,6 +679,7 @@ class Server:
             if r.mode in ("oai", "chat"):
                 yield b"data: [DONE]\n\n"
         finally:
+            self.live.pop(r.cid, None)
             for t in tasks:
                 t.cancelled = True
 
@@ -736,7 +794,7 @@ class _Req:
     def __init__(self, mode, params, cid, model, tools, body):
         self.mode, self.params, self.cid, self.model = mode, params, cid, model
         self.tools, self.body = tools, body
-        self.reasoning, self.open_think = "none", False
+        self.reasoning, self.open_think, self.family = "none", False, "hermes"
         self.resp_id = "resp_" + R.random_string()
 
 
@@ -869,6 +927,12 @@ def create_app(cfg, engine: Engine) -> Gate:
         "/rerank", "/reranking", "/v1/rerank", "/v1/reranking")] + [
         Route("/infill", s.infill, methods=post),
         Route("/v1/messages", s.anthropic_messages, methods=post),
+        Route("/v1/chat/completions/control", s.chat_control, methods=post),
+        Route("/lora-adapters", s.lora_adapters, methods=["GET", "POST"]),
+        Route("/v1/audio/transcriptions", s.transcriptions, methods=post),
+        Route("/audio/transcriptions", s.transcriptions, methods=post),
+        Route("/v1/stream", s.stream_resume, methods=["GET", "DELETE"]),
+        Route("/v1/streams/lookup", s.stream_resume, methods=post),
         Route("/v1/responses", s.responses, methods=post),
         Route("/responses", s.responses, methods=post),
         Route("/v1/responses/input_tokens", s.responses_input_tokens, methods=post),

@@ -70,18 +70,32 @@ def _parse_call_args(call):
     return call
 
 
-def render_chat(template, body, kwargs: dict, strip_bos: str | None) -> str:
-    """Render the conversation with the model's chat template (pyllama.vocab.chat.ChatTemplate)."""
+def render_chat(template, body, kwargs: dict, strip_bos: str | None,
+                prefill_assistant: bool = True) -> str:
+    """Render the conversation with the model's chat template (pyllama.vocab.chat.ChatTemplate),
+    continuing a final message as oaicompat_chat_params_parse decides: `continue_final_message`
+    (true, "content" or "reasoning_content"), else with --prefill-assistant (the default) a
+    trailing assistant message; continuing excludes `add_generation_prompt: true`."""
     from pyllama.errors import TemplateError
+    raw_last = body.messages[-1] if isinstance(body.messages, list) and body.messages else None
     messages = normalize_messages(body.messages)
     tools = body.tools if body.tools and body.tool_choice != "none" else None
     extra = {**kwargs, **(body.chat_template_kwargs or {})}
     add_gen = True if body.add_generation_prompt is None else body.add_generation_prompt
-    continue_final = (bool(messages) and messages[-1]["role"] == "assistant"
-                      and body.continue_final_message is not False)
+    cont = body.continue_final_message
+    cont = cont is True or cont in ("content", "reasoning_content")
+    last_is_assistant = bool(messages) and messages[-1]["role"] == "assistant"
+    if not cont and prefill_assistant and last_is_assistant:
+        if len(messages) >= 2 and messages[-2]["role"] == "assistant":
+            raise invalid("Cannot have 2 or more assistant messages at the end of the list.")
+        cont, add_gen = True, False
+    if cont and add_gen:
+        raise invalid("Cannot set both add_generation_prompt and continue_final_message to true.")
+    if cont and last_is_assistant and messages[-1].get("tool_calls"):
+        raise invalid("Cannot continue an assistant message that contains tool calls.")
     try:
-        if continue_final:
-            text = _render_prefilled(template, messages, tools, extra)
+        if cont and last_is_assistant:
+            text = _render_prefilled(template, messages, tools, extra, raw_last)
         else:
             text = template.apply(messages, add_generation_prompt=add_gen, tools=tools, **extra)
     except TemplateError as e:
@@ -91,12 +105,16 @@ def render_chat(template, body, kwargs: dict, strip_bos: str | None) -> str:
     return text
 
 
-def _render_prefilled(template, messages, tools, extra) -> str:
+def _render_prefilled(template, messages, tools, extra, raw_last) -> str:
     """Continue a trailing assistant message: render the rest with a generation prompt, then
-    append the partial assistant content (llama.cpp's prefill_assistant)."""
-    last = messages[-1]
+    append the partial assistant content (text parts joined by a blank line, as
+    common_chat_msg::render_content)."""
+    content = raw_last.get("content") if isinstance(raw_last, dict) else None
+    if isinstance(content, list):
+        content = "\n\n".join(str(p.get("text", "")) for p in content
+                              if isinstance(p, dict) and p.get("type") == "text")
     head = template.apply(messages[:-1], add_generation_prompt=True, tools=tools, **extra)
-    return head + (last.get("content") or "")
+    return head + (content or "")
 
 
 def new_call_id() -> str:

@@ -31,7 +31,8 @@ class ServerConfig:
     kv_k_center: bool | None = None  # None: auto (pyllama.Context)
     type_k: str = "f16"
     type_v: str = "f16"
-    kv_unified: bool | None = None  # None = on (like llama-server's auto)
+    kv_unified: bool | None = None  # None: on only with -np auto (llama-server's rule)
+    kv_unified_per_slot: int = 0    # --kv-unified-per-slot: per-slot context cap (0 = none)
     # request defaults
     n_predict: int = -1
     n_keep: int = 0
@@ -52,6 +53,7 @@ class ServerConfig:
     cors_methods: str = "GET, POST, DELETE, OPTIONS"
     cors_headers: str = "*"
     cors_credentials: bool = True
+    verbose: bool = False            # -v (verbosity > 9): `__verbose` in OpenAI responses
     ui_mcp_proxy: bool = False       # --ui-mcp-proxy: /cors-proxy forwards (else 403)
     ui_config: dict | None = None    # --ui-config(-file): default Web UI settings, in /props
     prefill_assistant: bool = True   # a trailing assistant message is continued, not closed
@@ -99,4 +101,13 @@ class ServerConfig:
 
     @property
     def unified(self) -> bool:
-        return True if self.kv_unified is None else self.kv_unified
+        """llama-server: -np auto means 4 slots and a unified cache; an explicit -np keeps
+        llama.cpp's default (not unified) unless --kv-unified."""
+        return self.n_parallel < 0 if self.kv_unified is None else self.kv_unified
+
+    @property
+    def n_ctx_pool(self) -> int:
+        """-c, or with -c 0 and --kv-unified-per-slot N: n_slots * N (server.cpp sizes the pool)."""
+        if self.n_ctx == 0 and self.kv_unified_per_slot > 0:
+            return self.n_slots * self.kv_unified_per_slot
+        return self.n_ctx

@@ -62,6 +62,7 @@ class Task:
     filename: str = ""
     id: int = 0
     cancelled: bool = False
+    end_reasoning: bool = False      # set by /v1/chat/completions/control (any thread)
     t_submit: float = field(default_factory=time.perf_counter)
 
 
@@ -242,6 +243,9 @@ class Slot:
         drafts, eog = self.drafts, self.engine.vocab.eog_ids
         out: list[int] = []
         for i, logits in enumerate(rows[:len(drafts) + 1]):
+            if self.budget is not None and self.task.end_reasoning:
+                self.task.end_reasoning = False     # reasoning control: end the thinking now
+                self.budget.force()
             forced = self.budget.forced() if self.budget is not None else None
             # a forced end-of-thinking token: every other logit is -inf (llama.cpp's budget)
             tok = forced if forced is not None else int(self.sampler.sample(logits))
@@ -404,7 +408,8 @@ class Engine:
         self.model = pyllama.load_model(cfg.model, **_accepted(pyllama.load_model, {
             "n_threads": cfg.n_threads, **cfg.model_params}))
         self.vocab = self.model.vocab
-        self.template = ChatTemplate.for_model(self.vocab, override=cfg.chat_template)
+        self.template = ChatTemplate.for_model(self.vocab, override=cfg.chat_template,
+                                               jinja=cfg.jinja)
         n = cfg.n_slots
         if cfg.embeddings and cfg.n_batch > cfg.n_ubatch:   # embeddings: one ubatch per prompt
             log.warning(f"srv  llama_server: embeddings enabled with n_batch ({cfg.n_batch}) > "
@@ -416,7 +421,7 @@ class Engine:
         speculating = draft_model is not None or cfg.spec_ngram
         # rollbacks of up to n_max drafts stay exact in a shared SWA cache (--swa-extra, docs/architecture.md)
         extra = max(cfg.swa_extra, cfg.spec_n_max) if speculating else cfg.swa_extra
-        self.ctx = pyllama.Context(self.model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch,
+        self.ctx = pyllama.Context(self.model, n_ctx=cfg.n_ctx_pool, n_batch=cfg.n_batch,
                                    n_ubatch=cfg.n_ubatch, n_seq_max=n, swa_full=cfg.swa_full,
                                    swa_extra=extra, kv_unified=cfg.unified,
                                    type_k=cfg.type_k, type_v=cfg.type_v,
@@ -433,7 +438,11 @@ class Engine:
             self.spec = Speculation(cfg, dctx)
         self.use_checkpoints = (cfg.n_ctx_checkpoints > 0 and not cfg.swa_full
                                 and self.ctx.hp.is_swa_any())
-        self.n_ctx_slot = self.ctx.n_ctx // n
+        # llama.cpp's n_ctx_slot(): the context's n_ctx_seq (all of n_ctx when unified),
+        # capped by --kv-unified-per-slot (llama.cpp also caps at n_ctx_train; not here yet)
+        self.n_ctx_slot = self.ctx.n_ctx_seq
+        if cfg.kv_unified_per_slot > 0:
+            self.n_ctx_slot = min(self.n_ctx_slot, cfg.kv_unified_per_slot)
         self.slots = [Slot(self, i, self.n_ctx_slot) for i in range(n)]
         self.sampling_defaults = self._sampling_defaults()
         if cfg.warmup:
@@ -774,6 +783,7 @@ class Engine:
             try:
                 if task.kind == "completion":
                     slot.start(task)
+                    self._send_progress(slot)   # llama.cpp's initial report: processed = cache
                     log.info(f"slot {slot.id}: launching task {task.id}, n_prompt = "
                              f"{len(task.prompt)}, n_cached = {slot.n_cached}")
                 elif task.kind in ("embedding", "rerank"):

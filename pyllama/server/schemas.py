@@ -109,6 +109,7 @@ class CompletionBody(msgspec.Struct):
     response_format: Any = None
     return_tokens: bool | None = None
     return_progress: bool | None = None
+    verbose: bool | None = None
     timings_per_token: bool | None = None
     response_fields: list[str] | None = None
     t_max_predict_ms: int | None = None
@@ -127,6 +128,7 @@ class ChatBody(CompletionBody):
     reasoning_format: str | None = None
     reasoning_budget_tokens: int | None = None
     thinking_budget_tokens: int | None = None     # Anthropic's thinking.budget_tokens
+    reasoning_control: bool | None = None
 
 
 class TokenizeBody(msgspec.Struct):
@@ -198,10 +200,12 @@ class TaskParams:
     stream: bool = False
     return_tokens: bool = False
     return_progress: bool = False
+    verbose: bool = False
     timings_per_token: bool = False
     ignore_eos: bool = False
     embd_normalize: int = 2          # embeddings: common_embd_normalize's rule (pooled only)
     reasoning_budget: Any = None     # chat_parse.ReasoningBudget (a template with thinking)
+    reasoning_control: bool = False  # /v1/chat/completions/control may end the thinking
     t_max_predict_ms: int = -1
     sampling: Any = None           # SamplerParams
     settings: dict = field(default_factory=dict)  # generation_settings as reported
@@ -301,6 +305,7 @@ def build_params(body: CompletionBody, defaults: "RequestDefaults", *, n_vocab: 
         id_slot=-1 if body.id_slot is None else body.id_slot, stream=bool(body.stream),
         return_tokens=bool(body.return_tokens), timings_per_token=bool(body.timings_per_token),
         return_progress=bool(body.return_progress),
+        verbose=defaults.verbose if body.verbose is None else bool(body.verbose),
         ignore_eos=bool(body.ignore_eos),
         t_max_predict_ms=-1 if body.t_max_predict_ms is None else body.t_max_predict_ms)
     values = _clamped(body)
@@ -310,7 +315,17 @@ def build_params(body: CompletionBody, defaults: "RequestDefaults", *, n_vocab: 
     from .structured import constrain
     p.sampling = constrain(body, p.sampling, chat=chat, oai=chat)
     p.settings = generation_settings(p, defaults)
+    p.settings["logit_bias"] = _logit_bias_json(p.sampling, defaults.eog_ids)
     return p
+
+
+def _logit_bias_json(sampling, eog_ids) -> list:
+    """generation_settings.logit_bias as task_params::format_logit_bias writes it: the
+    request's biases, then with ignore_eos every EOG token at -inf (null in JSON)."""
+    pairs = list((getattr(sampling, "logit_bias", None) or {}).items())
+    if getattr(sampling, "ignore_eos", False):
+        pairs += [(t, -math.inf) for t in eog_ids]
+    return [{"bias": None if math.isinf(b) else b, "token": int(t)} for t, b in pairs]
 
 
 def _n_probs(body: CompletionBody, chat: bool) -> int:
@@ -355,6 +370,8 @@ class RequestDefaults:
     stop: list[str] = field(default_factory=list)
     cache_prompt: bool = True
     sampling: Any = None
+    eog_ids: tuple = ()          # ignore_eos adds these with bias -inf (logit_bias_eog)
+    verbose: bool = False        # server -v: `__verbose` in OpenAI-style responses
 
 
 def generation_settings(p: TaskParams, defaults: RequestDefaults | None = None) -> dict:
@@ -535,8 +552,8 @@ def _filter_fields(d: dict, fields: list[str]) -> dict:
         cur: Any = d
         for part in name.split("/"):
             cur = cur.get(part) if isinstance(cur, dict) else None
-        if cur is not None:
-            out[name.split("/")[-1] if "/" in name else name] = cur
+        if cur is not None:     # json_get_nested_values: keyed by the whole path
+            out[name] = cur
     return out
 
 

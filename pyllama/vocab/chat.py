@@ -128,8 +128,18 @@ class ChatTemplate:
         self.requires_object_arguments = self._probe_object_arguments()
 
     @classmethod
-    def for_model(cls, vocab, override: str | None = None) -> "ChatTemplate":
-        """The model's template, or `override`: a built-in NAME (see BUILTIN) or jinja source."""
+    def for_model(cls, vocab, override: str | None = None, jinja: bool = True):
+        """The model's template, or `override`: a built-in NAME or jinja source. Without jinja
+        (llama.cpp's --no-jinja) the format is llama.cpp's built-in one named by `override` or
+        detected from the template's source (llm_chat_detect_template), ChatML when none is
+        (pyllama.vocab.chat_builtin). A built-in name other than those in BUILTIN uses that
+        format with jinja too."""
+        from .chat_builtin import FORMATS, BuiltinTemplate, detect
+        if not jinja:
+            name = detect(override if override is not None else (vocab.chat_template or ""))
+            return BuiltinTemplate(name if name in FORMATS else "chatml")
+        if override is not None and override not in BUILTIN and override in FORMATS:
+            return BuiltinTemplate(override)
         source = vocab.chat_template if override is None else BUILTIN.get(override, override)
         return cls(source, _text(vocab, vocab.bos), _text(vocab, vocab.eos))
 

@@ -157,12 +157,41 @@ def _llama_yarn(s: Spec):                 # a YaRN-extended llama (rope.scaling.
     s.kv(K.Rope.SCALING_ORIG_CTX_LEN, s.c["orig_ctx"])
 
 
+def _mistral3(s: Spec):                   # mistral3.cpp: YaRN, attention temperature tuning
+    c = s.c
+    _llama(s)
+    s.kv(K.Rope.SCALING_TYPE, "yarn")
+    s.kv(K.Rope.SCALING_FACTOR, c["yarn_factor"])
+    s.kv(K.Rope.SCALING_ORIG_CTX_LEN, c["orig_ctx"])
+    s.kv(K.Rope.SCALING_YARN_BETA_FAST, 32.0)
+    s.kv(K.Rope.SCALING_YARN_BETA_SLOW, 1.0)
+    s.kv(K.Rope.SCALING_YARN_LOG_MUL, 1.0)
+    s.kv(K.Attention.TEMPERATURE_SCALE, c["temp_scale"])
+
+
 def _qwen2(s: Spec):                      # qwen2.cpp
     s.common_kv()
     s.io()
     for il in range(s.c["n_layer"]):
         s.attn(il, bias=True)
         s.ffn(il)
+
+
+def _qwen2moe(s: Spec):                   # qwen2moe.cpp: MoE + a gated shared expert
+    c = s.c
+    s.common_kv()
+    s.moe_kv()
+    s.kv(K.LLM.EXPERT_FEED_FORWARD_LENGTH, c["n_ff_exp"])
+    s.kv(K.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, c["n_ff_shexp"])
+    s.io()
+    e, f = c["n_embd"], c["n_ff_shexp"]
+    for il in range(c["n_layer"]):
+        s.attn(il, bias=True)
+        s.moe(il, c["n_ff_exp"])
+        s.t(tn(T.FFN_GATE_INP_SHEXP, il), e)
+        s.t(tn(T.FFN_GATE_SHEXP, il), f, e)
+        s.t(tn(T.FFN_DOWN_SHEXP, il), e, f)
+        s.t(tn(T.FFN_UP_SHEXP, il), f, e)
 
 
 def _qk_norm(s: Spec, il: int):
@@ -214,6 +243,11 @@ def _olmo2(s: Spec):                      # olmo2.cpp: full-width Q/K norms, pos
         s.t(tn(T.FFN_POST_NORM, il), e)
 
 
+def _olmo3(s: Spec):                      # olmo2.cpp with a sliding window (OLMo 3)
+    _olmo2(s)
+    s.kv(K.Attention.SLIDING_WINDOW, s.c["n_swa"])
+
+
 def _granite(s: Spec):                    # granite.cpp: embedding/residual/attention/logit scales
     c = s.c
     s.common_kv()
@@ -251,8 +285,13 @@ ARCHS = {
     "llama": ("llama", _llama, {}),
     "llama3": ("llama", _llama, {"rope_freqs": True, "rope_base": 500000.0}),
     "llamayarn": ("llama", _llama_yarn, {"yarn_factor": 4.0, "orig_ctx": 256}),
+    # original context 8: the attention temperature steps at positions 8 and 16
+    "mistral3": ("mistral3", _mistral3, {"rope_base": 1000000.0, "yarn_factor": 16.0,
+                                         "orig_ctx": 8, "temp_scale": 0.1}),
     "mixtral": ("llama", _llama, {"n_expert": 8, "n_expert_used": 2, "n_ff": 256}),
     "qwen2": ("qwen2", _qwen2, {"eps": 1e-6, "rope_base": 1000000.0}),
+    "qwen2moe": ("qwen2moe", _qwen2moe, {"eps": 1e-6, "rope_base": 1000000.0, "n_expert": 8,
+                                         "n_expert_used": 4, "n_ff_exp": 256, "n_ff_shexp": 512}),
     "qwen3": ("qwen3", _qwen3, {"eps": 1e-6, "rope_base": 1000000.0}),
     # Qwen3's own head size 128 with Q wider than n_embd (Qwen3 0.6B-8B: 2x)
     "qwen3h128": ("qwen3", _qwen3, {"eps": 1e-6, "rope_base": 1000000.0, "head": 128,
@@ -263,13 +302,25 @@ ARCHS = {
     "olmo2": ("olmo2", _olmo2, {"eps": 1e-6, "rope_base": 500000.0}),
     # n_ctx 512 > original_context_length 256: llama.cpp picks rope_factors_long
     "phi3": ("phi3", _phi3, {"n_head_kv": 4, "orig_ctx": 256, "rope_attn_factor": 1.1902380714238083}),
+    # 4 layers, window 8 over 26 positions: SWA layers 0-2 mask, layer 3 is global
+    "olmo3": ("olmo2", _olmo3, {"eps": 1e-6, "rope_base": 500000.0, "n_layer": 4, "n_swa": 8}),
     "granite": ("granite", _granite, {"logit_scale": 8.0, "residual_scale": 0.22,
                                       "embedding_scale": 12.0, "attention_scale": 0.015625}),
 }
 
 
+# benchmark shapes (no fixtures): Qwen3-30B-A3B scaled down, same expert count and top-k, the
+# same q-width / n_embd ratio, expert FFN a multiple of 256 (K-quants, as 768), 2 layers
+BENCH = {
+    "qwen3moe-a3b-mini": ("qwen3moe", _qwen3moe, {
+        "eps": 1e-6, "rope_base": 1000000.0, "n_embd": 768, "n_layer": 2, "n_head": 12,
+        "n_head_kv": 1, "head": 128, "n_ff": 2048, "n_expert": 128, "n_expert_used": 8,
+        "n_ff_exp": 256, "n_ctx": 4096}),
+}
+
+
 def spec(name: str) -> Spec:
-    arch, build, over = ARCHS[name]
+    arch, build, over = ARCHS[name] if name in ARCHS else BENCH[name]
     c = dict(BASE)
     c.update(over)
     s = Spec(arch, c)

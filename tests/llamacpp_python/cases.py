@@ -284,3 +284,23 @@ def langchain_equiv(llm, *_):
 
 
 CASES["langchain_equiv"] = langchain_equiv
+
+
+def chat_formats(llm, Llama, *_):
+    """The built-in chat formats' prompts and stop strings (no model needed)."""
+    fmt = _pkg(Llama).llama_chat_format
+    names = {"llama2": "llama-2", "llama3": "llama-3", "alpaca": "alpaca", "qwen": "qwen",
+             "vicuna": "vicuna", "zephyr": "zephyr", "chatml": "chatml",
+             "mistral_instruct": "mistral-instruct", "openchat": "openchat", "gemma": "gemma"}
+    convo = CHAT + [{"role": "assistant", "content": "Red, green, blue."},
+                    {"role": "user", "content": "Two more?"}]
+    out = {}
+    for fn, name in names.items():
+        f = getattr(fmt, "format_" + fn, None) or getattr(fmt, "format")   # vicuna: `format`
+        for i, msgs in enumerate((CHAT, convo, CHAT[1:])):
+            r = f(messages=msgs)
+            out[f"{name}/{i}"] = [r.prompt, r.stop, r.added_special]
+    return out
+
+
+CASES["chat_formats"] = chat_formats

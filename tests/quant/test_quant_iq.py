@@ -182,3 +182,57 @@ def test_unsupported_type_is_one_error_naming_it(tmp_path):
     with pytest.raises(GgufError, match=r"unknown tensor type 40 \(NVFP4\), which pyllama does "
                                         r"not support .*tensor 'output_norm.weight'"):
         pyllama.load_model(path)
+
+
+def test_iq4_xs_one_token_kernel_equals_llama_cpp(ref):
+    """numerics="llama.cpp": under 8 rows llama.cpp runs ggml_vec_dot_iq4_xs_q8_K (8 float lanes);
+    the CPU kernel and the numpy oracle give its bits (the vec_dot fixture and mul_mat at 1, 3
+    rows)."""
+    from pyllama.backend import ref_compat
+    from pyllama.backend.compat import vec_row_start
+    from pyllama.backend.cpu import compat
+    w, x = _weight(ref, "IQ4_XS"), ref["x"]
+    assert np.array_equal(compat.matvec_k(w, x, 2), ref["vd_IQ4_XS"])
+    assert np.array_equal(ref_compat.matvec_k(w.type, w.raw, x), ref["vd_IQ4_XS"])
+    for n in (1, 3):
+        assert np.array_equal(compat.matvec_k(w, x[:n], 1), ref[f"mm{n}_IQ4_XS"])
+    assert vec_row_start(w.type, 16, 7) == 0 and vec_row_start(w.type, 16, 8) == 8
+
+
+@pytest.mark.parametrize("name", ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S",
+                                  "IQ1_M"])
+def test_iq_one_token_kernels_equal_llama_cpp(ref, name):
+    """numerics="llama.cpp" under 8 rows: llama.cpp's AVX2 vec_dot of each grid i-quant (lanes,
+    fma chain, its final scale); CPU kernel and numpy oracle give the vec_dot fixture's bits."""
+    from pyllama.backend import ref_compat
+    from pyllama.backend.compat import vec_row_start
+    from pyllama.backend.cpu import compat
+    w, x = _weight(ref, name), ref["x"]
+    assert np.array_equal(compat.matvec_k(w, x, 2), ref["vd_" + name])
+    assert np.array_equal(ref_compat.matvec_k(w.type, w.raw, x), ref["vd_" + name])
+    for n in (1, 3):
+        assert np.array_equal(compat.matvec_k(w, x[:n], 1), ref[f"mm{n}_{name}"])
+    assert vec_row_start(w.type, 16, 7) == 0 and vec_row_start(w.type, 16, 8) == 8
+
+
+@pytest.mark.parametrize("name", ["IQ4_NL", "MXFP4"])
+def test_unrepacked_iq4_nl_mxfp4_vec_dot(ref, name):
+    """rows % 8 != 0: llama.cpp runs ggml_vec_dot_{iq4_nl,mxfp4}_q8_0 (two chains) for MXFP4 at
+    every row count and for IQ4_NL on one row (numerics="llama.cpp"); kernels and oracle give
+    its bits."""
+    from pyllama.backend import ref_compat
+    from pyllama.backend.base import Weight
+    from pyllama.backend.compat import vec_row_start
+    from pyllama.backend.cpu import compat
+    from pyllama.backend.cpu import matmul as mm
+    raw, x = ref["raw_" + name][:15], ref["x"]
+    w = Weight("w", GGMLType[name], (15, 512), raw)
+    want = ref["vd_" + name][:, :15]
+    assert np.array_equal(compat.matvec_k(w, x, 2), want)
+    assert np.array_equal(ref_compat.matvec_k(w.type, raw, x), want)
+    if name == "MXFP4":
+        for n in (1, 3, 8, 9):
+            assert np.array_equal(mm.matmul(w, x[:n]), ref[f"mm{n}_{name}"][:, :15])
+    else:
+        assert vec_row_start(w.type, 15, 1) == 0 and vec_row_start(w.type, 15, 2) == 2
+        assert vec_row_start(w.type, 16, 1) == 1

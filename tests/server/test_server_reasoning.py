@@ -128,3 +128,45 @@ def test_reasoning_budget(think_server):
 
 def msg_reasoning(url):
     return _chat(url)["choices"][0]["message"]["reasoning_content"]
+
+
+def test_reasoning_control_ends_thinking(think_server):
+    url = think_server.url
+    body = {"messages": [{"role": "user", "content": "What is 2+2?"}], "max_tokens": 300,
+            "stream": True, "reasoning_control": True}
+    control = None
+    deltas = []
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as r:
+        for ln in r.iter_lines():
+            if not ln.startswith("data: ") or ln == "data: [DONE]":
+                continue
+            c = json.loads(ln[6:])
+            if c["choices"]:
+                deltas.append(c["choices"][0]["delta"])
+            if control is None and any("reasoning_content" in d for d in deltas):
+                control = httpx.post(url + "/v1/chat/completions/control", timeout=30,
+                                     json={"id": c["id"], "action": "reasoning_end"}).json()
+    assert control == {"success": True}
+    assert "".join(d.get("content") or "" for d in deltas)     # answered after the forced end
+    r = httpx.post(url + "/v1/chat/completions/control",
+                   json={"id": "chatcmpl-gone", "action": "reasoning_end"}).json()
+    assert r == {"success": False, "message": "no active completion for this id"}
+
+
+@pytest.mark.parametrize("path,body,code,message", [
+    ("/v1/chat/completions/control", {"action": "reasoning_end"}, 400,
+     "missing completion id"),
+    ("/v1/chat/completions/control", {"id": "x", "action": "pause"}, 400,
+     "unknown control action"),
+    ("/lora-adapters", {"id": 0}, 400, "Request body must be an array"),
+    ("/v1/audio/transcriptions", {}, 501, "The current model does not support audio input."),
+])
+def test_small_routes_errors(server, path, body, code, message):
+    r = httpx.post(server.url + path, json=body)
+    assert r.status_code == code and r.json()["error"]["message"] == message
+
+
+def test_lora_adapters_none_loaded(server):
+    assert httpx.get(server.url + "/lora-adapters").json() == []
+    assert httpx.post(server.url + "/lora-adapters", json=[{"id": 0, "scale": 1.0}]).json() == \
+        {"success": True}

@@ -163,7 +163,7 @@ def test_native_final_shape():
     assert list(d)[:6] == ["index", "content", "tokens", "id_slot", "stop", "model"]
     assert d["tokens"] == [1, 2] and d["stop_type"] == "limit" and d["tokens_cached"] == 4
     assert S.native_final(f, "m", False, S.TaskParams(), ["content", "timings/prompt_n"]) == {
-        "content": "hi", "prompt_n": 0}
+        "content": "hi", "timings/prompt_n": 0}     # keyed by the path, as json_get_nested_values
     msgspec.json.encode(d)
 
 

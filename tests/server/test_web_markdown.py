@@ -277,3 +277,18 @@ def test_stream_error_and_http_error_text(render):
                   ["status", "plain failure\n", 500]])
     assert out[0] == {"content": "par", "thrown": "the model crashed"}
     assert out[1:] == ["Loading model", "plain failure"]
+
+
+def test_code_fence_inside_a_list_item(render):
+    """A fence indented under an item belongs to it (its blank lines do not make the list
+    loose, a '-' line inside it is code, not an item)."""
+    [html] = render([["renderMarkdown",
+                      "1. Install:\n   ```bash\n   pip install x\n\n   - not an item\n   ```\n"
+                      "2. Run it\n\nDone."]])
+    check_html(html)
+    assert html == (
+        '<ol><li>Install:<div class="code-block"><div class="code-head">'
+        '<span class="code-lang">bash</span><button type="button" class="copy-code" '
+        'aria-label="Copy code">Copy</button></div><pre><code class="hl language-bash">'
+        '<span class="tok-type">pip</span> install x\n\n- not an item</code></pre></div></li>'
+        "<li>Run it</li></ol><p>Done.</p>")

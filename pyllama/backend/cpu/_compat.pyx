@@ -27,6 +27,7 @@ cdef extern from "pyl_compat.h" nogil:
                           const int16_t *bs)
     float pyl_c_dot_q45_K(int q5, const uint8_t *w, int nsb, const int8_t *q8, const float *d8,
                           const int16_t *bs)
+    float pyl_c_dot_iq4_xs(const uint8_t *w, int nsb, const int8_t *q8, const float *d8)
     void pyl_c_attn_head(const float *q, int dk, int dv, const uint16_t *K, int64_t k_stride,
                          const uint16_t *V, int64_t v_stride, const int32_t *cells, int L,
                          float scale, float softcap, float *work, float *out)
@@ -45,7 +46,7 @@ cdef extern from "pyl_compat.h" nogil:
                              int base, int nek1, int nth, float scale, float softcap,
                              float *work, float *out)
 
-GEMV_Q4_K, VEC_Q4_K, VEC_Q5_K, VEC_Q6_K, VEC_Q2_K, VEC_Q3_K = range(6)
+GEMV_Q4_K, VEC_Q4_K, VEC_Q5_K, VEC_Q6_K, VEC_Q2_K, VEC_Q3_K, VEC_IQ4_XS = range(7)
 cdef enum:                      # attention_fa kernels (ref_compat.FA_TILED, ... order)
     FA_TILED = 0
     FA_CHUNK = 1
@@ -58,6 +59,8 @@ cdef inline float _dot(int kernel, const uint8_t *w, int nsb, const int8_t *q8, 
         return pyl_c_dot_q4_K(w, nsb, q8, d8, bs)
     if kernel == 3:
         return pyl_c_dot_q6_K(w, nsb, q8, d8, bs)
+    if kernel == 6:
+        return pyl_c_dot_iq4_xs(w, nsb, q8, d8)
     if kernel >= 4:
         return pyl_c_dot_q23_K(kernel == 5, w, nsb, q8, d8, bs)
     return pyl_c_dot_q45_K(kernel == 2, w, nsb, q8, d8, bs)
@@ -78,7 +81,7 @@ def matvec_k(int kernel, const uint8_t[:, ::1] raw, int k, const float[:, ::1] x
     q/d/bs: [n, k], [n, k/256], [n, k/16] scratch for the quantized activations."""
     cdef Py_ssize_t n = x.shape[0], rows = raw.shape[0], r, t
     cdef int nsb = k // 256
-    if kernel < 0 or kernel > 5:
+    if kernel < 0 or kernel > 6:
         raise ValueError(f"matvec_k: unknown kernel {kernel}")
     if k % 256 or x.shape[1] != k or out.shape[0] != n or out.shape[1] < rows:
         raise ValueError("matvec_k: shape mismatch")

@@ -40,6 +40,7 @@ cdef extern from "pyl_matmul.h" nogil:
                      const pyl_acts *A, int64_t n, uint8_t *scratch, float *out, int64_t os)
     void pyl_dequant_row(int t, const uint8_t *src, int k, uint8_t *scratch, float *y)
     void pyl_init_tables()
+    float pyl_vecdot_iq(int t, const uint8_t *row, int nsb, const int8_t *q8, const float *d8)
 
 pyl_init_tables()
 
@@ -262,3 +263,21 @@ def dequant_rows(int wtype, const uint8_t[:, ::1] w, int k, const int64_t[::1] i
     with nogil:
         for i in range(n):
             pyl_dequant_row(wtype, &w[ids[i], 0], k, &scratch[0], &out[i, 0])
+
+
+def vecdot_iq(int wtype, const uint8_t[:, ::1] w, const int8_t[:, ::1] q, const float[:, ::1] d,
+              float[:, ::1] out, int nth):
+    """out[t, r] = llama.cpp's AVX2 vec_dot of weight row r (a grid i-quant) with the q8_K row
+    t (q [n, k], d [n, k/256]): numerics="llama.cpp" under 8 rows (AVX2 builds only)."""
+    if not PYL_AVX2:
+        raise NotImplementedError("the i-quant vec_dot kernels need AVX2")
+    cdef Py_ssize_t n = q.shape[0], rows = w.shape[0], r, t
+    cdef int nsb = <int>(q.shape[1] // 256)
+    if out.shape[0] != n or out.shape[1] < rows or d.shape[1] != nsb:
+        raise ValueError("vecdot_iq: shape mismatch")
+    if rows * n < 64:
+        nth = 1
+    with nogil:
+        for r in prange(rows, num_threads=nth, schedule="static"):
+            for t in range(n):
+                out[t, r] = pyl_vecdot_iq(wtype, &w[r, 0], nsb, &q[t, 0], &d[t, 0])

@@ -31,7 +31,13 @@ def _kernel(wtype, rows: int) -> int:
         return _compat.VEC_Q2_K
     if wtype == GGMLType.Q3_K:
         return _compat.VEC_Q3_K
+    if wtype == GGMLType.IQ4_XS:
+        return _compat.VEC_IQ4_XS
     raise BackendError(f"no one-token kernel for {GGMLType(wtype).name}")
+
+
+_IQ_VEC = frozenset({GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS,
+                     GGMLType.IQ3_S, GGMLType.IQ1_S, GGMLType.IQ1_M})
 
 
 def matvec_k(w, x: np.ndarray, n_threads: int) -> np.ndarray:
@@ -47,6 +53,14 @@ def matvec_k(w, x: np.ndarray, n_threads: int) -> np.ndarray:
     q = np.empty((n, k), np.int8)
     d = np.empty((n, k // 256), np.float32)
     bs = np.empty((n, k // 16), np.int16)
+    if w.type in (GGMLType.IQ4_NL, GGMLType.MXFP4):     # ggml_vec_dot_*_q8_0, not repacked
+        from . import matmul as mm
+        return mm.matmul(w, x, ktype=int(w.type) | mm.V2)
+    if w.type in _IQ_VEC:
+        from . import _matmul
+        _compat.quant_q8_K(x, q, d, bs)
+        _matmul.vecdot_iq(int(w.type), raw, q, d, out, max(1, n_threads or 1))
+        return out
     _compat.matvec_k(_kernel(w.type, raw.shape[0]), raw, k, x, out, q, d, bs,
                      max(1, n_threads or 1))
     return out

@@ -299,6 +299,57 @@ static float pyl_c_dot_q6_K(const uint8_t *w, int nsb, const int8_t *q8all, cons
  * (maddubs + madd by scale: lane m of 32-element chunk c holds elements 32c + 4m .. 32c + 4m + 3):
  * lanes[m] = sum over chunks c, elements e in lane m of sc16[e / 16] * q[e] * q8[e].
  * kind 2: Q2_K (q 0..3), 3: Q3_K (low + 4*hbit - 4), 4: Q4_K (nibbles), 5: Q5_K (+ 16*hbit). */
+/* ggml_vec_dot_iq4_xs_q8_K (AVX2): per super-block 8 int32 lanes of (ls - 32) * |v| . sign(q8, v)
+ * (lane l: elements 4l..4l+3 of each 32-block), acc8 = fma(d * d8, (float)lanes, acc8) */
+static const int8_t pyl_c_kv_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1, 13, 25, 38, 53, 69, 89, 113};
+#if PYL_C_SIMD
+static float pyl_c_dot_iq4_xs(const uint8_t *w, int nsb, const int8_t *q8all, const float *d8) {
+    const __m128i lut = _mm_loadu_si128((const __m128i *)pyl_c_kv_iq4nl);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < nsb; i++) {
+        const uint8_t *x = w + 136 * (int64_t)i, *qs = x + 8;
+        const int8_t *q8 = q8all + 256 * (int64_t)i;
+        uint16_t sh;
+        memcpy(&sh, x + 2, 2);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++) {
+            const __m128i b = _mm_loadu_si128((const __m128i *)(qs + 16 * ib));
+            const __m256i v = _mm256_set_m128i(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(b, 4), m4)),
+                                               _mm_shuffle_epi8(lut, _mm_and_si128(b, m4)));
+            const __m256i y = _mm256_loadu_si256((const __m256i *)(q8 + 32 * ib));
+            const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(y, v));
+            const int ls = (((x[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, _mm256_set1_epi16((int16_t)ls)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(pyl_c_rd16(x) * d8[i]), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return pyl_c_hsum_f8(acc);
+}
+#else
+static float pyl_c_dot_iq4_xs(const uint8_t *w, int nsb, const int8_t *q8all, const float *d8) {
+    float acc[8] = {0};
+    for (int i = 0; i < nsb; i++) {
+        const uint8_t *x = w + 136 * (int64_t)i, *qs = x + 8;
+        const int8_t *q8 = q8all + 256 * (int64_t)i;
+        uint16_t sh;
+        memcpy(&sh, x + 2, 2);
+        int lane[8] = {0};
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = (((x[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
+            for (int j = 0; j < 32; j++) {
+                const int v = pyl_c_kv_iq4nl[j < 16 ? qs[16 * ib + j] & 0xF : qs[16 * ib + j - 16] >> 4];
+                lane[j / 4] += ls * v * q8[32 * ib + j];
+            }
+        }
+        const float dd = pyl_c_rd16(x) * d8[i];
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(dd, (float)lane[l], acc[l]);
+    }
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+#endif
+
 static inline int pyl_c_kq(int kind, const uint8_t *x, int e) {
     int h = e / 128, j = (e % 128) / 32, l = e % 32, c = e / 32;
     if (kind == 2)

@@ -57,6 +57,10 @@ enum {
  * rows % 8 == 0: block_*x8, ggml_gemm/gemv_*_8x8_q8_0): per 32-block the exact integer dot I,
  * acc = fma((float)I, d_w * d_x, acc) */
 #define PYL_R8 256
+/* a weight type id | PYL_V2: ggml_vec_dot_{iq4_nl,mxfp4}_q8_0 (AVX2) for every row: block pairs
+ * into two 8-lane fma chains, hsum8(acc1 + acc2), an odd last block added as
+ * fma(d, (float)I, sum) */
+#define PYL_V2 512
 /* activation kinds (the vec_dot type) */
 enum { PYL_ACT_Q8_0 = 0, PYL_ACT_Q8_K = 1, PYL_ACT_F16 = 2, PYL_ACT_BF16 = 3, PYL_ACT_F32 = 4,
        PYL_ACT_Q8_K4 = 5 /* q8_K values by the 4x8 repack rule (Q4_K) */ };
@@ -1437,6 +1441,60 @@ static inline void pyl_tile_fns(int t, pyl_full_fn full[PYL_T], pyl_part_fn *par
 #define pyl_tileA_4x2_fn pyl_tileA_full2_0
 #endif
 
+#if PYL_AVX2
+/* ---- numerics="llama.cpp", under 8 rows: llama.cpp's AVX2 vec_dot of the grid i-quants
+ * (ggml_vec_dot_iq{2_xxs,2_xs,2_s,3_xxs,3_s,1_s,1_m}_q8_K): per super-block 8 int32 lanes (lane l
+ * of each 32-block: elements 4l..4l+3 times the integer scale of their 16), acc8 = fma(f32(d*d8),
+ * (float)lanes, acc8), the result mult * hsum8(acc8); IQ1: the grid values -1/0/1 so, and the
+ * +-1 deltas: IQ1_M a second lane chain, IQ1_S one exact integer per super-block with
+ * acc1 = fma(d, (float)sum, acc1); the result hsum8(acc) + 0.125 * (hsum8(acc2) or acc1). */
+static float pyl_vecdot_iq(int t, const uint8_t *row, int nsb, const int8_t *q8all, const float *d8) {
+    const int bb = pyl_block_bytes(t), iq1 = t == PYL_IQ1_S || t == PYL_IQ1_M;
+    const float mult = t == PYL_IQ3_XXS ? 0.25f : t == PYL_IQ3_S ? 1.0f : 0.125f;
+    uint8_t u[256] __attribute__((aligned(32)));
+    int8_t g[256] __attribute__((aligned(32))), dl[256] __attribute__((aligned(32)));
+    int16_t s16[16], mn[16];
+    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
+    float acc1 = 0.0f;
+    for (int b = 0; b < nsb; b++) {
+        float d0, dm;
+        pyl_dec_iq(t, row + (int64_t)bb * b, u, s16, mn, &d0, &dm);
+        const float dd = (d0 / mult) * d8[b];
+        const int8_t *q8 = q8all + 256 * (int64_t)b;
+        if (iq1)
+            for (int j = 0; j < 256; j++) {
+                const int v = (int)u[j] - PYL_IQ_OFF, de = (v & 7) == 1 ? 1 : -1;
+                dl[j] = (int8_t)de;
+                g[j] = (int8_t)((v - de) / 8);
+            }
+        __m256i sumi = _mm256_setzero_si256(), sumd = _mm256_setzero_si256();
+        for (int c = 0; c < 8; c++) {
+            const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(s16[2 * c + 1]), _mm_set1_epi16(s16[2 * c]));
+            const __m256i y = _mm256_loadu_si256((const __m256i *)(q8 + 32 * c));
+            const __m256i v = iq1 ? _mm256_load_si256((const __m256i *)(g + 32 * c))
+                                  : _mm256_sub_epi8(_mm256_load_si256((const __m256i *)(u + 32 * c)),
+                                                    _mm256_set1_epi8(PYL_IQ_OFF));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(
+                _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(y, v)), sc));
+            if (iq1) {
+                const __m256i e = _mm256_load_si256((const __m256i *)(dl + 32 * c));
+                sumd = _mm256_add_epi32(sumd, _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(y, e)), sc));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
+        if (t == PYL_IQ1_M) acc2 = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sumd), acc2);
+        if (t == PYL_IQ1_S) {
+            const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(sumd), _mm256_extracti128_si256(sumd, 1));
+            const __m128i h2 = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+            acc1 = fmaf(dd, (float)_mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 1))), acc1);
+        }
+    }
+    if (!iq1) return mult * pyl_hsum8(acc);
+    return pyl_hsum8(acc) + 0.125f * (t == PYL_IQ1_M ? pyl_hsum8(acc2) : acc1);
+}
+#endif
+
 /* ---- repacked 32-block types (weight type | PYL_R8): llama.cpp's ggml_gemm/gemv_*_8x8_q8_0
  * arithmetic (the same for every row count): per block the exact integer dot I of the 32
  * values, acc = fma((float)I, d_w * d_x, acc) in block order.  Each block is decoded once per
@@ -1486,6 +1544,63 @@ static void pyl_rowtile_r8(int t, const uint8_t *wsrc, int64_t wstride, int64_t 
     }
 }
 
+/* ---- weight type | PYL_V2: see PYL_V2 */
+static void pyl_rowtile_v2(int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int k,
+                           const pyl_acts *A, int64_t n, float *out, int64_t os) {
+    const int bb = pyl_block_bytes(t), nb = k / 32;
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *row = wsrc + (r0 + r) * wstride;
+        for (int64_t i = 0; i < n; i++) {
+            const pyl_arow X = pyl_act_row(A, i);
+            float sum;
+            int b = 0;
+#if PYL_AVX2
+            const __m256i ones = _mm256_set1_epi16(1);
+            __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (; b + 1 < nb; b += 2)
+                for (int h = 0; h < 2; h++) {
+                    const uint8_t *x = row + (int64_t)bb * (b + h);
+                    const __m256i w = pyl_dec32_avx2(t, x);
+                    const __m256i y = _mm256_loadu_si256((const __m256i *)(X.q + 32 * (b + h)));
+                    const __m256i p = PYL_DOT4(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w), ones);
+                    acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(X.d[b + h] * *pyl_scaleA_ref(t, x)),
+                                             _mm256_cvtepi32_ps(p), acc[h]);
+                }
+            sum = pyl_hsum8(_mm256_add_ps(acc[0], acc[1]));
+#else
+            sum = 0.0f;
+            b = nb & ~1;
+            {
+                float l[2][8] = {{0}};
+                for (int bp = 0; bp < b; bp++) {
+                    const uint8_t *x = row + (int64_t)bb * bp;
+                    int8_t w[32];
+                    pyl_dec_lut4(x + (t == PYL_MXFP4 ? 1 : 2), t == PYL_MXFP4 ? pyl_kvalues_fp4 : pyl_kvalues_iq4nl, w);
+                    const float dd = X.d[bp] * *pyl_scaleA_ref(t, x);
+                    for (int j = 0; j < 8; j++) {
+                        int I = 0;
+                        for (int e = 4 * j; e < 4 * j + 4; e++) I += w[e] * X.q[32 * bp + e];
+                        l[bp & 1][j] = fmaf(dd, (float)I, l[bp & 1][j]);
+                    }
+                }
+                float a[8];
+                for (int j = 0; j < 8; j++) a[j] = l[0][j] + l[1][j];
+                sum = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+            }
+#endif
+            for (; b < nb; b++) {
+                const uint8_t *x = row + (int64_t)bb * b;
+                int8_t w[32];
+                pyl_dec_lut4(x + (t == PYL_MXFP4 ? 1 : 2), t == PYL_MXFP4 ? pyl_kvalues_fp4 : pyl_kvalues_iq4nl, w);
+                int I = 0;
+                for (int e = 0; e < 32; e++) I += w[e] * X.q[32 * b + e];
+                sum = fmaf(X.d[b] * *pyl_scaleA_ref(t, x), (float)I, sum);
+            }
+            out[i * os + r0 + r] = sum;
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- one row tile ----------- */
 /* rows r0..r0+nr of W (row stride wstride bytes) times all n activation rows; out[t, r] with
  * row stride os.  scratch: PYL_R * PYL_ROWB(k) bytes, private to the calling thread. */
@@ -1497,6 +1612,7 @@ static inline void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int6
     pyl_full_fn full[PYL_T];
     pyl_part_fn part;
     if (t & PYL_R8) { pyl_rowtile_r8(t & 255, wsrc, wstride, r0, nr, k, A, n, out, os); return; }
+    if (t & PYL_V2) { pyl_rowtile_v2(t & 255, wsrc, wstride, r0, nr, k, A, n, out, os); return; }
     const int fam = pyl_family(t);
 #if PYL_AVX2
     if (fam != 2 && n <= (fam == 0 ? PYL_DIRECT_MAX_A : PYL_DIRECT_MAX_K)) {

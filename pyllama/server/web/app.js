@@ -40,6 +40,7 @@ const state = {
   attachments: [],      // [{name, content}] for the next message
   props: null,
   defaults: {},         // server sampling defaults and --ui-config values
+  uiSettings: {},       // --ui-config values alone (/props ui_settings)
   overrides: store.loadSettings(),
   renameId: null,
   filter: "",
@@ -101,7 +102,8 @@ async function loadProps() {
   }
   const props = await r.json();
   state.props = props;
-  state.defaults = { ...serverDefaults(props), ...(props.ui_settings || {}) };
+  state.uiSettings = props.ui_settings || {};
+  state.defaults = { ...serverDefaults(props), ...state.uiSettings };
   banner("");
   const gen = props.default_generation_settings || {};
   const name = props.model_alias || String(props.model_path || "").split(/[\\/]/).pop();
@@ -521,7 +523,8 @@ function requestBody(conv, msg) {
   const body = { messages, stream: true, cache_prompt: true, timings_per_token: true,
     return_progress: true };
   for (const f of FIELDS) {
-    if (f.server && f.key in state.overrides) body[f.key] = state.overrides[f.key];
+    // the server applies its own defaults; a value from --ui-config or the settings is sent
+    if (f.server && (f.key in state.overrides || f.key in state.uiSettings)) body[f.key] = setting(f.key);
   }
   const custom = setting("customJson");
   if (custom && custom.trim()) Object.assign(body, JSON.parse(custom));
@@ -822,7 +825,6 @@ function fillSettings(values) {
     const v = values(f.key);
     if (f.type === "bool") el.checked = !!v; else el.value = formatValue(f, v);
     const def = f.key in state.defaults ? state.defaults[f.key] : f.def;
-    el.dataset.default = formatValue(f, def);
     if (f.server) el.placeholder = def === undefined ? "server default" : formatValue(f, def);
   }
   const p = state.props;

@@ -101,15 +101,20 @@ function renderList(lines, i) {
     const body = [m[3] || ""];
     if (sawBlank && items.length) loose = true;
     sawBlank = false;
+    let fence = "";            // the marker of a code fence open inside this item
     i++;
     while (i < lines.length) {
       const line = lines[i];
-      if (blank(line)) { body.push(""); sawBlank = true; i++; continue; }
+      if (blank(line)) { body.push(""); if (!fence) sawBlank = true; i++; continue; }
       const ind = indentOf(line);
-      const sub = ITEM.exec(line);
-      if (ind >= contentIndent || (sub && ind > base + 1)) {
+      const sub = !fence && ITEM.exec(line);
+      if (fence || ind >= contentIndent || (sub && ind > base + 1)) {
         if (sawBlank && !sub) loose = true;
-        body.push(line.replace(/\t/g, "    ").slice(Math.min(ind, contentIndent)));
+        const d = line.replace(/\t/g, "    ").slice(Math.min(ind, contentIndent));
+        const f = /^ {0,3}(`{3,}|~{3,})[ \t]*(\S*)/.exec(d);
+        if (f && !fence) fence = f[1];
+        else if (f && f[1][0] === fence[0] && f[1].length >= fence.length && !f[2]) fence = "";
+        body.push(d);
         sawBlank = false;
         i++;
         continue;
