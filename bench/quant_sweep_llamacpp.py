@@ -3,7 +3,8 @@
     python bench/quant_sweep_llamacpp.py BASE.gguf OUT_DIR TYPE[,TYPE...] TOKENS(comma list) N_PROMPT
 
 For each TYPE: llama_model_quantize (pure: every 2D tensor in TYPE; the IQ1/IQ2 types with an
-importance matrix of ones-plus-noise given through the imatrix parameter) BASE -> OUT_DIR/TYPE.gguf,
+importance matrix of ones-plus-noise given through the imatrix parameter; llama-quant.cpp
+(tensor_requires_imatrix) also wants one for IQ3_XXS) BASE -> OUT_DIR/TYPE.gguf,
 then llama.cpp (2 threads, flash attention off, one sequence) decodes the first N_PROMPT tokens as
 one batch (logits for every position) and the rest one token at a time; the logits go to
 OUT_DIR/TYPE.npz (key "logits" [n_tokens, n_vocab]), or "error" when llama.cpp refuses the type.
@@ -19,7 +20,7 @@ FTYPE = {"F16": 1, "BF16": 32, "Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q8_0
          "Q3_K": 12, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18, "IQ2_XXS": 19, "IQ2_XS": 20,
          "IQ3_XXS": 23, "IQ1_S": 24, "IQ4_NL": 25, "IQ3_S": 26, "IQ2_S": 28, "IQ4_XS": 30,
          "IQ1_M": 31, "TQ1_0": 36, "TQ2_0": 37, "MXFP4": 38}
-NEEDS_IMATRIX = {"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M"}
+NEEDS_IMATRIX = {"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ1_S", "IQ1_M"}
 GGML_TYPE = {"F16": 1, "BF16": 30, "MXFP4": 39}
 _QUIET = L.llama_log_callback(lambda level, text, user_data: None)
 

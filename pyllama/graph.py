@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from .backend import compat as llama_cpp_numerics
-from .backend.base import Backend, Weight
+from .backend.base import Backend, Weight, as_matrix
 from .hparams import HParams
 
 
@@ -46,6 +46,8 @@ class Graph:
         return self.be.rms_norm(x, None if w is None else self.be.vec(w), e)
 
     def matmul(self, w: Weight, x: np.ndarray, bias: Weight | None = None) -> np.ndarray:
+        if len(w.shape) == 1:                 # a vector weight: the [1, cols] matrix (qwen2moe)
+            w = as_matrix(w)
         y = llama_cpp_numerics.matmul(self.be, w, x) if self.llama_cpp else self.be.matmul(w, x)
         if bias is not None:
             y = self.be.add(y, self.be.vec(bias))
@@ -71,6 +73,13 @@ class Graph:
 
     def softmax(self, x):
         return self.be.softmax(x)
+
+    def silu(self, x):
+        return self.be.silu(x)
+
+    def div(self, a, b):
+        """a / b elementwise in f32 (ggml_div)."""
+        return self.be.div(a, b)
 
     def attn_temperature(self, temp_scale: float, floor_scale: int) -> np.ndarray:
         """llm_graph_input_attn_temp (Llama 4 / Mistral 3): per token log(floor(pos / floor_scale)

@@ -50,6 +50,7 @@ class HParams:
     n_expert: int = 0
     n_expert_used: int = 0
     n_ff_exp: int = 0                        # expert_feed_forward_length (0: n_ff)
+    n_ff_shexp: int = 0                      # shared expert width (qwen2moe)
     expert_weights_scale: float = 0.0        # 0 or 1: none
     # RoPE scaling (llama_model_base::load_hparams; resolved per context by with_rope_cparams)
     rope_scaling_type: str = "linear"        # none | linear | yarn | longrope

@@ -57,10 +57,12 @@ def ffn_geglu(g, L, x: np.ndarray) -> np.ndarray:
     return g.matmul(L.ffn_down, g.geglu(g.matmul(L.ffn_gate, x), g.matmul(L.ffn_up, x)))
 
 
-def moe_ffn(g, L, hp: HParams, x: np.ndarray, *, norm_w: bool = True) -> np.ndarray:
+def moe_ffn(g, L, hp: HParams, x: np.ndarray, *, norm_w: bool = True,
+            shexp: bool = False) -> np.ndarray:
     """build_moe_ffn with softmax gating and SiLU experts (llama/Mixtral, qwen3moe): router
     logits -> softmax -> top n_expert_used -> weights (normalised when norm_w, times
-    expert_weights_scale); each token's experts' SwiGLU FFNs weighted and summed.
+    expert_weights_scale); each token's experts' SwiGLU FFNs weighted and summed; shexp: plus
+    the gated shared expert (qwen2moe).
     x [n, n_embd] -> [n, n_embd]."""
     n = x.shape[0]
     probs = g.softmax(g.matmul(L.ffn_gate_inp, x))                 # [n, n_expert]
@@ -70,7 +72,17 @@ def moe_ffn(g, L, hp: HParams, x: np.ndarray, *, norm_w: bool = True) -> np.ndar
     up = g.mul_mat_id(L.ffn_up_exps, x3, ids)                       # [n, k, n_ff_exp]
     gate = g.mul_mat_id(L.ffn_gate_exps, x3, ids)
     down = g.mul_mat_id(L.ffn_down_exps, g.swiglu(gate, up), ids)   # [n, k, n_embd]
-    return g.sum_experts(g.mul(down, wts[..., None]))
+    out = g.sum_experts(g.mul(down, wts[..., None]))
+    return g.add(out, shared_expert(g, L, x)) if shexp else out
+
+
+def shared_expert(g, L, x: np.ndarray) -> np.ndarray:
+    """qwen2moe's shared expert: a SwiGLU FFN (ffn_*_shexp) times the gate silu(s) / s, s =
+    ffn_gate_inp_shexp . x (one value per token). x [n, n_embd] -> [n, n_embd]."""
+    s = g.matmul(L.ffn_gate_inp_shexp, x)                          # [n, 1]
+    y = g.matmul(L.ffn_down_shexp, g.swiglu(g.matmul(L.ffn_gate_shexp, x),
+                                             g.matmul(L.ffn_up_shexp, x)))
+    return g.mul(y, g.div(g.silu(s), s))
 
 
 def output(g, w, hp: HParams, x: np.ndarray) -> np.ndarray:
@@ -88,7 +100,8 @@ def output(g, w, hp: HParams, x: np.ndarray) -> np.ndarray:
 
 
 def pre_norm_decoder(g, w, hp: HParams, *, qk_norm: bool = False, no_rope_step: int = 0,
-                     residual_scale: float = 0.0, q_mul: np.ndarray | None = None) -> np.ndarray:
+                     residual_scale: float = 0.0, q_mul: np.ndarray | None = None,
+                     moe_norm_w: bool = True, shexp: bool = False) -> np.ndarray:
     """The Llama-style stack: x += attn(norm(x)); x += ffn(norm(x)) (llama, qwen2, qwen3; the
     FFN is build_moe_ffn's when the model has experts: Mixtral-style llama, qwen3moe).
     no_rope_step: every no_rope_step-th layer has no RoPE (smollm3); residual_scale (granite):
@@ -107,7 +120,8 @@ def pre_norm_decoder(g, w, hp: HParams, *, qk_norm: bool = False, no_rope_step: 
             a = g.scale(a, residual_scale)
         x = g.add(x, a)
         h = g.rms_norm(x, L.ffn_norm)
-        f = moe_ffn(g, L, hp, h) if hp.n_expert else ffn_swiglu(g, L, h)
+        f = (moe_ffn(g, L, hp, h, norm_w=moe_norm_w, shexp=shexp) if hp.n_expert
+             else ffn_swiglu(g, L, h))
         if residual_scale:
             f = g.scale(f, residual_scale)
         x = g.add(x, f)

@@ -25,7 +25,7 @@ from ..quant import BLOCK_LAYOUT, dequantize, f32_to_bf16, quantize, quantize_q8
 OPS = (
     "matmul", "get_rows", "rms_norm", "rope", "attention", "set_rows",
     "add", "mul", "scale", "gelu", "silu", "geglu", "swiglu", "softcap",
-    "softmax", "mul_mat_id",
+    "softmax", "mul_mat_id", "div",
 )
 
 ROPE_NORM = 0   # pairs (2i, 2i+1)   (llama)
@@ -120,6 +120,15 @@ def expert_weight(w: Weight, e: int) -> Weight:
     if views[e] is None:
         views[e] = Weight(f"{w.name}[{e}]", w.type, tuple(w.shape[1:]), w.raw[e])
     return views[e]
+
+
+def as_matrix(w: Weight) -> Weight:
+    """A 1-D weight [cols] as the one-row matrix [1, cols] ggml_mul_mat sees (kept on w)."""
+    m = w.__dict__.get("_matrix")
+    if m is None:
+        m = w.__dict__["_matrix"] = Weight(w.name, w.type, (1,) + tuple(w.shape),
+                                           w.raw.reshape(1, -1))
+    return m
 
 
 class Backend(ABC):
@@ -227,6 +236,9 @@ class Backend(ABC):
 
     def mul(self, a, b):
         return np.multiply(a, b, dtype=np.float32)
+
+    def div(self, a, b):
+        return np.divide(a, b, dtype=np.float32)
 
     def scale(self, x, s: float):
         return np.multiply(x, np.float32(s), dtype=np.float32)

@@ -41,6 +41,8 @@ def vec_row_start(wtype, n_rows_w: int, n: int) -> int:
         return n - n % 4
     if wtype in ref_compat.VEC_TYPES and n < 8:          # the tiled kernel needs 8 rows
         return 0
+    if wtype == GGMLType.IQ4_NL and n_rows_w % 8 and n == 1:   # vec_dot, tinyBLAS from 2 rows
+        return 0
     return n
 
 

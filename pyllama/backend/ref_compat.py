@@ -156,6 +156,9 @@ def matvec_k(wtype, raw, x: np.ndarray) -> np.ndarray:
         return _iq_grid_vecdot(wtype, blk, x)
     if wtype in (GGMLType.IQ1_S, GGMLType.IQ1_M):
         return _iq1_vecdot(wtype, blk, x)
+    if wtype in (GGMLType.IQ4_NL, GGMLType.MXFP4):      # not repacked (rows % 8 != 0)
+        from .ref_matmul import dot_v2
+        return dot_v2(wtype, blk, x)
     raise NotImplementedError(f"one-token kernel for {wtype.name}")
 
 

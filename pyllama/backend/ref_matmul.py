@@ -26,9 +26,9 @@ REPACKED_8X8 = (T.Q4_0, T.IQ4_NL, T.MXFP4)
 FAMILY_K = (T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K)      # vec_dot type q8_K
 FLOATS = (T.F32, T.F16, T.BF16)
 # i-quants with llama.cpp's tiled-kernel arithmetic (q8_K activations)
-FAMILY_IQ = (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M, T.IQ4_XS,
-             T.TQ1_0, T.TQ2_0)   # TQ: the same formula (llama.cpp: vec_dot lanes, ~1e-7 apart)
-SUPPORTED = FAMILY_A + FAMILY_K + FLOATS + FAMILY_IQ
+FAMILY_IQ = (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M, T.IQ4_XS)
+TERNARY = (T.TQ1_0, T.TQ2_0)     # ggml_vec_dot_tq*_q8_K at every row count
+SUPPORTED = FAMILY_A + FAMILY_K + FLOATS + FAMILY_IQ + TERNARY
 
 
 def _f16(b: np.ndarray) -> np.ndarray:
@@ -270,6 +270,28 @@ def _dot_r8(wtype, blk, x):
     return acc
 
 
+def dot_v2(wtype, blk, x):
+    """ggml_vec_dot_{iq4_nl,mxfp4}_q8_0 (AVX2): block pairs into two chains of 8 lanes
+    (lane l: elements 4l..4l+3), acc_h = fma(f32(d_x*d_w), (float)lane, acc_h), then
+    hsum8(acc1 + acc2); an odd last block adds fma(d, (float)I, sum)."""
+    from .ref import ggml_hsum8
+    q, dw, _ = _unpack_a(wtype, blk)
+    yq, dy, _ = quantize_q8_0_ref(x)
+    n, rows, nb = x.shape[0], q.shape[0], q.shape[1]
+    yq = yq.reshape(n, nb, 8, 4).astype(np.float64)
+    qw = q.reshape(rows, nb, 8, 4).astype(np.float64)
+    acc = np.zeros((2, n, rows, 8), np.float32)
+    for b in range(nb & ~1):
+        lanes = np.einsum("rlk,nlk->nrl", qw[:, b], yq[:, b]).astype(np.float32)
+        dd = (dy[:, b, None] * dw[None, :, b]).astype(np.float32)[..., None]
+        acc[b & 1] = _fma32(np.broadcast_to(dd, lanes.shape), lanes, acc[b & 1])
+    s = ggml_hsum8((acc[0] + acc[1]).astype(np.float32))
+    for b in range(nb & ~1, nb):
+        isum = np.einsum("rlk,nlk->nr", qw[:, b], yq[:, b]).astype(np.float32)
+        s = _fma32((dy[:, b, None] * dw[None, :, b]).astype(np.float32), isum, s)
+    return s
+
+
 def _fma32(a, b, c):
     """f32 fma(a, b, c) (one rounding; through float64, exact for these operands but for rare
     double-rounding ties)."""
@@ -324,13 +346,43 @@ def matmul_ref(wtype, w_raw, x: np.ndarray) -> np.ndarray:
         raise ValueError(f"x has {x.shape[1]} columns, weight rows have {k}")
     if wtype in REPACKED_8X8 and blk.shape[0] % 8 == 0:
         return _dot_r8(wtype, blk, x)
+    if wtype == T.MXFP4:          # not repacked: ggml_vec_dot_mxfp4_q8_0 for every row count
+        return dot_v2(wtype, blk, x)
     if wtype in FAMILY_A:
         return _dot_a(wtype, blk, x)
     if wtype in FAMILY_K:
         return _dot_k(wtype, blk, x)
     if wtype in FAMILY_IQ:
         return _dot_iq(wtype, blk, x)
+    if wtype in TERNARY:
+        return _dot_tq(wtype, blk, x)
     raise NotImplementedError(f"matmul for {wtype.name}")
+
+
+def _dot_tq(wtype, blk, x):
+    """ggml_vec_dot_tq{1,2}_0_q8_K (AVX2), llama.cpp's only TQ kernel: per super-block 8 lanes,
+    lane l the exact sum over the 32-element chunks of trit*q8 on elements 4l..4l+3, minus
+    bsums[2l] + bsums[2l+1] (the -1 offset); acc8 = fma((float)lane, f32(d8*d), acc8) (gcc
+    contracts `sumf + lane*d`); hsum_float_8."""
+    from ..quant import BLOCK_LAYOUT
+    from ..quant.iquants import tq1_trits, tq2_values
+    from .ref import ggml_hsum8
+    rows, nb = blk.shape[0], blk.shape[1]
+    b = np.ascontiguousarray(blk).reshape(-1).view(BLOCK_LAYOUT[wtype].dtype)
+    f = {n: np.ascontiguousarray(b[n]) for n in b.dtype.names}
+    v = (tq1_trits(f) if wtype == T.TQ1_0 else tq2_values(f)).astype(np.float64)
+    v = v.reshape(rows, nb, 8, 8, 4)
+    d = f["d"].astype(np.float32).reshape(rows, nb)
+    yq, dy, bs = quantize_q8_K_ref(x)
+    n = x.shape[0]
+    yq = yq.reshape(n, nb, 8, 8, 4).astype(np.float64)
+    bs = bs.reshape(n, nb, 8, 2).astype(np.int64).sum(-1)
+    acc = np.zeros((n, rows, 8), np.float32)
+    for i in range(nb):
+        lanes = (np.einsum("rcle,ncle->nrl", v[:, i], yq[:, i]) - bs[:, None, i]).astype(np.float32)
+        dd = (dy[:, None, i] * d[None, :, i]).astype(np.float32)[..., None]
+        acc = _fma32(lanes, np.broadcast_to(dd, lanes.shape), acc)
+    return ggml_hsum8(acc)
 
 
 def _dot_iq(wtype, blk, x):

@@ -21,7 +21,7 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..log import get_logger
-from . import cors_proxy
+from . import cors_proxy, gcp
 from . import anthropic as A
 from . import control as K
 from . import embeddings as E
@@ -29,6 +29,7 @@ from . import infill as I
 from . import responses as R
 from . import schemas as S
 from .chat import render_chat
+from .tool_calls import family as tool_family
 from .chat_parse import (MsgStream, ReasoningBudget, forced_open, parse_message,
                          thinking_template)
 from .engine import Channel, Engine, Task
@@ -295,7 +296,11 @@ class Server:
         ids = self._mixed_tokens(b.content, b.add_special, b.parse_special)
         if not b.with_pieces:
             return {"tokens": ids}
-        self._check_ids(ids)    # llama.cpp: out-of-range ids with pieces are a 400
+        n = self.engine.model.n_vocab
+        for t in ids:   # llama.cpp answers 500 with std::vector::at's message (id_to_token.at)
+            if not 0 <= t < n:
+                raise ServerError(500, f"vector::_M_range_check: __n (which is {t % 2**64}) >= "
+                                       f"this->size() (which is {n})")
         out = []
         for t in ids:
             raw = self.engine.model.token_to_piece(t, True)
@@ -353,8 +358,23 @@ class Server:
         v = self.engine.vocab
         bos = self.engine.model.token_to_piece(v.bos, True).decode("utf-8", "replace") \
             if getattr(v, "add_bos", False) and getattr(v, "bos", -1) >= 0 else None
-        return render_chat(self.template, body, self.cfg.chat_template_kwargs, bos,
+        kwargs = {"enable_thinking": self._thinking_default(), **self.cfg.chat_template_kwargs}
+        return render_chat(self.template, body, kwargs, bos,
                            prefill_assistant=self.cfg.prefill_assistant)
+
+    def _thinking_default(self) -> bool:
+        """llama.cpp's enable_thinking template variable: true when the template renders
+        differently with it (common_chat_templates_support_enable_thinking)."""
+        if getattr(self, "_thinking", None) is None:
+            msgs = [{"role": "user", "content": "test"}]
+            try:
+                on = self.template.apply(msgs, add_generation_prompt=True, enable_thinking=True)
+                off = self.template.apply(msgs, add_generation_prompt=True,
+                                          enable_thinking=False)
+                self._thinking = on != off
+            except Exception:  # noqa: BLE001 - a template that fails here fails later anyway
+                self._thinking = False
+        return self._thinking
 
     async def embeddings(self, request: Request):
         return await E.embeddings(self, request, oai=False)
@@ -463,6 +483,7 @@ class Server:
         self.live[ctx.cid] = tasks      # reasoning control finds live completions by id
         if chat:
             ctx.reasoning, ctx.open_think = self._reasoning(body, prompts[0])
+            ctx.family = tool_family(self.template)
         if params.stream:
             # an error before the first chunk is a plain JSON error, as in llama.cpp
             try:
@@ -506,7 +527,7 @@ class Server:
                                lambda t: self.engine.model.token_to_piece(t, False))
 
     def _msg_stream(self, r: "_Req") -> MsgStream:
-        return MsgStream(r.tools, r.reasoning, r.open_think)
+        return MsgStream(r.tools, r.reasoning, r.open_think, family=r.family)
 
     def _prepare(self, body, chat: bool):
         """(prompt token lists, task params, completions per prompt) or a ServerError."""
@@ -548,9 +569,7 @@ class Server:
         if isinstance(p, str) or (isinstance(p, list) and all(
                 isinstance(x, str) or _is_id(x) for x in p)):
             return self._mixed_tokens(p, True, True)
-        if isinstance(p, dict):
-            if "prompt_string" not in p:
-                raise invalid("[json.exception.out_of_range.403] key 'prompt_string' not found")
+        if isinstance(p, dict) and "prompt_string" in p:
             if "multimodal_data" in p:     # a runtime_error in llama.cpp: 500
                 raise ServerError(500, "Multimodal data provided, but model does not support "
                                        "multimodal requests.")
@@ -607,7 +626,8 @@ class Server:
         if r.mode == "oai":
             return self._verbose(r, finals, S.oai_completion(finals, r.model, r.cid,
                                                              r.params.n_probs))
-        msgs = [parse_message(f.text, r.tools, r.reasoning, r.open_think) for f in finals]
+        msgs = [parse_message(f.text, r.tools, r.reasoning, r.open_think, r.family)
+                for f in finals]
         if r.mode in EVENT_MODES:
             return EVENT_MODES[r.mode].final_body(r, finals[0], msgs[0])
         body = S.chat_completion([(f, m.content, m.tool_calls) for f, m in zip(finals, msgs)],
@@ -776,7 +796,7 @@ class _Req:
     def __init__(self, mode, params, cid, model, tools, body):
         self.mode, self.params, self.cid, self.model = mode, params, cid, model
         self.tools, self.body = tools, body
-        self.reasoning, self.open_think = "none", False
+        self.reasoning, self.open_think, self.family = "none", False, "hermes"
         self.resp_id = "resp_" + R.random_string()
 
 
@@ -920,6 +940,10 @@ def create_app(cfg, engine: Engine) -> Gate:
         Route("/v1/responses/input_tokens", s.responses_input_tokens, methods=post),
         Route("/responses/input_tokens", s.responses_input_tokens, methods=post),
         Route("/v1/messages/count_tokens", s.anthropic_count_tokens, methods=post)]
+    if gcp.enabled():
+        posts = {r.path: r.endpoint for r in routes if "POST" in (r.methods or ()) and
+                 "{" not in r.path}
+        routes += [Route(p, e, methods=m) for p, e, m in gcp.routes(posts, s.health)]
     app = Starlette(routes=routes, exception_handlers={
         ServerError: _server_error, ClientGone: _client_gone, HTTPException: _http_error,
         ClientDisconnect: _upload_gone, BodyTooLarge: _too_large, Exception: _any_error})

@@ -28,9 +28,10 @@ class ChatMsg:
 
 
 def thinking_template(template) -> bool:
-    """Does the chat template have thinking blocks (llama.cpp finds reasoning markers)?"""
+    """Does the chat template have thinking blocks (llama.cpp finds reasoning markers)?
+    `<think>` blocks, Mistral's `[THINK]`, gpt-oss's analysis channel."""
     src = getattr(template, "source", None) or ""
-    return THINK_CLOSE in src
+    return THINK_CLOSE in src or "[/THINK]" in src or "<|channel|>" in src
 
 
 def forced_open(prompt: str) -> bool:
@@ -53,8 +54,10 @@ class MsgStream:
     {"tool_call": (index, call)} where call is an OpenAI tool call dict."""
 
     def __init__(self, tools: bool = False, reasoning: str = "none", open_think: bool = False,
-                 parse_calls=None):
+                 parse_calls=None, family: str = "hermes"):
         from .chat import ToolCallStream, parse_tool_calls
+        self.family, self.open_think = family, open_think
+        self.sent_content = self.sent_reasoning = ""
         self.reasoning = reasoning if reasoning in REASONING_FORMATS else "none"
         self.extract = self.reasoning != "none"
         self.legacy = self.reasoning == "deepseek-legacy"
@@ -70,7 +73,36 @@ class MsgStream:
     # -- think blocks -----------------------------------------------------------------------
     def push(self, delta: str) -> list[dict]:
         self.text += delta
+        if self.family != "hermes":
+            return self._reparse(final=False)[0]
         return self._advance(final=False)
+
+    # -- the other families: re-parse the whole text, send what extends the sent parts ----------
+    def _reparse(self, final: bool):
+        from . import tool_calls as T
+        text, thoughts = self.text, ""
+        if self.family in (T.DEEPSEEK, T.LLAMA3):       # <think> blocks, then the calls
+            open_think = self.open_think
+            k = text.find(T.DS_CALLS[0])
+            if open_think and k >= 0 and THINK_CLOSE not in text[:k]:
+                thoughts, text, open_think = text[:k], text[k:], False   # calls end the block
+            sub = MsgStream(False, self.reasoning, open_think)
+            sub.push(text)
+            if final:
+                sub.finish()
+            thoughts, text = thoughts + sub.reasoning_text, sub.content
+        content, r2, calls = T.parse(text, self.family, self.tools, self.reasoning,
+                                     partial=not final)
+        thoughts += r2
+        out = []
+        for key, new, sent in (("reasoning_content", thoughts, "sent_reasoning"),
+                               ("content", content, "sent_content")):
+            old = getattr(self, sent)
+            if new.startswith(old) and len(new) > len(old):
+                out.append({key: new[len(old):]})
+                setattr(self, sent, new)
+        return out, ChatMsg(content=content, reasoning_content=thoughts.strip(),
+                            tool_calls=calls if final else [])
 
     def _advance(self, final: bool) -> list[dict]:
         out: list[dict] = []
@@ -132,6 +164,10 @@ class MsgStream:
 
     # -- the end --------------------------------------------------------------------------
     def finish(self) -> tuple[list[dict], ChatMsg]:
+        if self.family != "hermes":
+            out, msg = self._reparse(final=True)
+            out += [{"tool_call": (i, c)} for i, c in enumerate(msg.tool_calls)]
+            return out, msg
         out = self._advance(final=True)
         calls = []
         content = self.content
@@ -148,9 +184,9 @@ class MsgStream:
 
 
 def parse_message(text: str, tools: bool = False, reasoning: str = "none",
-                  open_think: bool = False) -> ChatMsg:
+                  open_think: bool = False, family: str = "hermes") -> ChatMsg:
     """The whole message of a finished generation."""
-    s = MsgStream(tools, reasoning, open_think)
+    s = MsgStream(tools, reasoning, open_think, family=family)
     s.push(text)
     return s.finish()[1]
 

@@ -408,7 +408,8 @@ class Engine:
         self.model = pyllama.load_model(cfg.model, **_accepted(pyllama.load_model, {
             "n_threads": cfg.n_threads, **cfg.model_params}))
         self.vocab = self.model.vocab
-        self.template = ChatTemplate.for_model(self.vocab, override=cfg.chat_template)
+        self.template = ChatTemplate.for_model(self.vocab, override=cfg.chat_template,
+                                               jinja=cfg.jinja)
         n = cfg.n_slots
         if cfg.embeddings and cfg.n_batch > cfg.n_ubatch:   # embeddings: one ubatch per prompt
             log.warning(f"srv  llama_server: embeddings enabled with n_batch ({cfg.n_batch}) > "

@@ -106,8 +106,11 @@ def _strftime_now(fmt):
 
 
 def _environment() -> ImmutableSandboxedEnvironment:
+    # ChainableUndefined: `messages[0]['role']` on an empty list is undefined, not an error, as
+    # in llama.cpp's jinja runtime (common/jinja: a missing item or attribute is undefined)
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
+                                        extensions=["jinja2.ext.loopcontrols"],
+                                        undefined=jinja2.ChainableUndefined)
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = _strftime_now
@@ -128,20 +131,36 @@ class ChatTemplate:
         self.requires_object_arguments = self._probe_object_arguments()
 
     @classmethod
-    def for_model(cls, vocab, override: str | None = None) -> "ChatTemplate":
-        """The model's template, or `override`: a built-in NAME (see BUILTIN) or jinja source."""
+    def for_model(cls, vocab, override: str | None = None, jinja: bool = True):
+        """The model's template, or `override`: a built-in NAME or jinja source. Without jinja
+        (llama.cpp's --no-jinja) the format is llama.cpp's built-in one named by `override` or
+        detected from the template's source (llm_chat_detect_template), ChatML when none is
+        (pyllama.vocab.chat_builtin). A built-in name other than those in BUILTIN uses that
+        format with jinja too."""
+        from .chat_builtin import FORMATS, BuiltinTemplate, detect
+        if not jinja:
+            name = detect(override if override is not None else (vocab.chat_template or ""))
+            return BuiltinTemplate(name if name in FORMATS else "chatml")
+        if override is not None and override not in BUILTIN and override in FORMATS:
+            return BuiltinTemplate(override)
         source = vocab.chat_template if override is None else BUILTIN.get(override, override)
         return cls(source, _text(vocab, vocab.bos), _text(vocab, vocab.eos))
 
     def apply(self, messages: list[dict], add_generation_prompt: bool = True, tools=None,
               **kwargs) -> str:
-        """Render a conversation (OpenAI-style message dicts) to the prompt text."""
-        if self.requires_object_arguments:
-            messages = [_object_arguments(m) for m in messages]
-        ctx = dict(kwargs, messages=messages, add_generation_prompt=add_generation_prompt,
-                   bos_token=self.bos_token, eos_token=self.eos_token)
+        """Render a conversation (OpenAI-style message dicts) to the prompt text. Extra
+        variables (kwargs) override the built-in ones, as llama.cpp's extra_context does
+        (common/chat.cpp: common_chat_template_direct_apply_impl); a requested generation prompt
+        stays on."""
+        if self.requires_object_arguments and isinstance(messages, list):
+            messages = [_object_arguments(m) if isinstance(m, dict) else m for m in messages]
+        ctx = dict(messages=messages, bos_token=self.bos_token, eos_token=self.eos_token)
         if tools:
             ctx["tools"] = tools
+        ctx["add_generation_prompt"] = False
+        ctx.update(kwargs)
+        if add_generation_prompt:
+            ctx["add_generation_prompt"] = True
         return self._render(ctx)
 
     def _render(self, ctx: dict) -> str:

@@ -177,6 +177,23 @@ def _qwen2(s: Spec):                      # qwen2.cpp
         s.ffn(il)
 
 
+def _qwen2moe(s: Spec):                   # qwen2moe.cpp: MoE + a gated shared expert
+    c = s.c
+    s.common_kv()
+    s.moe_kv()
+    s.kv(K.LLM.EXPERT_FEED_FORWARD_LENGTH, c["n_ff_exp"])
+    s.kv(K.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, c["n_ff_shexp"])
+    s.io()
+    e, f = c["n_embd"], c["n_ff_shexp"]
+    for il in range(c["n_layer"]):
+        s.attn(il, bias=True)
+        s.moe(il, c["n_ff_exp"])
+        s.t(tn(T.FFN_GATE_INP_SHEXP, il), e)
+        s.t(tn(T.FFN_GATE_SHEXP, il), f, e)
+        s.t(tn(T.FFN_DOWN_SHEXP, il), e, f)
+        s.t(tn(T.FFN_UP_SHEXP, il), f, e)
+
+
 def _qk_norm(s: Spec, il: int):
     h = s.c["head"]
     s.t(tn(T.ATTN_Q_NORM, il), h)
@@ -273,6 +290,8 @@ ARCHS = {
                                          "orig_ctx": 8, "temp_scale": 0.1}),
     "mixtral": ("llama", _llama, {"n_expert": 8, "n_expert_used": 2, "n_ff": 256}),
     "qwen2": ("qwen2", _qwen2, {"eps": 1e-6, "rope_base": 1000000.0}),
+    "qwen2moe": ("qwen2moe", _qwen2moe, {"eps": 1e-6, "rope_base": 1000000.0, "n_expert": 8,
+                                         "n_expert_used": 4, "n_ff_exp": 256, "n_ff_shexp": 512}),
     "qwen3": ("qwen3", _qwen3, {"eps": 1e-6, "rope_base": 1000000.0}),
     # Qwen3's own head size 128 with Q wider than n_embd (Qwen3 0.6B-8B: 2x)
     "qwen3h128": ("qwen3", _qwen3, {"eps": 1e-6, "rope_base": 1000000.0, "head": 128,

@@ -110,3 +110,45 @@ def test_multimodal_prompt_on_a_text_model(client):
                                                     "multimodal_data": ["AAAA"]}})
     assert r.status_code == 500
     assert "does not support multimodal" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("jinja", ["--jinja", "--no-jinja"])
+def test_chat_template_builtin_name(tiny_llama, jinja):
+    """--chat-template NAME: llama.cpp's built-in format (src/llama-chat.cpp), not the name as
+    template text; the expected prompt is llama.cpp's server test (test_apply_chat_template)."""
+    s = ServerProc(["-m", tiny_llama, "-c", "256", "-np", "1", "-t", "1", "--chat-template",
+                    "command-r", jinja]).wait_ready()
+    try:
+        r = httpx.post(s.url + "/apply-template", json={"messages": [
+            {"role": "system", "content": "You are a test."},
+            {"role": "user", "content": "Hi there"}]}).json()
+    finally:
+        assert s.stop() == 0
+    assert r["prompt"] == ("<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a test."
+                           "<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi there"
+                           "<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>")
+
+
+def test_gcp_vertex_predict(tiny_llama):
+    """AIP_MODE=PREDICTION: POST /predict runs each instance's @requestFormat route (llama.cpp's
+    register_gcp_compat), answers in order; the port is AIP_HTTP_PORT."""
+    from server_proc import free_port
+    port = free_port()
+    s = ServerProc(["-m", tiny_llama, "-c", "512", "-np", "2", "-t", "1"],
+                   env={"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port),
+                        "AIP_HEALTH_ROUTE": "healthz"})
+    s.port, s.url = port, f"http://127.0.0.1:{port}"
+    try:
+        s.wait_ready()
+        assert httpx.get(s.url + "/healthz").json() == {"status": "ok"}
+        r = httpx.post(s.url + "/predict", json={"instances": [
+            {"@requestFormat": "chatCompletions", "max_tokens": 2,
+             "messages": [{"role": "user", "content": "hi"}]},
+            {"@requestFormat": "/completion", "prompt": "the cat", "n_predict": 2},
+            {"@requestFormat": "nope"}, 5]}, timeout=120).json()["predictions"]
+    finally:
+        assert s.stop() == 0
+    assert r[0]["choices"][0]["message"]["role"] == "assistant"
+    assert r[1]["tokens_predicted"] == 2
+    assert r[2]["error"]["message"] == "no handler registered for @requestFormat: nope"
+    assert r[3]["error"]["message"] == "each instance must be a JSON object"

@@ -53,6 +53,9 @@ def matvec_k(w, x: np.ndarray, n_threads: int) -> np.ndarray:
     q = np.empty((n, k), np.int8)
     d = np.empty((n, k // 256), np.float32)
     bs = np.empty((n, k // 16), np.int16)
+    if w.type in (GGMLType.IQ4_NL, GGMLType.MXFP4):     # ggml_vec_dot_*_q8_0, not repacked
+        from . import matmul as mm
+        return mm.matmul(w, x, ktype=int(w.type) | mm.V2)
     if w.type in _IQ_VEC:
         from . import _matmul
         _compat.quant_q8_K(x, q, d, bs)

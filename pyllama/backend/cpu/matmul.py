@@ -112,12 +112,15 @@ _WEIGHTS: dict = {}  # id(w) -> (w, w.raw, raw [rows, row_bytes], k, type id, ac
 # llama.cpp's CPU backend repacks these on AVX2 when rows % 8 == 0 (ggml-cpu/repack.cpp,
 # ggml_repack_get_optimal_repack_type) and multiplies them with ggml_gemm/gemv_*_8x8_q8_0
 _REPACKED_8X8 = frozenset({GGMLType.Q4_0, GGMLType.IQ4_NL, GGMLType.MXFP4})
-R8 = 256
+R8, V2 = 256, 512      # pyl_matmul.h PYL_R8, PYL_V2
 
 
 def kernel_type(wtype, rows: int) -> int:
-    """The type id the kernels get: wtype, or wtype | R8 for the repacked 8x8 arithmetic."""
-    return int(wtype) | R8 if wtype in _REPACKED_8X8 and rows % 8 == 0 else int(wtype)
+    """The type id the kernels get: wtype | R8 for the repacked 8x8 arithmetic; an MXFP4 llama.cpp
+    does not repack always takes ggml_vec_dot_mxfp4_q8_0 (| V2); else wtype."""
+    if wtype in _REPACKED_8X8 and rows % 8 == 0:
+        return int(wtype) | R8
+    return int(wtype) | V2 if wtype == GGMLType.MXFP4 else int(wtype)
 
 
 def _weight(w) -> tuple:
@@ -132,10 +135,13 @@ def _weight(w) -> tuple:
     return e
 
 
-def matmul(w, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def matmul(w, x: np.ndarray, out: np.ndarray | None = None, ktype: int | None = None) -> np.ndarray:
     """y [..., rows] = x [..., k] @ W[rows, k]^T (x float32, any leading shape; out: float32 of
-    that shape, or a [n, >= rows] view with contiguous rows, e.g. a column slice)."""
+    that shape, or a [n, >= rows] view with contiguous rows, e.g. a column slice). ktype: a
+    kernel type id instead of kernel_type's (e.g. type | V2: llama.cpp's one-row vec_dot)."""
     _, _, raw, k, wtype, kind = _weight(w)
+    if ktype is not None:
+        wtype = ktype
     x2 = x if (x.dtype == np.float32 and x.flags.c_contiguous) else \
         np.ascontiguousarray(x, dtype=np.float32)
     if x2.ndim != 2:

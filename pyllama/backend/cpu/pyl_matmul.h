@@ -57,6 +57,10 @@ enum {
  * rows % 8 == 0: block_*x8, ggml_gemm/gemv_*_8x8_q8_0): per 32-block the exact integer dot I,
  * acc = fma((float)I, d_w * d_x, acc) */
 #define PYL_R8 256
+/* a weight type id | PYL_V2: ggml_vec_dot_{iq4_nl,mxfp4}_q8_0 (AVX2) for every row: block pairs
+ * into two 8-lane fma chains, hsum8(acc1 + acc2), an odd last block added as
+ * fma(d, (float)I, sum) */
+#define PYL_V2 512
 /* activation kinds (the vec_dot type) */
 enum { PYL_ACT_Q8_0 = 0, PYL_ACT_Q8_K = 1, PYL_ACT_F16 = 2, PYL_ACT_BF16 = 3, PYL_ACT_F32 = 4,
        PYL_ACT_Q8_K4 = 5 /* q8_K values by the 4x8 repack rule (Q4_K) */ };
@@ -1540,6 +1544,122 @@ static void pyl_rowtile_r8(int t, const uint8_t *wsrc, int64_t wstride, int64_t 
     }
 }
 
+/* ---- TQ1_0 / TQ2_0: ggml_vec_dot_tq*_q8_K (AVX2), llama.cpp's only TQ kernel: per super-block
+ * lane l = sum over the 32-element chunks of trit * q8 on elements 4l..4l+3, minus bsums[2l] +
+ * bsums[2l+1]; acc8 = fma((float)lane, d8 * d, acc8); hsum8 */
+static void pyl_rowtile_tq(int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int k,
+                           const pyl_acts *A, int64_t n, float *out, int64_t os) {
+    const int bb = pyl_block_bytes(t), nsb = k / 256;
+    uint8_t u[256] __attribute__((aligned(32)));
+    int16_t s16[16], mn[16];
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *row = wsrc + (r0 + r) * wstride;
+        enum { G = 8 };
+        for (int64_t t0 = 0; t0 < n; t0 += G) {
+            const int nt = n - t0 < G ? (int)(n - t0) : G;
+            pyl_arow X[G];
+#if PYL_AVX2
+            __m256 acc[G];
+            for (int i = 0; i < nt; i++) { X[i] = pyl_act_row(A, t0 + i); acc[i] = _mm256_setzero_ps(); }
+#else
+            float acc[G][8];
+            for (int i = 0; i < nt; i++) { X[i] = pyl_act_row(A, t0 + i); for (int l = 0; l < 8; l++) acc[i][l] = 0.0f; }
+#endif
+            for (int b = 0; b < nsb; b++) {
+                float d, dm;
+                pyl_dec_iq(t, row + (int64_t)bb * b, u, s16, mn, &d, &dm);
+                for (int i = 0; i < nt; i++) {
+                    const int8_t *y = X[i].q + 256 * b;
+                    const int16_t *bs = X[i].bs + 16 * b;
+                    const float dd = X[i].d[b] * d;
+#if PYL_AVX2
+                    const __m256i ones = _mm256_set1_epi16(1);
+                    __m256i lanes = _mm256_sub_epi32(_mm256_setzero_si256(),
+                        _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bs), ones));
+                    for (int c = 0; c < 8; c++)
+                        lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(
+                            _mm256_load_si256((const __m256i *)(u + 32 * c)),
+                            _mm256_loadu_si256((const __m256i *)(y + 32 * c))), ones));
+                    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(dd), acc[i]);
+#else
+                    for (int l = 0; l < 8; l++) {
+                        int L = -(bs[2 * l] + bs[2 * l + 1]);
+                        for (int c = 0; c < 8; c++)
+                            for (int e = 4 * l; e < 4 * l + 4; e++) L += u[32 * c + e] * y[32 * c + e];
+                        acc[i][l] = fmaf((float)L, dd, acc[i][l]);
+                    }
+#endif
+                }
+            }
+            for (int i = 0; i < nt; i++) {
+#if PYL_AVX2
+                out[(t0 + i) * os + r0 + r] = pyl_hsum8(acc[i]);
+#else
+                const float *a = acc[i];
+                out[(t0 + i) * os + r0 + r] = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+#endif
+            }
+        }
+    }
+}
+
+/* ---- weight type | PYL_V2: see PYL_V2 */
+static void pyl_rowtile_v2(int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int k,
+                           const pyl_acts *A, int64_t n, float *out, int64_t os) {
+    const int bb = pyl_block_bytes(t), nb = k / 32;
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *row = wsrc + (r0 + r) * wstride;
+        for (int64_t i = 0; i < n; i++) {
+            const pyl_arow X = pyl_act_row(A, i);
+            float sum;
+            int b = 0;
+#if PYL_AVX2
+            const __m256i ones = _mm256_set1_epi16(1);
+            __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (; b + 1 < nb; b += 2)
+                for (int h = 0; h < 2; h++) {
+                    const uint8_t *x = row + (int64_t)bb * (b + h);
+                    const __m256i w = pyl_dec32_avx2(t, x);
+                    const __m256i y = _mm256_loadu_si256((const __m256i *)(X.q + 32 * (b + h)));
+                    const __m256i p = PYL_DOT4(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w), ones);
+                    acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(X.d[b + h] * *pyl_scaleA_ref(t, x)),
+                                             _mm256_cvtepi32_ps(p), acc[h]);
+                }
+            sum = pyl_hsum8(_mm256_add_ps(acc[0], acc[1]));
+#else
+            sum = 0.0f;
+            b = nb & ~1;
+            {
+                float l[2][8] = {{0}};
+                for (int bp = 0; bp < b; bp++) {
+                    const uint8_t *x = row + (int64_t)bb * bp;
+                    int8_t w[32];
+                    pyl_dec_lut4(x + (t == PYL_MXFP4 ? 1 : 2), t == PYL_MXFP4 ? pyl_kvalues_fp4 : pyl_kvalues_iq4nl, w);
+                    const float dd = X.d[bp] * *pyl_scaleA_ref(t, x);
+                    for (int j = 0; j < 8; j++) {
+                        int I = 0;
+                        for (int e = 4 * j; e < 4 * j + 4; e++) I += w[e] * X.q[32 * bp + e];
+                        l[bp & 1][j] = fmaf(dd, (float)I, l[bp & 1][j]);
+                    }
+                }
+                float a[8];
+                for (int j = 0; j < 8; j++) a[j] = l[0][j] + l[1][j];
+                sum = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+            }
+#endif
+            for (; b < nb; b++) {
+                const uint8_t *x = row + (int64_t)bb * b;
+                int8_t w[32];
+                pyl_dec_lut4(x + (t == PYL_MXFP4 ? 1 : 2), t == PYL_MXFP4 ? pyl_kvalues_fp4 : pyl_kvalues_iq4nl, w);
+                int I = 0;
+                for (int e = 0; e < 32; e++) I += w[e] * X.q[32 * b + e];
+                sum = fmaf(X.d[b] * *pyl_scaleA_ref(t, x), (float)I, sum);
+            }
+            out[i * os + r0 + r] = sum;
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- one row tile ----------- */
 /* rows r0..r0+nr of W (row stride wstride bytes) times all n activation rows; out[t, r] with
  * row stride os.  scratch: PYL_R * PYL_ROWB(k) bytes, private to the calling thread. */
@@ -1551,6 +1671,8 @@ static inline void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int6
     pyl_full_fn full[PYL_T];
     pyl_part_fn part;
     if (t & PYL_R8) { pyl_rowtile_r8(t & 255, wsrc, wstride, r0, nr, k, A, n, out, os); return; }
+    if (t & PYL_V2) { pyl_rowtile_v2(t & 255, wsrc, wstride, r0, nr, k, A, n, out, os); return; }
+    if (t == PYL_TQ1_0 || t == PYL_TQ2_0) { pyl_rowtile_tq(t, wsrc, wstride, r0, nr, k, A, n, out, os); return; }
     const int fam = pyl_family(t);
 #if PYL_AVX2
     if (fam != 2 && n <= (fam == 0 ? PYL_DIRECT_MAX_A : PYL_DIRECT_MAX_K)) {

@@ -188,6 +188,12 @@ class CudaBackend(Backend):
                          x.ptr, 0 if wd is None else wd.ptr, float(eps), d, y.ptr)
         return y
 
+    def softmax(self, x):
+        raise BackendError("mixture-of-experts models are not supported on the CUDA backend yet")
+
+    def mul_mat_id(self, w, x, ids, one_token=False):
+        raise BackendError("mixture-of-experts models are not supported on the CUDA backend yet")
+
     def rope(self, x, pos, n_rot, base, freq_scale, mode, freq_factors=None, ext_factor=0.0,
              attn_factor=1.0, corr_dims=(0.0, 0.0)) -> DevArray:
         if mode not in (ROPE_NORM, ROPE_NEOX):
