@@ -21,7 +21,7 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..log import get_logger
-from . import cors_proxy
+from . import cors_proxy, gcp
 from . import anthropic as A
 from . import control as K
 from . import embeddings as E
@@ -688,7 +688,15 @@ class Server:
     @staticmethod
     def _progress_event(r: "_Req", p: S.Progress) -> dict:
         """llama.cpp's progress chunk: an empty token chunk (native), an empty text chunk (OAI)
-        or the role delta (chat), carrying `prompt_progress`."""
+        or the role delta (chat), carrying `prompt_progress` (and `timings` with
+        timings_per_token)."""
+        ev = Server._progress_body(r, p)
+        if p.timings is not None:
+            ev["timings"] = p.timings.to_json()
+        return ev
+
+    @staticmethod
+    def _progress_body(r: "_Req", p: S.Progress) -> dict:
         if r.mode == "native":
             return {"index": p.index, "content": "", "tokens": [], "stop": False, "id_slot": -1,
                     "tokens_predicted": 0, "tokens_evaluated": p.total,
@@ -940,6 +948,10 @@ def create_app(cfg, engine: Engine) -> Gate:
         Route("/v1/responses/input_tokens", s.responses_input_tokens, methods=post),
         Route("/responses/input_tokens", s.responses_input_tokens, methods=post),
         Route("/v1/messages/count_tokens", s.anthropic_count_tokens, methods=post)]
+    if gcp.enabled():
+        posts = {r.path: r.endpoint for r in routes if "POST" in (r.methods or ()) and
+                 "{" not in r.path}
+        routes += [Route(p, e, methods=m) for p, e, m in gcp.routes(posts, s.health)]
     app = Starlette(routes=routes, exception_handlers={
         ServerError: _server_error, ClientGone: _client_gone, HTTPException: _http_error,
         ClientDisconnect: _upload_gone, BodyTooLarge: _too_large, Exception: _any_error})
