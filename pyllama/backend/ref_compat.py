@@ -258,7 +258,7 @@ def vec_dot_f16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return s.astype(_F32)
 
 
-def _attend_vec(qh, K, V, cells, scale, softcap):
+def _attend_vec(qh, K, V, cells, scale, softcap, sinks=None):
     """One query, heads qh [H, dk] (f16 values), K [L, H, dk], V [L, H, dv] (listed cells,
     ascending) -> [H, dv]."""
     s = (_F32(scale) * vec_dot_f16(qh[:, None, :], K.transpose(1, 0, 2))).astype(_F32)   # [H, L]
@@ -268,7 +268,7 @@ def _attend_vec(qh, K, V, cells, scale, softcap):
     C = (int(cells[-1]) // 32 + 1) * 32                    # whole 32-cell steps from cell 0
     dense = np.full((s.shape[0], C), -np.inf, _F32)
     dense[:, cells] = s
-    p = ggml_softmax_probs(dense, True)                    # 0 for unlisted cells
+    p = ggml_softmax_probs(dense, True, sinks)             # 0 for unlisted cells
     Vd = np.zeros((C,) + V.shape[1:], _F32)
     Vd[cells] = V
     acc = np.zeros((s.shape[0], V.shape[2], 4, 8), _F32)
@@ -298,13 +298,13 @@ def _queries(q, k_cache, v_cache, kv_cells, q_start, q_end):
     return np.zeros((n_q, n_head, d_v), _F32), rows()
 
 
-def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
+def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0, sinks=None):
     """backend.attention with llama.cpp's one-token arithmetic (f16 caches): each query's listed
     cells are taken in ascending cell index, as llama.cpp's rows of the cache are."""
     q16 = np.asarray(q, _F32).astype(np.float16).astype(_F32)
     out, rows = _queries(q, k_cache, v_cache, kv_cells, q_start, q_end)
     for i, cells, K, V in rows:
-        out[i] = _attend_vec(q16[i], K, V, cells, scale, softcap)
+        out[i] = _attend_vec(q16[i], K, V, cells, scale, softcap, sinks)
     return out
 
 
