@@ -688,7 +688,15 @@ class Server:
     @staticmethod
     def _progress_event(r: "_Req", p: S.Progress) -> dict:
         """llama.cpp's progress chunk: an empty token chunk (native), an empty text chunk (OAI)
-        or the role delta (chat), carrying `prompt_progress`."""
+        or the role delta (chat), carrying `prompt_progress` (and `timings` with
+        timings_per_token)."""
+        ev = Server._progress_body(r, p)
+        if p.timings is not None:
+            ev["timings"] = p.timings.to_json()
+        return ev
+
+    @staticmethod
+    def _progress_body(r: "_Req", p: S.Progress) -> dict:
         if r.mode == "native":
             return {"index": p.index, "content": "", "tokens": [], "stop": False, "id_slot": -1,
                     "tokens_predicted": 0, "tokens_evaluated": p.total,

@@ -484,6 +484,7 @@ class Progress:
     cache: int
     processed: int
     time_ms: float
+    timings: "Timings | None" = None     # with timings_per_token
 
     def to_json(self) -> dict:
         return {"total": self.total, "cache": self.cache, "processed": self.processed,

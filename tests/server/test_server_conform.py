@@ -152,3 +152,23 @@ def test_gcp_vertex_predict(tiny_llama):
     assert r[1]["tokens_predicted"] == 2
     assert r[2]["error"]["message"] == "no handler registered for @requestFormat: nope"
     assert r[3]["error"]["message"] == "each instance must be a JSON object"
+
+
+def test_progress_timings_and_idle_slot_budget(client):
+    """return_progress + timings_per_token: each progress chunk has timings, the first (sent
+    before any prompt token is decoded) all zero; an idle slot reports n_remain -1, n_decoded 0
+    (llama.cpp's tests/unit/test_metrics.py cases)."""
+    import json
+    body = {"prompt": "the cat sat on the mat " * 40, "n_predict": 2, "stream": True,
+            "return_progress": True, "timings_per_token": True, "cache_prompt": False}
+    with client.stream("POST", "/completion", json=body) as r:
+        events = [json.loads(ln[6:]) for ln in r.iter_lines() if ln.startswith("data: ")]
+    prog = [e for e in events if "prompt_progress" in e]
+    assert len(prog) > 1 and all("timings" in e for e in prog)
+    first = prog[0]["timings"]
+    assert first["prompt_n"] == 0 and first["prompt_ms"] == 0.0 and first["predicted_n"] == 0
+    ms = [e["timings"]["prompt_ms"] for e in prog]
+    assert ms == sorted(ms) and ms[-1] > 0
+    for s in client.get("/slots").json():
+        if "next_token" in s:
+            assert s["next_token"][0]["n_remain"] == -1 and s["next_token"][0]["n_decoded"] == 0
