@@ -28,14 +28,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 N_CTX = 1024
-SCHEMA_10 = {"type": "object", "properties": {
-    "id": {"type": "integer"}, "name": {"type": "string"}, "email": {"type": "string"},
-    "age": {"type": "integer", "minimum": 0, "maximum": 120}, "active": {"type": "boolean"},
-    "score": {"type": "number"}, "tags": {"type": "array", "items": {"type": "string"}},
-    "city": {"type": "string"}, "country": {"type": "string"},
-    "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
-    "required": ["id", "name", "email", "age", "active", "score", "tags", "city", "country",
-                 "zip"], "additionalProperties": False}
+SCHEMA_10 = json.load(open(os.path.join(REPO, "tests", "data", "grammar", "schema10.json")))
 PROMPT = "Write a detailed JSON record for a library user, with many fields:\n"
 
 WORKER = r'''

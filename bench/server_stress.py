@@ -50,6 +50,14 @@ def stream_one(c: httpx.Client, rng: random.Random, tally: Tally, cancel: bool) 
             "temperature": 0.7, "seed": rng.randint(0, 2**31)}
     if rng.random() < 0.3:
         body["id_slot"] = rng.randint(0, tally.n_slots - 1)
+    extras = {"logprobs": lambda: rng.randint(0, 5), "stop": lambda: [rng.choice(["the", "\n", "a"])],
+              "n": lambda: rng.randint(1, tally.n_slots), "cache_prompt": lambda: False,
+              "return_progress": lambda: True, "prompt": lambda: [rng.choice(PROMPTS)] * 2,
+              "top_k": lambda: rng.choice([0, 1, 40]), "presence_penalty": lambda: 0.5,
+              "stream_options": lambda: {"include_usage": True}, "timings_per_token": lambda: True}
+    for k, f in extras.items():
+        if rng.random() < 0.15:
+            body[k] = f()
     stop_after = rng.randint(1, 6) if cancel else None
     lines: list[str] = []
     try:
@@ -151,9 +159,17 @@ def main() -> int:
           f"{tally.slot_ops} slot actions ({tally.slot_errors} refused); server exit {rc}")
     for f in tally.failures:
         print("FAIL", json.dumps(f)[:600])
-    if proc is not None and tally.failures:
-        print("server log tail:\n" + "\n".join(proc.output().splitlines()[-30:]))
-    return 1 if tally.failures or rc else 0
+    bad_log = []
+    if proc is not None:
+        log = proc.output().splitlines()
+        bad_log = [ln for ln in log if "update_slots" in ln or "Traceback" in ln
+                   or "decode failed" in ln or "failed to find" in ln]
+        print(f"server log: {len(bad_log)} error lines")
+        for ln in bad_log[:20]:
+            print("LOG", ln[:300])
+        if tally.failures:
+            print("server log tail:\n" + "\n".join(log[-30:]))
+    return 1 if tally.failures or bad_log or rc else 0
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ def run(argv) -> int:
         log().error("--n-predict must be >= -2")
         return 1
     if params.n_ctx != 0 and params.n_ctx < 8:     # completion.cpp: -c -5 runs with 8
-        log().warning("main: warning: minimum context size is 8, using minimum size.")
+        log().warning("llama_completion: warning: minimum context size is 8, using minimum size.")
         params.n_ctx = 8
     from pyllama.errors import PyllamaError
     t0 = time.perf_counter()
@@ -37,10 +37,10 @@ def run(argv) -> int:
         log().error("llama_completion: error: unable to create context")
         return 1
     t_load = time.perf_counter() - t0
-    t_ctx = time.perf_counter()     # llama.cpp's t_start_ms: the context's creation
     from ._session import TimedSampler, make_context, make_sampler
     ctx = make_context(model, params)
     sampler = TimedSampler(make_sampler(model, params, ctx))
+    t_ctx = time.perf_counter()     # llama.cpp's t_start_ms: reset once the context is ready
     out = Output(params)
     if _conversation(params, model):
         stats = chat_loop(params, model, ctx, sampler, out)

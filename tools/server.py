@@ -22,11 +22,13 @@ def to_config(params):
     """The typed server config for parsed llama.cpp flags."""
     from pyllama import models
     from pyllama.server import ServerConfig
+    from pyllama.server.gcp import port as gcp_port   # AIP_MODE=PREDICTION: AIP_HTTP_PORT
     alias = params.alias
     kwargs = params.template_kwargs()
     model_kw = {k: v for k, v in params.model_kwargs().items() if k != "n_threads"}
     return ServerConfig(
-        model=models.resolve(params.model or None), host=params.hostname, port=params.port,
+        model=models.resolve(params.model or None), host=params.hostname,
+        port=gcp_port(params.port),
         alias=[a for a in (alias.split(",") if isinstance(alias, str) else alias or []) if a],
         tags=[t.strip() for t in (params.tags or "").split(",") if t.strip()],
         api_keys=_api_keys(params), timeout=float(params.timeout), n_ctx=params.n_ctx,

@@ -26,9 +26,9 @@ REPACKED_8X8 = (T.Q4_0, T.IQ4_NL, T.MXFP4)
 FAMILY_K = (T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K)      # vec_dot type q8_K
 FLOATS = (T.F32, T.F16, T.BF16)
 # i-quants with llama.cpp's tiled-kernel arithmetic (q8_K activations)
-FAMILY_IQ = (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M, T.IQ4_XS,
-             T.TQ1_0, T.TQ2_0)   # TQ: the same formula (llama.cpp: vec_dot lanes, ~1e-7 apart)
-SUPPORTED = FAMILY_A + FAMILY_K + FLOATS + FAMILY_IQ
+FAMILY_IQ = (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M, T.IQ4_XS)
+TERNARY = (T.TQ1_0, T.TQ2_0)     # ggml_vec_dot_tq*_q8_K at every row count
+SUPPORTED = FAMILY_A + FAMILY_K + FLOATS + FAMILY_IQ + TERNARY
 
 
 def _f16(b: np.ndarray) -> np.ndarray:
@@ -354,7 +354,35 @@ def matmul_ref(wtype, w_raw, x: np.ndarray) -> np.ndarray:
         return _dot_k(wtype, blk, x)
     if wtype in FAMILY_IQ:
         return _dot_iq(wtype, blk, x)
+    if wtype in TERNARY:
+        return _dot_tq(wtype, blk, x)
     raise NotImplementedError(f"matmul for {wtype.name}")
+
+
+def _dot_tq(wtype, blk, x):
+    """ggml_vec_dot_tq{1,2}_0_q8_K (AVX2), llama.cpp's only TQ kernel: per super-block 8 lanes,
+    lane l the exact sum over the 32-element chunks of trit*q8 on elements 4l..4l+3, minus
+    bsums[2l] + bsums[2l+1] (the -1 offset); acc8 = fma((float)lane, f32(d8*d), acc8) (gcc
+    contracts `sumf + lane*d`); hsum_float_8."""
+    from ..quant import BLOCK_LAYOUT
+    from ..quant.iquants import tq1_trits, tq2_values
+    from .ref import ggml_hsum8
+    rows, nb = blk.shape[0], blk.shape[1]
+    b = np.ascontiguousarray(blk).reshape(-1).view(BLOCK_LAYOUT[wtype].dtype)
+    f = {n: np.ascontiguousarray(b[n]) for n in b.dtype.names}
+    v = (tq1_trits(f) if wtype == T.TQ1_0 else tq2_values(f)).astype(np.float64)
+    v = v.reshape(rows, nb, 8, 8, 4)
+    d = f["d"].astype(np.float32).reshape(rows, nb)
+    yq, dy, bs = quantize_q8_K_ref(x)
+    n = x.shape[0]
+    yq = yq.reshape(n, nb, 8, 8, 4).astype(np.float64)
+    bs = bs.reshape(n, nb, 8, 2).astype(np.int64).sum(-1)
+    acc = np.zeros((n, rows, 8), np.float32)
+    for i in range(nb):
+        lanes = (np.einsum("rcle,ncle->nrl", v[:, i], yq[:, i]) - bs[:, None, i]).astype(np.float32)
+        dd = (dy[:, None, i] * d[None, :, i]).astype(np.float32)[..., None]
+        acc = _fma32(lanes, np.broadcast_to(dd, lanes.shape), acc)
+    return ggml_hsum8(acc)
 
 
 def _dot_iq(wtype, blk, x):

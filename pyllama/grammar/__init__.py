@@ -48,7 +48,7 @@ class Grammar:
         return cls(text, root, rules, symbol_ids)
 
     @classmethod
-    def from_json_schema(cls, schema, force_gbnf: bool = True) -> "Grammar":
+    def from_json_schema(cls, schema) -> "Grammar":
         """The grammar of a JSON schema (a dict, or JSON text), as llama.cpp converts it."""
         return cls.from_gbnf(json_schema_to_gbnf(schema))
 

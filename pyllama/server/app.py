@@ -21,7 +21,7 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..log import get_logger
-from . import cors_proxy
+from . import cors_proxy, gcp
 from . import anthropic as A
 from . import control as K
 from . import embeddings as E
@@ -311,7 +311,11 @@ class Server:
         ids = self._mixed_tokens(b.content, b.add_special, b.parse_special)
         if not b.with_pieces:
             return {"tokens": ids}
-        self._check_ids(ids)    # llama.cpp: out-of-range ids with pieces are a 400
+        n = self.engine.model.n_vocab
+        for t in ids:   # llama.cpp answers 500 with std::vector::at's message (id_to_token.at)
+            if not 0 <= t < n:
+                raise ServerError(500, f"vector::_M_range_check: __n (which is {t % 2**64}) >= "
+                                       f"this->size() (which is {n})")
         out = []
         for t in ids:
             raw = self.engine.model.token_to_piece(t, True)
@@ -580,9 +584,7 @@ class Server:
         if isinstance(p, str) or (isinstance(p, list) and all(
                 isinstance(x, str) or _is_id(x) for x in p)):
             return self._mixed_tokens(p, True, True)
-        if isinstance(p, dict):
-            if "prompt_string" not in p:
-                raise invalid("[json.exception.out_of_range.403] key 'prompt_string' not found")
+        if isinstance(p, dict) and "prompt_string" in p:
             if "multimodal_data" in p:     # a runtime_error in llama.cpp: 500
                 raise ServerError(500, "Multimodal data provided, but model does not support "
                                        "multimodal requests.")
@@ -701,7 +703,15 @@ class Server:
     @staticmethod
     def _progress_event(r: "_Req", p: S.Progress) -> dict:
         """llama.cpp's progress chunk: an empty token chunk (native), an empty text chunk (OAI)
-        or the role delta (chat), carrying `prompt_progress`."""
+        or the role delta (chat), carrying `prompt_progress` (and `timings` with
+        timings_per_token)."""
+        ev = Server._progress_body(r, p)
+        if p.timings is not None:
+            ev["timings"] = p.timings.to_json()
+        return ev
+
+    @staticmethod
+    def _progress_body(r: "_Req", p: S.Progress) -> dict:
         if r.mode == "native":
             return {"index": p.index, "content": "", "tokens": [], "stop": False, "id_slot": -1,
                     "tokens_predicted": 0, "tokens_evaluated": p.total,
@@ -953,6 +963,10 @@ def create_app(cfg, engine: Engine) -> Gate:
         Route("/v1/responses/input_tokens", s.responses_input_tokens, methods=post),
         Route("/responses/input_tokens", s.responses_input_tokens, methods=post),
         Route("/v1/messages/count_tokens", s.anthropic_count_tokens, methods=post)]
+    if gcp.enabled():
+        posts = {r.path: r.endpoint for r in routes if "POST" in (r.methods or ()) and
+                 "{" not in r.path}
+        routes += [Route(p, e, methods=m) for p, e, m in gcp.routes(posts, s.health)]
     app = Starlette(routes=routes, exception_handlers={
         ServerError: _server_error, ClientGone: _client_gone, HTTPException: _http_error,
         ClientDisconnect: _upload_gone, BodyTooLarge: _too_large, Exception: _any_error})

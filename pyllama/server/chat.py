@@ -81,12 +81,16 @@ def render_chat(template, body, kwargs: dict, strip_bos: str | None,
     messages = normalize_messages(body.messages)
     tools = body.tools if body.tools and body.tool_choice != "none" else None
     extra = {**kwargs, **(body.chat_template_kwargs or {})}
+    override = extra.pop("messages", None)   # llama.cpp: template kwargs replace its variables
+    if override is not None and not isinstance(override, (list, dict)):
+        raise invalid("chat template error: Expected iterable or object type in for loop: "
+                      "messages")     # llama.cpp's jinja iterates no strings
     add_gen = True if body.add_generation_prompt is None else body.add_generation_prompt
     cont = body.continue_final_message
     cont = cont is True or cont in ("content", "reasoning_content")
-    last_is_assistant = bool(messages) and messages[-1]["role"] == "assistant"
+    last_is_assistant = _is_role(messages, -1, "assistant")
     if not cont and prefill_assistant and last_is_assistant:
-        if len(messages) >= 2 and messages[-2]["role"] == "assistant":
+        if _is_role(messages, -2, "assistant"):
             raise invalid("Cannot have 2 or more assistant messages at the end of the list.")
         cont, add_gen = True, False
     if cont and add_gen:
@@ -94,15 +98,21 @@ def render_chat(template, body, kwargs: dict, strip_bos: str | None,
     if cont and last_is_assistant and messages[-1].get("tool_calls"):
         raise invalid("Cannot continue an assistant message that contains tool calls.")
     try:
-        if cont and last_is_assistant:
+        if override is not None:
+            text = template.apply(override, add_generation_prompt=add_gen, tools=tools, **extra)
+        elif cont and last_is_assistant:
             text = _render_prefilled(template, messages, tools, extra, raw_last)
         else:
             text = template.apply(messages, add_generation_prompt=add_gen, tools=tools, **extra)
-    except TemplateError as e:
-        raise ServerError(500, str(e))
+    except TemplateError as e:     # llama.cpp: a template that fails on the request is a 400
+        raise ServerError(400, str(e))
     if strip_bos and text.startswith(strip_bos):
         text = text[len(strip_bos):]
     return text
+
+
+def _is_role(messages: list, i: int, role: str) -> bool:
+    return len(messages) >= abs(i) and messages[i]["role"] == role
 
 
 def _render_prefilled(template, messages, tools, extra, raw_last) -> str:

@@ -284,10 +284,11 @@ class Slot:
                                                    for c in self.checkpoints)}}
         if self.stats:
             d.update(self.stats)
+            # an idle slot reports no budget (the finished task's does not leak)
             d["next_token"] = [{"has_next_token": self.busy, "has_new_line": "\n" in
                                 getattr(self, "text", ""),
-                                "n_remain": self._n_remain(), "n_decoded":
-                                getattr(self, "n_decoded", 0)}]
+                                "n_remain": self._n_remain() if self.busy else -1,
+                                "n_decoded": getattr(self, "n_decoded", 0) if self.busy else 0}]
         return d
 
     def _n_remain(self) -> int:
@@ -716,9 +717,14 @@ class Engine:
     @staticmethod
     def _send_progress(slot: Slot) -> None:
         if slot.params.stream and slot.params.return_progress:
+            ms = (time.perf_counter() - slot.t_start) * 1e3
+            t = None
+            if slot.params.timings_per_token:   # the prompt so far; nothing predicted yet
+                done = slot.n_prompt_done - slot.n_cached
+                t = Timings(cache_n=slot.n_cached, prompt_n=done,
+                            prompt_ms=ms if done > 0 else 0.0)
             slot.task.channel.put(Progress(
-                slot.task.index, len(slot.prompt), slot.n_cached, slot.n_prompt_done,
-                (time.perf_counter() - slot.t_start) * 1e3))
+                slot.task.index, len(slot.prompt), slot.n_cached, slot.n_prompt_done, ms, t))
 
     def _finish(self, slot: Slot, stop_type: str) -> None:
         task, p = slot.task, slot.params

@@ -267,18 +267,22 @@ def _clamped(body) -> dict:
 
 
 def _logit_bias(raw, n_vocab: int, tokenize) -> dict[int, float]:
-    """`[[tok_or_string, bias_or_false], ...]` or `{"tok_or_string": bias}` → {id: bias}."""
-    if raw is None:
+    """`[[tok_or_string, bias_or_false], ...]` or `{"tok_or_string": bias}` → {id: bias}. As
+    llama.cpp's logit_bias handler (server-schema.cpp): any other value, and any entry that is
+    not a [token, number-or-false] pair, is ignored."""
+    if not isinstance(raw, (list, dict)):
         return {}
     pairs = raw.items() if isinstance(raw, dict) else raw
     out: dict[int, float] = {}
     for pair in pairs:
         if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-            raise invalid("logit_bias: each entry must be [token, bias]")
+            continue
         tok, bias = pair
         bias = -math.inf if bias is False else bias
         if not isinstance(bias, (int, float)) or isinstance(bias, bool):
-            raise invalid("logit_bias: bias must be a number or false")
+            continue
+        if not isinstance(tok, (int, str)) or isinstance(tok, bool):
+            continue
         if isinstance(tok, str) and tok.lstrip("-").isdigit() and isinstance(raw, dict):
             tok = int(tok)
         ids = tokenize(tok) if isinstance(tok, str) else [tok]
@@ -480,6 +484,7 @@ class Progress:
     cache: int
     processed: int
     time_ms: float
+    timings: "Timings | None" = None     # with timings_per_token
 
     def to_json(self) -> dict:
         return {"total": self.total, "cache": self.cache, "processed": self.processed,

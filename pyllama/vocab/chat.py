@@ -106,8 +106,11 @@ def _strftime_now(fmt):
 
 
 def _environment() -> ImmutableSandboxedEnvironment:
+    # ChainableUndefined: `messages[0]['role']` on an empty list is undefined, not an error, as
+    # in llama.cpp's jinja runtime (common/jinja: a missing item or attribute is undefined)
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
+                                        extensions=["jinja2.ext.loopcontrols"],
+                                        undefined=jinja2.ChainableUndefined)
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = _strftime_now
@@ -145,13 +148,19 @@ class ChatTemplate:
 
     def apply(self, messages: list[dict], add_generation_prompt: bool = True, tools=None,
               **kwargs) -> str:
-        """Render a conversation (OpenAI-style message dicts) to the prompt text."""
-        if self.requires_object_arguments:
-            messages = [_object_arguments(m) for m in messages]
-        ctx = dict(kwargs, messages=messages, add_generation_prompt=add_generation_prompt,
-                   bos_token=self.bos_token, eos_token=self.eos_token)
+        """Render a conversation (OpenAI-style message dicts) to the prompt text. Extra
+        variables (kwargs) override the built-in ones, as llama.cpp's extra_context does
+        (common/chat.cpp: common_chat_template_direct_apply_impl); a requested generation prompt
+        stays on."""
+        if self.requires_object_arguments and isinstance(messages, list):
+            messages = [_object_arguments(m) if isinstance(m, dict) else m for m in messages]
+        ctx = dict(messages=messages, bos_token=self.bos_token, eos_token=self.eos_token)
         if tools:
             ctx["tools"] = tools
+        ctx["add_generation_prompt"] = False
+        ctx.update(kwargs)
+        if add_generation_prompt:
+            ctx["add_generation_prompt"] = True
         return self._render(ctx)
 
     def _render(self, ctx: dict) -> str:

@@ -27,14 +27,8 @@ MODELS = {"gemma-3-270m": "gemma-3-270m-q4_k_m.gguf",
           "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct.gguf"}
 N_PREDICT = 32
 
-SCHEMA_10 = {"type": "object", "properties": {
-    "id": {"type": "integer"}, "name": {"type": "string"}, "email": {"type": "string"},
-    "age": {"type": "integer", "minimum": 0, "maximum": 120}, "active": {"type": "boolean"},
-    "score": {"type": "number"}, "tags": {"type": "array", "items": {"type": "string"}},
-    "city": {"type": "string"}, "country": {"type": "string"},
-    "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
-    "required": ["id", "name", "email", "age", "active", "score", "tags", "city", "country",
-                 "zip"], "additionalProperties": False}
+# the 10-property schema of the benchmarks (bench/grammar_side_by_side.py)
+SCHEMA_10 = json.load(open(os.path.join(HERE, "..", "data", "grammar", "schema10.json")))
 
 
 def grammars():

@@ -127,3 +127,48 @@ def test_chat_template_builtin_name(tiny_llama, jinja):
     assert r["prompt"] == ("<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a test."
                            "<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi there"
                            "<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>")
+
+
+def test_gcp_vertex_predict(tiny_llama):
+    """AIP_MODE=PREDICTION: POST /predict runs each instance's @requestFormat route (llama.cpp's
+    register_gcp_compat), answers in order; the port is AIP_HTTP_PORT."""
+    from server_proc import free_port
+    port = free_port()
+    s = ServerProc(["-m", tiny_llama, "-c", "512", "-np", "2", "-t", "1"],
+                   env={"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port),
+                        "AIP_HEALTH_ROUTE": "healthz"})
+    s.port, s.url = port, f"http://127.0.0.1:{port}"
+    try:
+        s.wait_ready()
+        assert httpx.get(s.url + "/healthz").json() == {"status": "ok"}
+        r = httpx.post(s.url + "/predict", json={"instances": [
+            {"@requestFormat": "chatCompletions", "max_tokens": 2,
+             "messages": [{"role": "user", "content": "hi"}]},
+            {"@requestFormat": "/completion", "prompt": "the cat", "n_predict": 2},
+            {"@requestFormat": "nope"}, 5]}, timeout=120).json()["predictions"]
+    finally:
+        assert s.stop() == 0
+    assert r[0]["choices"][0]["message"]["role"] == "assistant"
+    assert r[1]["tokens_predicted"] == 2
+    assert r[2]["error"]["message"] == "no handler registered for @requestFormat: nope"
+    assert r[3]["error"]["message"] == "each instance must be a JSON object"
+
+
+def test_progress_timings_and_idle_slot_budget(client):
+    """return_progress + timings_per_token: each progress chunk has timings, the first (sent
+    before any prompt token is decoded) all zero; an idle slot reports n_remain -1, n_decoded 0
+    (llama.cpp's tests/unit/test_metrics.py cases)."""
+    import json
+    body = {"prompt": "the cat sat on the mat " * 40, "n_predict": 2, "stream": True,
+            "return_progress": True, "timings_per_token": True, "cache_prompt": False}
+    with client.stream("POST", "/completion", json=body) as r:
+        events = [json.loads(ln[6:]) for ln in r.iter_lines() if ln.startswith("data: ")]
+    prog = [e for e in events if "prompt_progress" in e]
+    assert len(prog) > 1 and all("timings" in e for e in prog)
+    first = prog[0]["timings"]
+    assert first["prompt_n"] == 0 and first["prompt_ms"] == 0.0 and first["predicted_n"] == 0
+    ms = [e["timings"]["prompt_ms"] for e in prog]
+    assert ms == sorted(ms) and ms[-1] > 0
+    for s in client.get("/slots").json():
+        if "next_token" in s:
+            assert s["next_token"][0]["n_remain"] == -1 and s["next_token"][0]["n_decoded"] == 0

@@ -243,3 +243,107 @@ def test_cpp_double_formatting():
     from pyllama.server.app import cpp_double
     assert [cpp_double(v) for v in (0, 5, 5.0, 0.25, 1234567, 0.1234567, 1e-7, 123456)] == \
         ["0", "5", "5", "0.25", "1.23457e+06", "0.123457", "1e-07", "123456"]
+
+
+# -- 9: one slot's bad state must not end another slot's stream with an error ---------------------
+def test_a_stream_survives_a_bad_restore_in_another_slot(tiny_llama, tmp_path):
+    """The cause of streams ending with an "error" event under mixed load: a slot restored from
+    a file whose token count disagreed with its state held more tokens than its KV cells, so
+    the next batch including that slot failed to decode (-1) and every slot of that batch,
+    including a healthy stream in another slot, got the error. The restore is now refused."""
+    s = ServerProc(["-m", tiny_llama, "-c", "2048", "-np", "2", "-t", "1",
+                    "--slot-save-path", str(tmp_path)]).wait_ready()
+    try:
+        with httpx.Client(base_url=s.url, timeout=120) as c:
+            r = c.post("/completion", json={"prompt": "one two three four", "n_predict": 2,
+                                            "temperature": 0, "id_slot": 0})
+            assert r.status_code == 200
+            assert c.post("/slots/0?action=save", json={"filename": "s0.bin"}).status_code == 200
+            data = (tmp_path / "s0.bin").read_bytes()
+            (n,) = struct.unpack_from("<I", data, 8)
+            tokens = np.frombuffer(data, np.int32, n, 12).tolist()
+            longer = tokens + tokens[-1:] * 4          # 4 more tokens than the state holds
+            (tmp_path / "bad.bin").write_bytes(_slot_file(longer, data[12 + 4 * n:]))
+        lines, started = [], threading.Event()
+
+        def stream():
+            with httpx.Client(base_url=s.url, timeout=120) as c2:
+                with c2.stream("POST", "/v1/completions", json={
+                        "prompt": "a long story", "max_tokens": 900, "temperature": 0,
+                        "ignore_eos": True, "stream": True, "id_slot": 1}) as r2:
+                    for line in r2.iter_lines():
+                        if line:
+                            lines.append(line)
+                            started.set()
+        t = threading.Thread(target=stream)
+        t.start()
+        assert started.wait(60)
+        with httpx.Client(base_url=s.url, timeout=120) as c:
+            c.post("/slots/0?action=restore", json={"filename": "bad.bin"})
+            c.post("/completion", json={"prompt": longer + [5, 6], "n_predict": 4,
+                                        "temperature": 0, "id_slot": 0})
+        t.join()
+        errors = [ln for ln in lines if '"error"' in ln]
+        assert not errors and lines[-1] == "data: [DONE]", (errors[:1], lines[-2:])
+    finally:
+        assert s.stop() == 0, s.output()
+
+
+# -- 4: status codes and prompt shapes as llama.cpp's llama-server answers them ------------------
+# Each expectation is what llama.cpp 0c1e570's llama-server answered (AVX2 build, Qwen2.5-Coder
+# and Gemma 3 GGUFs, 2026-12-02); the cases come from the issue, where pyllama answered 500.
+def test_empty_messages_render_like_llama_cpp(hc):
+    """llama.cpp renders an empty conversation (its jinja gives undefined for messages[0]):
+    200 on /apply-template and on /v1/chat/completions."""
+    r = hc.post("/apply-template", json={"messages": []})
+    assert r.status_code == 200 and r.json()["prompt"].endswith("assistant\n")
+    r = hc.post("/v1/chat/completions", json={"messages": [], "max_tokens": 2,
+                                              "temperature": 0})
+    assert r.status_code == 200, r.text
+
+
+def test_empty_messages_with_a_template_indexing_messages():
+    """Qwen2.5's template reads messages[0]['role']: undefined on an empty list, not an error
+    (llama.cpp: the default system prompt and the generation prompt)."""
+    from pyllama.vocab.chat import ChatTemplate
+    src = ("{%- if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}{%- else %}"
+           "SYS{%- endif %}{%- for m in messages %}[{{ m.content }}]{%- endfor %}"
+           "{%- if add_generation_prompt %}GEN{%- endif %}")
+    assert ChatTemplate(src).apply([], add_generation_prompt=True) == "SYSGEN"
+
+
+def test_chat_template_kwargs_messages_replace_the_conversation(hc):
+    body = {"messages": [{"role": "user", "content": "x"}],
+            "chat_template_kwargs": {"messages": [{"role": "user", "content": "other"}]}}
+    r = hc.post("/apply-template", json=body)
+    assert r.status_code == 200 and "other" in r.json()["prompt"] and "x<" not in r.json()[
+        "prompt"]
+    body["chat_template_kwargs"] = {"messages": "zz"}
+    error_of(hc.post("/apply-template", json=body), 400)
+
+
+@pytest.mark.parametrize("bias", [5, "abc", [["a"]], [[1, "x"]], {"3": "high"}])
+def test_malformed_logit_bias_is_ignored(hc, bias):
+    r = hc.post("/completion", json={"prompt": "hi", "n_predict": 1, "logit_bias": bias})
+    assert r.status_code == 200, r.text
+
+
+def test_tokenize_with_pieces_and_a_bad_id_is_llama_cpps_500(hc):
+    err = error_of(hc.post("/tokenize", json={"content": [1, 99999999], "with_pieces": True}),
+                   500)
+    assert err["type"] == "server_error" and "(which is 99999999)" in err["message"]
+    r = hc.post("/tokenize", json={"content": [1, 99999999]})
+    assert r.status_code == 200 and r.json()["tokens"] == [1, 99999999]
+
+
+def test_prompt_shapes(hc):
+    ok = hc.post("/completion", json={"prompt": ["Hello", 15], "n_predict": 1})
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["tokens_evaluated"] == len(
+        hc.post("/tokenize", json={"content": "Hello", "add_special": True}).json()["tokens"]) + 1
+    err = error_of(hc.post("/completion", json={"prompt": {"foo": 1}, "n_predict": 1}), 400)
+    assert err["message"].startswith('"prompt" elements must be a string, a list of tokens')
+    err = error_of(hc.post("/completion", json={"prompt": [], "n_predict": 1}), 400)
+    assert err["message"] == '"prompt" must not be empty'
+    r = hc.post("/completion", json={"prompt": {"prompt_string": "Hello"}, "n_predict": 1})
+    assert r.status_code == 200

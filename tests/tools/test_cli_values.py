@@ -70,7 +70,7 @@ def test_completion_minimum_context_and_real_timings(tiny_model_path):
     r = run_tool("completion", "-m", model, "-p", "hello there", "-n", "6", "-no-cnv",
                  "-c", "-5", "--temp", "0")
     assert r.returncode == 0, r.stderr
-    assert "minimum context size is 8, using minimum size." in r.stderr
+    assert "llama_completion: warning: minimum context size is 8, using minimum size." in r.stderr
     sampling = re.search(r"sampling time = +([\d.]+) ms", r.stderr)
     samplers = re.search(r"samplers time = +([\d.]+) ms / +(\d+) tokens", r.stderr)
     prompt = re.search(r"prompt eval time = .* / +(\d+) tokens", r.stderr)

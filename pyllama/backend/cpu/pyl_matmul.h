@@ -1544,6 +1544,65 @@ static void pyl_rowtile_r8(int t, const uint8_t *wsrc, int64_t wstride, int64_t 
     }
 }
 
+/* ---- TQ1_0 / TQ2_0: ggml_vec_dot_tq*_q8_K (AVX2), llama.cpp's only TQ kernel: per super-block
+ * lane l = sum over the 32-element chunks of trit * q8 on elements 4l..4l+3, minus bsums[2l] +
+ * bsums[2l+1]; acc8 = fma((float)lane, d8 * d, acc8); hsum8 */
+static void pyl_rowtile_tq(int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int k,
+                           const pyl_acts *A, int64_t n, float *out, int64_t os) {
+    const int bb = pyl_block_bytes(t), nsb = k / 256;
+    uint8_t u[256] __attribute__((aligned(32)));
+    int16_t s16[16], mn[16];
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *row = wsrc + (r0 + r) * wstride;
+        enum { G = 8 };
+        for (int64_t t0 = 0; t0 < n; t0 += G) {
+            const int nt = n - t0 < G ? (int)(n - t0) : G;
+            pyl_arow X[G];
+#if PYL_AVX2
+            __m256 acc[G];
+            for (int i = 0; i < nt; i++) { X[i] = pyl_act_row(A, t0 + i); acc[i] = _mm256_setzero_ps(); }
+#else
+            float acc[G][8];
+            for (int i = 0; i < nt; i++) { X[i] = pyl_act_row(A, t0 + i); for (int l = 0; l < 8; l++) acc[i][l] = 0.0f; }
+#endif
+            for (int b = 0; b < nsb; b++) {
+                float d, dm;
+                pyl_dec_iq(t, row + (int64_t)bb * b, u, s16, mn, &d, &dm);
+                for (int i = 0; i < nt; i++) {
+                    const int8_t *y = X[i].q + 256 * b;
+                    const int16_t *bs = X[i].bs + 16 * b;
+                    const float dd = X[i].d[b] * d;
+#if PYL_AVX2
+                    const __m256i ones = _mm256_set1_epi16(1);
+                    __m256i lanes = _mm256_sub_epi32(_mm256_setzero_si256(),
+                        _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bs), ones));
+                    for (int c = 0; c < 8; c++)
+                        lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(
+                            _mm256_load_si256((const __m256i *)(u + 32 * c)),
+                            _mm256_loadu_si256((const __m256i *)(y + 32 * c))), ones));
+                    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(dd), acc[i]);
+#else
+                    for (int l = 0; l < 8; l++) {
+                        int L = -(bs[2 * l] + bs[2 * l + 1]);
+                        for (int c = 0; c < 8; c++)
+                            for (int e = 4 * l; e < 4 * l + 4; e++) L += u[32 * c + e] * y[32 * c + e];
+                        acc[i][l] = fmaf((float)L, dd, acc[i][l]);
+                    }
+#endif
+                }
+            }
+            for (int i = 0; i < nt; i++) {
+#if PYL_AVX2
+                out[(t0 + i) * os + r0 + r] = pyl_hsum8(acc[i]);
+#else
+                const float *a = acc[i];
+                out[(t0 + i) * os + r0 + r] = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+#endif
+            }
+        }
+    }
+}
+
 /* ---- weight type | PYL_V2: see PYL_V2 */
 static void pyl_rowtile_v2(int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int k,
                            const pyl_acts *A, int64_t n, float *out, int64_t os) {
@@ -1613,6 +1672,7 @@ static inline void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int6
     pyl_part_fn part;
     if (t & PYL_R8) { pyl_rowtile_r8(t & 255, wsrc, wstride, r0, nr, k, A, n, out, os); return; }
     if (t & PYL_V2) { pyl_rowtile_v2(t & 255, wsrc, wstride, r0, nr, k, A, n, out, os); return; }
+    if (t == PYL_TQ1_0 || t == PYL_TQ2_0) { pyl_rowtile_tq(t, wsrc, wstride, r0, nr, k, A, n, out, os); return; }
     const int fam = pyl_family(t);
 #if PYL_AVX2
     if (fam != 2 && n <= (fam == 0 ? PYL_DIRECT_MAX_A : PYL_DIRECT_MAX_K)) {
