@@ -112,6 +112,13 @@ class Graph:
             w = (w * np.float32(scale)).astype(np.float32)
         return w
 
+    def add_id(self, y: np.ndarray, b: Weight, ids: np.ndarray) -> np.ndarray:
+        """ggml_add_id: y [n, k, d] + b[ids] (b [n_expert, d], the selected experts' biases)."""
+        return self.be.add(y, np.asarray(b.raw, np.float32)[ids])
+
+    def swiglu_oai(self, gate, up, alpha: float, limit: float):
+        return self.be.swiglu_oai(gate, up, alpha, limit)
+
     @staticmethod
     def sum_experts(y: np.ndarray) -> np.ndarray:
         """y [n, k, d] -> [n, d]: ((y0 + y1) + y2) + ..., the expert views added in slot order."""
@@ -126,9 +133,12 @@ class Graph:
         return self.be.rope(x, self.pos, **self.hp.rope_args(il))
 
     def attention(self, il: int, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                  scale: float | None = None, softcap: float = 0.0) -> np.ndarray:
+                  scale: float | None = None, softcap: float = 0.0,
+                  sinks: Weight | None = None) -> np.ndarray:
         """Store k/v [n_tokens, n_head_kv, d] in layer il's cache, attend q [n_tokens, n_head, d]
-        over each token's visible cells; returns [n_tokens, n_head * d_v]."""
+        over each token's visible cells; returns [n_tokens, n_head * d_v]. sinks: the layer's
+        attention sinks [n_head] (gpt-oss; llama.cpp's non-flash arithmetic, flash attention
+        or not)."""
         hp = self.hp
         if scale is None:
             scale = 1.0 / math.sqrt(hp.n_embd_head_k)
@@ -146,6 +156,12 @@ class Graph:
         self.be.set_rows(kbuf, cells, k.reshape(self.n_tokens, -1))
         self.be.set_rows(vbuf, cells, v.reshape(self.n_tokens, -1))
         kv_cells, q_start, q_end = mem.attn_plan(self._ubatch, il)
+        if sinks is not None:
+            if rot_k or rot_v or c is not None:
+                raise ValueError("attention sinks need f16 / f32 K/V caches")
+            out = self.be.attention_sinks(q, kbuf, vbuf, kv_cells, q_start, q_end, scale,
+                                          self.be.vec(sinks), one_token=self.llama_cpp)
+            return out.reshape(self.n_tokens, -1)
         if self.llama_cpp:
             out = self._llama_cpp_attention(il, q, kbuf, vbuf, kv_cells, q_start, q_end, scale,
                                             softcap)

@@ -9,7 +9,7 @@ from ..hparams import HParams
 def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool | str = False,
                    q_scale: float | None = None, kq_scale: float | None = None,
                    softcap: float = 0.0, rope: bool = True,
-                   q_mul: np.ndarray | None = None) -> np.ndarray:
+                   q_mul: np.ndarray | None = None, sinks=None) -> np.ndarray:
     """Q/K/V projections (+bias), optional Q/K RMSNorm, RoPE, attention, output proj.
     h [n_tokens, n_embd] -> [n_tokens, n_embd].
 
@@ -45,7 +45,7 @@ def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool |
         q = g.mul(q, q_mul)
     if q_scale is not None:
         q = g.scale(q, q_scale)
-    o = g.attention(il, q, k, v, scale=kq_scale, softcap=softcap)
+    o = g.attention(il, q, k, v, scale=kq_scale, softcap=softcap, sinks=sinks)
     return g.matmul(L.attn_output, o, L.attn_output_b)
 
 
@@ -74,6 +74,36 @@ def moe_ffn(g, L, hp: HParams, x: np.ndarray, *, norm_w: bool = True,
     down = g.mul_mat_id(L.ffn_down_exps, g.swiglu(gate, up), ids)   # [n, k, n_embd]
     out = g.sum_experts(g.mul(down, wts[..., None]))
     return g.add(out, shared_expert(g, L, x)) if shexp else out
+
+
+def moe_ffn_oai(g, L, hp: HParams, x: np.ndarray) -> np.ndarray:
+    """gpt-oss's build_moe_ffn: biased router logits, top n_expert_used by logit, their softmax
+    as weights (SOFTMAX_WEIGHT, not normalised again), biased expert matmuls (ggml_add_id) and
+    ggml_swiglu_oai (alpha 1.702, limit 7). x [n, n_embd] -> [n, n_embd]."""
+    n = x.shape[0]
+    logits = g.matmul(L.ffn_gate_inp, x, L.ffn_gate_inp_b)        # [n, n_expert]
+    ids = g.top_k(logits, hp.n_expert_used)
+    wts = g.softmax(np.take_along_axis(logits, ids, axis=-1))       # [n, k]
+    if hp.expert_weights_scale not in (0.0, 1.0):
+        wts = g.scale(wts, hp.expert_weights_scale)
+    x3 = x.reshape(n, 1, x.shape[-1])
+    up = g.add_id(g.mul_mat_id(L.ffn_up_exps, x3, ids), L.ffn_up_exps_b, ids)
+    gate = g.add_id(g.mul_mat_id(L.ffn_gate_exps, x3, ids), L.ffn_gate_exps_b, ids)
+    act = g.swiglu_oai(gate, up, 1.702, 7.0)
+    down = g.add_id(g.mul_mat_id(L.ffn_down_exps, act, ids), L.ffn_down_exps_b, ids)
+    return g.sum_experts(g.mul(down, wts[..., None]))
+
+
+def oai_decoder(g, w, hp: HParams) -> np.ndarray:
+    """gpt-oss (openai-moe.cpp): pre-norm attention with Q/K/V/O biases and sinks, alternating
+    SWA; the post-attention norm feeds the MoE; the output rows are selected after the last
+    layer (not before its FFN)."""
+    x = g.embed(w.token_embd)
+    for il, L in enumerate(w.layers):
+        a = self_attention(g, L, hp, il, g.rms_norm(x, L.attn_norm), sinks=L.attn_sinks)
+        x = g.add(a, x)
+        x = g.add(moe_ffn_oai(g, L, hp, g.rms_norm(x, L.post_attention_norm)), x)
+    return output(g, w, hp, g.select_outputs(x))
 
 
 def shared_expert(g, L, x: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ from ..quant import BLOCK_LAYOUT, dequantize, f32_to_bf16, quantize, quantize_q8
 OPS = (
     "matmul", "get_rows", "rms_norm", "rope", "attention", "set_rows",
     "add", "mul", "scale", "gelu", "silu", "geglu", "swiglu", "softcap",
-    "softmax", "mul_mat_id", "div",
+    "softmax", "mul_mat_id", "div", "attention_sinks", "swiglu_oai",
 )
 
 ROPE_NORM = 0   # pairs (2i, 2i+1)   (llama)
@@ -260,6 +260,33 @@ class Backend(ABC):
     def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
         c = np.float32(cap)
         return (np.tanh(x / c) * c).astype(np.float32)
+
+    def attention_sinks(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, sinks,
+                        one_token: bool = False) -> np.ndarray:
+        """attention() with attention sinks sinks [n_head] f32 (gpt-oss): each head's softmax
+        also counts exp(sink) (ggml_soft_max_add_sinks), f16 / f32 caches. llama.cpp's non-flash
+        arithmetic (one_token: a one-query ubatch by ggml_vec_dot_f16, as llama.cpp); the numpy
+        reference for every backend until the native kernels take sinks."""
+        from . import ref, ref_compat
+        if k_cache.dtype != v_cache.dtype or k_cache.dtype not in (np.float16, np.float32):
+            raise ValueError("attention sinks need f16 or f32 K/V caches")
+        sinks = np.asarray(sinks, np.float32).reshape(-1, 1)
+        if one_token and q.shape[0] == 1 and k_cache.dtype == np.float16:
+            return ref_compat.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
+                                            0.0, sinks)
+        return ref.attention_lanes(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, 0.0,
+                                   sinks)
+
+    def swiglu_oai(self, gate: np.ndarray, up: np.ndarray, alpha: float,
+                   limit: float) -> np.ndarray:
+        """ggml_swiglu_oai (gpt-oss): x = min(gate, limit), y = clamp(up, -limit, limit),
+        x / (1 + expf(alpha * -x)) * (y + 1), in f32 (expf: libm's)."""
+        a, lim = np.float32(alpha), np.float32(limit)
+        x = np.minimum(np.asarray(gate, np.float32), lim)
+        y = np.clip(np.asarray(up, np.float32), -lim, lim)
+        e = np.exp((a * -x).astype(np.float32).astype(np.float64)).astype(np.float32)
+        glu = (x / (np.float32(1) + e)).astype(np.float32)
+        return (glu * (y + np.float32(1))).astype(np.float32)
 
     def softmax(self, x: np.ndarray) -> np.ndarray:
         """ggml_soft_max over the last axis of x [..., n] f32 (the MoE router): e = exp(x - max)

@@ -119,17 +119,24 @@ def ggml_expf(x: np.ndarray) -> np.ndarray:
         return np.where(np.abs(n) > 192, (s1 * s1).astype(np.float32), out).astype(np.float32)
 
 
-def ggml_softmax_probs(s: np.ndarray, f16: bool) -> np.ndarray:
+def ggml_softmax_probs(s: np.ndarray, f16: bool, sinks=None) -> np.ndarray:
     """ggml_soft_max_f32 over the last axis of s [..., L] (scale applied): e = ggml_v_expf(s - max)
     in 8-blocks (padded with zeros), block sums (ggml_hsum8) added in double in order,
-    p = e * (float)(1/sum) in f32, then rounded to f16 when V is f16."""
+    p = e * (float)(1/sum) in f32, then rounded to f16 when V is f16. sinks [H] (s [H, L]):
+    attention sinks as ggml_soft_max_add_sinks: max = max(max, sink), sum += expf(sink - max)."""
     L = s.shape[-1]
-    e = ggml_expf((s - s.max(axis=-1, keepdims=True)).astype(np.float32))
+    m = s.max(axis=-1, keepdims=True)
+    if sinks is not None:
+        m = np.maximum(m, np.asarray(sinks, np.float32).reshape(m.shape))
+    e = ggml_expf((s - m).astype(np.float32))
     pad = np.zeros(e.shape[:-1] + (-L % 8,), np.float32)
     blocks = ggml_hsum8(np.concatenate([e, pad], axis=-1).reshape(e.shape[:-1] + (-1, 8)))
     tot = np.zeros(blocks.shape[:-1], np.float64)
     for t in range(blocks.shape[-1]):
         tot = tot + blocks[..., t].astype(np.float64)
+    if sinks is not None:
+        d = (np.asarray(sinks, np.float32).reshape(m.shape) - m).astype(np.float32)[..., 0]
+        tot = tot + np.exp(d.astype(np.float64)).astype(np.float32).astype(np.float64)
     p = (e * (1.0 / tot).astype(np.float32)[..., None]).astype(np.float32)
     return p.astype(np.float16).astype(np.float32) if f16 else p
 
@@ -157,11 +164,16 @@ def ggml_soft_max_rows(x: np.ndarray) -> np.ndarray:
 
 def lane_pv(p: np.ndarray, v: np.ndarray) -> np.ndarray:
     """sum_j p[..., j] v[j, :] as tinyBLAS computes mul_mat(v^T, p): lane j % 8 of 8 FMA chains
-    over j in order, then ggml_hsum8. p [h, L], v [L, h, d] -> [h, d]."""
+    over j in order, then ggml_hsum8. p [h, L], v [L, h, d] -> [h, d]. The 8 lanes advance
+    together (cells padded to a multiple of 8 with p = v = 0, which leaves every chain as is)."""
     L = p.shape[-1]
+    pad = -L % 8
+    if pad:
+        p = np.concatenate([p, np.zeros(p.shape[:-1] + (pad,), np.float32)], axis=-1)
+        v = np.concatenate([v, np.zeros((pad,) + v.shape[1:], np.float32)], axis=0)
     acc = np.zeros((p.shape[0], v.shape[2], 8), np.float32)
-    for j in range(L):
-        acc[..., j % 8] = _fma(p[:, j, None], v[j], acc[..., j % 8])
+    for t in range(0, L + pad, 8):
+        acc = _fma(p[:, None, t:t + 8], v[t:t + 8].transpose(1, 2, 0), acc)
     return ggml_hsum8(acc)
 
 
@@ -243,25 +255,32 @@ class RefBackend(Backend):
         if k_cache.dtype != v_cache.dtype or k_cache.dtype not in (np.float16, np.float32):
             return _attention_kvq(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
                                   self.kv_q_conv)
-        n_q, n_head, d_k = q.shape
-        n_kv = k_cache.shape[1] // d_k
-        d_v = v_cache.shape[1] // n_kv
-        group = n_head // n_kv
-        f16 = k_cache.dtype == np.float16
-        qq = _f32(q).astype(np.float16).astype(np.float32) if f16 else _f32(q)
-        out = np.zeros((n_q, n_head, d_v), dtype=np.float32)
-        for i in range(n_q):
-            cells = np.asarray(kv_cells[q_start[i]:q_end[i]], dtype=np.int64)
-            if len(cells) == 0:
-                continue
-            k = np.repeat(k_cache[cells].astype(np.float32).reshape(-1, n_kv, d_k), group, axis=1)
-            v = np.repeat(v_cache[cells].astype(np.float32).reshape(-1, n_kv, d_v), group, axis=1)
-            s = (_F32(scale) * lane_dot(qq[i][:, None, :], k.transpose(1, 0, 2))).astype(np.float32)
-            if softcap > 0:
-                c = _F32(softcap)
-                s = (np.tanh((s * (_F32(1.0) / c)).astype(np.float32)) * c).astype(np.float32)
-            out[i] = lane_pv(ggml_softmax_probs(s, f16), v)
-        return out
+        return attention_lanes(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
+
+
+def attention_lanes(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0,
+                    sinks=None):
+    """llama.cpp's non-flash attention over f16 / f32 caches (module docstring), sinks [n_head]
+    optional (ggml_soft_max_add_sinks)."""
+    n_q, n_head, d_k = q.shape
+    n_kv = k_cache.shape[1] // d_k
+    d_v = v_cache.shape[1] // n_kv
+    group = n_head // n_kv
+    f16 = k_cache.dtype == np.float16
+    qq = _f32(q).astype(np.float16).astype(np.float32) if f16 else _f32(q)
+    out = np.zeros((n_q, n_head, d_v), dtype=np.float32)
+    for i in range(n_q):
+        cells = np.asarray(kv_cells[q_start[i]:q_end[i]], dtype=np.int64)
+        if len(cells) == 0:
+            continue
+        k = np.repeat(k_cache[cells].astype(np.float32).reshape(-1, n_kv, d_k), group, axis=1)
+        v = np.repeat(v_cache[cells].astype(np.float32).reshape(-1, n_kv, d_v), group, axis=1)
+        s = (_F32(scale) * lane_dot(qq[i][:, None, :], k.transpose(1, 0, 2))).astype(np.float32)
+        if softcap > 0:
+            c = _F32(softcap)
+            s = (np.tanh((s * (_F32(1.0) / c)).astype(np.float32)) * c).astype(np.float32)
+        out[i] = lane_pv(ggml_softmax_probs(s, f16, sinks), v)
+    return out
 
 
 def _attention_kvq(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap, qconv=False):

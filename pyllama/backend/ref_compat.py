@@ -27,9 +27,9 @@ _F32 = np.float32
 # 32-block: its elements 4l..4l+3, times the integer scale of their 16), acc8 = fma(f32(d*d8),
 # (float)lanes, acc8), the result mult * hsum_float_8(acc8)
 IQ_VEC_MULT = {GGMLType.IQ2_XXS: 0.125, GGMLType.IQ2_XS: 0.125, GGMLType.IQ2_S: 0.125,
-               GGMLType.IQ3_XXS: 0.25, GGMLType.IQ3_S: 1.0}
+               GGMLType.IQ3_XXS: 0.25, GGMLType.IQ3_S: 1.0, GGMLType.IQ4_XS: 1.0}
 VEC_TYPES = (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K,
-             GGMLType.IQ4_XS, GGMLType.IQ1_S, GGMLType.IQ1_M) + tuple(IQ_VEC_MULT)
+             GGMLType.IQ1_S, GGMLType.IQ1_M) + tuple(IQ_VEC_MULT)
 
 
 def _lane_order() -> np.ndarray:
@@ -150,8 +150,6 @@ def matvec_k(wtype, raw, x: np.ndarray) -> np.ndarray:
         return _q23k_vecdot(wtype, blk, x)
     if wtype == GGMLType.Q6_K:
         return _q6k_vecdot(blk, x)
-    if wtype == GGMLType.IQ4_XS:
-        return _iq4xs_vecdot(blk, x)
     if wtype in IQ_VEC_MULT:
         return _iq_grid_vecdot(wtype, blk, x)
     if wtype in (GGMLType.IQ1_S, GGMLType.IQ1_M):
@@ -162,25 +160,38 @@ def matvec_k(wtype, raw, x: np.ndarray) -> np.ndarray:
     raise NotImplementedError(f"one-token kernel for {wtype.name}")
 
 
-def _iq_grid_vecdot(wtype, blk, x):
-    """ggml_vec_dot_iq{2_xxs,2_xs,2_s,3_xxs,3_s}_q8_K (AVX2), see IQ_VEC_MULT."""
+def _iq_unpack(wtype, blk, x):
+    """i-quant rows and q8_K activations in lane form: (v int64 [rows, nb, 8, 8, 4] values of
+    32-block j, lane l, sc [rows, nb, 8, 8, 1] their integer scales, d0 [rows, nb] (tiled_ints),
+    q8 [n, nb, 8, 8, 4] float64, d8 [n, nb])."""
     from ..quant import BLOCK_LAYOUT
     from ..quant.iquants import tiled_ints
     rows, nb = blk.shape[:2]
     b = np.ascontiguousarray(blk).reshape(-1).view(BLOCK_LAYOUT[wtype].dtype)
     v, sc, d0 = tiled_ints(wtype, {f: np.ascontiguousarray(b[f]) for f in b.dtype.names})
-    mult = _F32(IQ_VEC_MULT[wtype])
-    d = (d0 / mult).astype(_F32).reshape(rows, nb)          # the f16 scale (exact)
     sc8 = np.repeat(sc.reshape(rows, nb, 8, 2), 4, axis=-1).reshape(rows, nb, 8, 8, 1)
-    wv = (v.astype(np.int64).reshape(rows, nb, 8, 8, 4) * sc8).astype(np.float64)
     qa, da, _ = quantize_q8_K_ref(x)
-    n = x.shape[0]
-    qa = qa.reshape(n, nb, 8, 8, 4).astype(np.float64)
-    acc = np.zeros((n, rows, 8), _F32)
+    return (v.astype(np.int64).reshape(rows, nb, 8, 8, 4), sc8.astype(np.int64),
+            d0.reshape(rows, nb), qa.reshape(x.shape[0], nb, 8, 8, 4).astype(np.float64), da)
+
+
+def _lane_chain(w, qa, d, da, acc=None):
+    """acc8 [n, rows, 8] = fma(f32(d*d8), (float)lanes, acc8) over super-blocks, lanes the exact
+    dots of w [rows, nb, 8, 8, 4] with qa [n, nb, 8, 8, 4] per lane."""
+    n, rows, nb = qa.shape[0], w.shape[0], w.shape[1]
+    acc = np.zeros((n, rows, 8), _F32) if acc is None else acc
     for i in range(nb):
-        lanes = np.einsum("rjlk,njlk->nrl", wv[:, i], qa[:, i]).astype(_F32)
+        lanes = np.einsum("rjlk,njlk->nrl", w[:, i], qa[:, i]).astype(_F32)
         dd = (d[None, :, i] * da[:, None, i]).astype(_F32)[..., None]
         acc = _fma(np.broadcast_to(dd, lanes.shape), lanes, acc)
+    return acc
+
+
+def _iq_grid_vecdot(wtype, blk, x):
+    """ggml_vec_dot_iq{2_xxs,2_xs,2_s,3_xxs,3_s,4_xs}_q8_K (AVX2), see IQ_VEC_MULT."""
+    v, sc, d0, qa, da = _iq_unpack(wtype, blk, x)
+    mult = _F32(IQ_VEC_MULT[wtype])
+    acc = _lane_chain((v * sc).astype(np.float64), qa, (d0 / mult).astype(_F32), da)
     return (mult * ggml_hsum8(acc)).astype(_F32)
 
 
@@ -189,58 +200,19 @@ def _iq1_vecdot(wtype, blk, x):
     0, 1); the +-1 deltas: IQ1_S one exact integer per super-block (bsums x sign x scale),
     acc1 = fma(d, (float)sum, acc1) (gcc contracts `accum1 += d * sumi1`); IQ1_M a second set of
     8 lanes and fma chain. Result hsum8(acc) + 0.125 * (acc1 or hsum8(acc2))."""
-    from ..quant import BLOCK_LAYOUT
-    from ..quant.iquants import tiled_ints
-    rows, nb = blk.shape[:2]
-    b = np.ascontiguousarray(blk).reshape(-1).view(BLOCK_LAYOUT[wtype].dtype)
-    v, sc, d0 = tiled_ints(wtype, {f: np.ascontiguousarray(b[f]) for f in b.dtype.names})
-    v = v.astype(np.int64).reshape(rows, nb, 8, 8, 4)          # 8 * grid + delta
+    v, sc, d0, qa, da = _iq_unpack(wtype, blk, x)       # v = 8 * grid + delta
     delta = np.where(v % 8 == 1, 1, -1)
-    sc8 = np.repeat(sc.reshape(rows, nb, 8, 2), 4, axis=-1).reshape(rows, nb, 8, 8, 1)
-    wg = ((v - delta) // 8 * sc8).astype(np.float64)
-    wd = (delta * sc8).astype(np.float64)
-    d = (d0 / _F32(0.125)).astype(_F32).reshape(rows, nb)
-    qa, da, _ = quantize_q8_K_ref(x)
-    n = x.shape[0]
-    qa = qa.reshape(n, nb, 8, 8, 4).astype(np.float64)
-    acc = np.zeros((n, rows, 8), _F32)
-    acc2 = np.zeros((n, rows, 8), _F32)
-    acc1 = np.zeros((n, rows), _F32)
-    for i in range(nb):
-        lanes = np.einsum("rjlk,njlk->nrl", wg[:, i], qa[:, i]).astype(_F32)
-        dl = np.einsum("rjlk,njlk->nrl", wd[:, i], qa[:, i])
-        dd = (da[:, None, i] * d[None, :, i]).astype(_F32)
-        acc = _fma(np.broadcast_to(dd[..., None], lanes.shape), lanes, acc)
-        if wtype == GGMLType.IQ1_M:
-            acc2 = _fma(np.broadcast_to(dd[..., None], lanes.shape), dl.astype(_F32), acc2)
-        else:
-            acc1 = _fma(dd, dl.sum(-1).astype(_F32), acc1)
-    other = ggml_hsum8(acc2) if wtype == GGMLType.IQ1_M else acc1
+    d = (d0 / _F32(0.125)).astype(_F32)
+    wd = (delta * sc).astype(np.float64)
+    acc = _lane_chain(((v - delta) // 8 * sc).astype(np.float64), qa, d, da)
+    if wtype == GGMLType.IQ1_M:
+        other = ggml_hsum8(_lane_chain(wd, qa, d, da))
+    else:
+        other = np.zeros(acc.shape[:2], _F32)
+        for i in range(v.shape[1]):
+            dd = (da[:, None, i] * d[None, :, i]).astype(_F32)
+            other = _fma(dd, np.einsum("rjlk,njlk->nr", wd[:, i], qa[:, i]).astype(_F32), other)
     return (ggml_hsum8(acc) + _F32(0.125) * other).astype(_F32)
-
-
-def _iq4xs_vecdot(blk, x):
-    """ggml_vec_dot_iq4_xs_q8_K (AVX2): per super-block 8 int32 lanes, lane l of each 32-block
-    the (ls - 32)-scaled dot of its elements 4l..4l+3; acc8 = fma(f32(d*d8), (float)lanes, acc8);
-    hsum_float_8."""
-    from ..quant import BLOCK_LAYOUT
-    from ..quant.iquants import tiled_ints
-    rows, nb = blk.shape[:2]
-    b = np.ascontiguousarray(blk).reshape(-1).view(BLOCK_LAYOUT[GGMLType.IQ4_XS].dtype)
-    v, sc, d = tiled_ints(GGMLType.IQ4_XS, {f: np.ascontiguousarray(b[f]) for f in b.dtype.names})
-    # [rows, nb, 8 blocks, 8 lanes, 4] values times their block's scale (exact integers)
-    wv = (v.astype(np.int64).reshape(rows, nb, 8, 8, 4) *
-          sc.reshape(rows, nb, 8, 2)[..., :1, None].astype(np.int64)).astype(np.float64)
-    d = d.reshape(rows, nb)
-    qa, da, _ = quantize_q8_K_ref(x)
-    n = x.shape[0]
-    qa = qa.reshape(n, nb, 8, 8, 4).astype(np.float64)
-    acc = np.zeros((n, rows, 8), _F32)
-    for i in range(nb):
-        lanes = np.einsum("rjlk,njlk->nrl", wv[:, i], qa[:, i]).astype(_F32)
-        dd = (d[None, :, i] * da[:, None, i]).astype(_F32)[..., None]
-        acc = _fma(np.broadcast_to(dd, lanes.shape), lanes, acc)
-    return ggml_hsum8(acc)
 
 
 def matvec_float(wtype, raw, x: np.ndarray) -> np.ndarray:
@@ -286,7 +258,7 @@ def vec_dot_f16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return s.astype(_F32)
 
 
-def _attend_vec(qh, K, V, cells, scale, softcap):
+def _attend_vec(qh, K, V, cells, scale, softcap, sinks=None):
     """One query, heads qh [H, dk] (f16 values), K [L, H, dk], V [L, H, dv] (listed cells,
     ascending) -> [H, dv]."""
     s = (_F32(scale) * vec_dot_f16(qh[:, None, :], K.transpose(1, 0, 2))).astype(_F32)   # [H, L]
@@ -296,7 +268,7 @@ def _attend_vec(qh, K, V, cells, scale, softcap):
     C = (int(cells[-1]) // 32 + 1) * 32                    # whole 32-cell steps from cell 0
     dense = np.full((s.shape[0], C), -np.inf, _F32)
     dense[:, cells] = s
-    p = ggml_softmax_probs(dense, True)                    # 0 for unlisted cells
+    p = ggml_softmax_probs(dense, True, sinks)             # 0 for unlisted cells
     Vd = np.zeros((C,) + V.shape[1:], _F32)
     Vd[cells] = V
     acc = np.zeros((s.shape[0], V.shape[2], 4, 8), _F32)
@@ -326,13 +298,13 @@ def _queries(q, k_cache, v_cache, kv_cells, q_start, q_end):
     return np.zeros((n_q, n_head, d_v), _F32), rows()
 
 
-def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
+def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0, sinks=None):
     """backend.attention with llama.cpp's one-token arithmetic (f16 caches): each query's listed
     cells are taken in ascending cell index, as llama.cpp's rows of the cache are."""
     q16 = np.asarray(q, _F32).astype(np.float16).astype(_F32)
     out, rows = _queries(q, k_cache, v_cache, kv_cells, q_start, q_end)
     for i, cells, K, V in rows:
-        out[i] = _attend_vec(q16[i], K, V, cells, scale, softcap)
+        out[i] = _attend_vec(q16[i], K, V, cells, scale, softcap, sinks)
     return out
 
 

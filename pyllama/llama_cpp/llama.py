@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 import warnings
+import weakref
 from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
@@ -170,8 +171,6 @@ class Llama:
         swa_extra: int = 0,
         **kwargs,
     ):
-        from ..model import load_model
-
         self.verbose = verbose
         self.model_path = model_path
         self.numa = numa
@@ -191,7 +190,7 @@ class Llama:
             path = _models.resolve(path)        # pyllama's bundled model names work too
         if not os.path.exists(path):
             raise ValueError(f"Model path does not exist: {model_path}")
-        self._model = load_model(path, vocab_only=vocab_only)
+        self._model = _shared_model(path, vocab_only)
         self.tokenizer_ = tokenizer or LlamaTokenizer(self)
 
         self.n_batch = min(n_ctx, n_batch)
@@ -1027,6 +1026,21 @@ class Llama:
 
 
 # -- helpers ----------------------------------------------------------------------------------------
+_MODELS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def _shared_model(path: str, vocab_only: bool):
+    """One loaded Model per file while any Llama uses it (the weights are read-only; every
+    Llama has its own Context)."""
+    from ..model import load_model
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns, vocab_only)
+    m = _MODELS.get(key)
+    if m is None:
+        m = _MODELS[key] = load_model(path, vocab_only=vocab_only)
+    return m
+
+
 def locals_copy(loc: dict) -> dict:
     """The constructor's arguments, for __getstate__."""
     skip = {"self", "kwargs", "load_model", "__class__", "path", "hp"}

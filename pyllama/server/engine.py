@@ -598,15 +598,28 @@ class Engine:
         """One round: admit tasks, build one batch over all slots, decode, sample, emit."""
         self._drop_cancelled()
         self._admit()
-        plan, tokens, pos, seqs, outs = self._build_batch()
-        if not tokens:
-            return
         import pyllama
-        batch = pyllama.Batch(np.asarray(tokens, np.int32), pos=np.asarray(pos, np.int32),
-                              seq_ids=seqs, logits=np.asarray(outs, bool))
-        rc = self.ctx.decode(batch)
-        if rc != 0:
-            msg = "failed to find a memory slot" if rc == 1 else f"decode failed ({rc})"
+        n_batch = self.ctx.n_batch
+        while True:
+            plan, tokens, pos, seqs, outs = self._build_batch(n_batch)
+            if not tokens:
+                return
+            batch = pyllama.Batch(np.asarray(tokens, np.int32), pos=np.asarray(pos, np.int32),
+                                  seq_ids=seqs, logits=np.asarray(outs, bool))
+            rc = self.ctx.decode(batch)     # 1: no room, the memory is unchanged
+            if rc == 0:
+                break
+            if rc == 1 and n_batch > 1:
+                # llama.cpp's update_slots: free the idle slots' caches, else halve the batch,
+                # and retry; a busy slot's stream fails only when not even one token fits
+                if not self._clear_idle_slots():
+                    n_batch //= 2
+                log.warning("srv  update_slots: failed to find free space in the KV cache, "
+                            f"retrying with smaller batch size, n_batch = {n_batch}")
+                continue
+            msg = {1: "Context size has been exceeded.", -1: "Invalid input batch."}.get(
+                rc, "Compute error.")
+            log.error(f"srv  update_slots: {msg} n_batch = {n_batch}, ret = {rc}")
             self._fail_slots([s for s, *_ in plan], ServerError(500, msg))
             return
         self.metrics.n_decode_total += 1
@@ -614,14 +627,27 @@ class Engine:
         self.metrics.n_tokens_max = max(self.metrics.n_tokens_max, len(tokens))
         self._after_decode(plan)
 
-    def _build_batch(self):
+    def _clear_idle_slots(self) -> bool:
+        """llama.cpp's try_clear_idle_slots: drop the cached tokens of idle slots to make room;
+        True when something was freed."""
+        freed = False
+        for s in self.slots:
+            if not s.busy and s.cache:
+                self.memory.seq_rm(s.id, -1, -1)
+                s.cache.clear()
+                s.checkpoints.clear()
+                freed = True
+        return freed
+
+    def _build_batch(self, n_batch: int | None = None):
+        n_batch = self.ctx.n_batch if n_batch is None else n_batch
         plan, tokens, pos, seqs, outs = [], [], [], [], []
         for s in self.slots:
-            if s.busy and not s.prompting and s.sampled is not None:
-                prop = s.propose(self.ctx.n_batch - len(tokens))
+            if s.busy and not s.prompting and s.sampled is not None and len(tokens) < n_batch:
+                prop = s.propose(n_batch - len(tokens))
                 plan.append((s, "gen", len(tokens), prop))
                 self._add(tokens, pos, seqs, outs, s, prop, [True] * len(prop))
-        budget = self.ctx.n_batch - len(tokens)
+        budget = n_batch - len(tokens)
         for s in self.slots:
             if budget <= 0:
                 break

@@ -248,6 +248,30 @@ def _olmo3(s: Spec):                      # olmo2.cpp with a sliding window (OLM
     s.kv(K.Attention.SLIDING_WINDOW, s.c["n_swa"])
 
 
+def _gpt_oss(s: Spec):                    # openai-moe.cpp
+    c = s.c
+    s.common_kv()
+    s.moe_kv()
+    s.kv(K.LLM.EXPERT_FEED_FORWARD_LENGTH, c["n_ff_exp"])
+    s.kv(K.Attention.SLIDING_WINDOW, c["n_swa"])
+    s.kv(K.Rope.SCALING_TYPE, "yarn")
+    s.kv(K.Rope.SCALING_FACTOR, 32.0)
+    s.kv(K.Rope.SCALING_ORIG_CTX_LEN, 64)
+    s.io()
+    e, x, f, h = c["n_embd"], c["n_expert"], c["n_ff_exp"], c["n_head"]
+    for il in range(c["n_layer"]):
+        s.attn(il, bias=True)
+        s.t(tn(T.ATTN_OUT, il, "bias"), e)
+        s.t(tn(T.ATTN_SINKS, il), h)
+        s.t(tn(T.ATTN_POST_NORM, il), e)
+        s.t(tn(T.FFN_GATE_INP, il), x, e)
+        s.t(tn(T.FFN_GATE_INP, il, "bias"), x)
+        for t, shape in ((T.FFN_GATE_EXP, (x, f, e)), (T.FFN_UP_EXP, (x, f, e)),
+                         (T.FFN_DOWN_EXP, (x, e, f))):
+            s.t(tn(t, il), *shape)
+            s.t(tn(t, il, "bias"), *shape[:2])
+
+
 def _granite(s: Spec):                    # granite.cpp: embedding/residual/attention/logit scales
     c = s.c
     s.common_kv()
@@ -304,6 +328,9 @@ ARCHS = {
     "phi3": ("phi3", _phi3, {"n_head_kv": 4, "orig_ctx": 256, "rope_attn_factor": 1.1902380714238083}),
     # 4 layers, window 8 over 26 positions: SWA layers 0-2 mask, layer 3 is global
     "olmo3": ("olmo2", _olmo3, {"eps": 1e-6, "rope_base": 500000.0, "n_layer": 4, "n_swa": 8}),
+    # layer 0 SWA (window 8), layer 1 full; 8 experts top 4; YaRN x32 from 64 positions
+    "gpt-oss": ("gpt-oss", _gpt_oss, {"n_layer": 2, "n_swa": 8, "n_expert": 8,
+                                      "n_expert_used": 4, "n_ff_exp": 256, "head": 64}),
     "granite": ("granite", _granite, {"logit_scale": 8.0, "residual_scale": 0.22,
                                       "embedding_scale": 12.0, "attention_scale": 0.015625}),
 }
@@ -335,6 +362,10 @@ def tensor_data(name: str, shape, seed: int = 0) -> np.ndarray:
     if name in (tn(T.ROPE_FACTORS_LONG), tn(T.ROPE_FACTORS_SHORT)):     # LongRoPE style
         top = 16.0 if name == tn(T.ROPE_FACTORS_LONG) else 2.0
         return np.geomspace(1.0, top, shape[0]).astype(np.float32)
+    if name.endswith("attn_sinks.weight"):
+        return (1.0 * rng.standard_normal(shape)).astype(np.float32)
+    if name.endswith(".bias"):
+        return (0.1 * rng.standard_normal(shape)).astype(np.float32)
     if len(shape) == 1:
         if name.endswith(".bias"):
             return (0.1 * rng.standard_normal(shape)).astype(np.float32)

@@ -225,7 +225,9 @@ def test_slots_and_metrics(client):
     slots = client.get("/slots").json()
     assert [s["id"] for s in slots] == [0, 1]
     assert slots[0]["n_ctx"] == 512 and slots[0]["is_processing"] is False
-    assert "id_task" in slots[0] and slots[0]["next_token"][0]["n_decoded"] == 2
+    # idle: the finished task's budget does not leak (llama.cpp test_metrics_slots_idle_after_completion)
+    assert "id_task" in slots[0] and slots[0]["next_token"][0]["n_decoded"] == 0
+    assert slots[0]["next_token"][0]["n_remain"] == -1
     m = client.get("/metrics")
     assert m.headers["content-type"].startswith("text/plain; version=0.0.4")
     values = dict(line.split(" ", 1) for line in m.text.splitlines() if not line.startswith("#"))

@@ -1503,12 +1503,42 @@ static void pyl_rowtile_r8(int t, const uint8_t *wsrc, int64_t wstride, int64_t 
                            const pyl_acts *A, int64_t n, float *out, int64_t os) {
     const int bb = pyl_block_bytes(t), nb = k / 32;
     enum { G = 8 };
+#if PYL_AVX2
+    if (n < G) {   /* few tokens: the tile's rows reduced together (4 block integers, one fma) */
+        const __m256i ones = _mm256_set1_epi16(1), z = _mm256_setzero_si256();
+        for (int64_t i = 0; i < n; i++) {
+            const pyl_arow X = pyl_act_row(A, i);
+            __m128 acc = _mm_setzero_ps();
+            for (int b = 0; b < nb; b++) {
+                const __m256i y = _mm256_loadu_si256((const __m256i *)(X.q + 32 * b));
+                __m256i p[4] = {z, z, z, z};
+                float dw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                for (int r = 0; r < nr; r++) {
+                    const uint8_t *x = wsrc + (r0 + r) * wstride + (int64_t)bb * b;
+                    const __m256i w = pyl_dec32_avx2(t, x);
+                    p[r] = PYL_DOT4(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w), ones);
+                    dw[r] = *pyl_scaleA_ref(t, x);
+                }
+                const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+                const __m128i I = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+                acc = _mm_fmadd_ps(_mm_cvtepi32_ps(I), _mm_mul_ps(_mm_loadu_ps(dw), _mm_set1_ps(X.d[b])), acc);
+            }
+            float o[4];
+            _mm_storeu_ps(o, acc);
+            for (int r = 0; r < nr; r++) out[i * os + r0 + r] = o[r];
+        }
+        return;
+    }
+#endif
     for (int r = 0; r < nr; r++) {
         const uint8_t *row = wsrc + (r0 + r) * wstride;
         for (int64_t t0 = 0; t0 < n; t0 += G) {
             const int nt = n - t0 < G ? (int)(n - t0) : G;
             pyl_arow X[G];
             float acc[G];
+#if PYL_AVX2
+            __m256 acc8 = _mm256_setzero_ps();
+#endif
             for (int i = 0; i < nt; i++) { X[i] = pyl_act_row(A, t0 + i); acc[i] = 0.0f; }
             for (int b = 0; b < nb; b++) {
                 const uint8_t *x = row + (int64_t)bb * b;
@@ -1516,6 +1546,19 @@ static void pyl_rowtile_r8(int t, const uint8_t *wsrc, int64_t wstride, int64_t 
 #if PYL_AVX2
                 const __m256i w = pyl_dec32_avx2(t, x), aw = _mm256_abs_epi8(w);
                 const __m256i ones = _mm256_set1_epi16(1);
+                if (nt == G) {   /* 8 tokens: the 8 block integers reduced together, one fma */
+                    __m256i p[G];
+                    for (int i = 0; i < G; i++)
+                        p[i] = PYL_DOT4(aw, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(X[i].q + 32 * b)), w), ones);
+                    const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+                    const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+                    const __m256i I = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
+                                                       _mm256_permute2x128_si256(h0, h1, 0x31));
+                    const __m256 dy = _mm256_set_ps(X[7].d[b], X[6].d[b], X[5].d[b], X[4].d[b],
+                                                    X[3].d[b], X[2].d[b], X[1].d[b], X[0].d[b]);
+                    acc8 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(_mm256_set1_ps(dw), dy), acc8);
+                    continue;
+                }
                 for (int i = 0; i < nt; i++) {
                     const __m256i y = _mm256_loadu_si256((const __m256i *)(X[i].q + 32 * b));
                     const __m256i p = PYL_DOT4(aw, _mm256_sign_epi8(y, w), ones);
@@ -1539,6 +1582,9 @@ static void pyl_rowtile_r8(int t, const uint8_t *wsrc, int64_t wstride, int64_t 
                 }
 #endif
             }
+#if PYL_AVX2
+            if (nt == G) _mm256_storeu_ps(acc, acc8);
+#endif
             for (int i = 0; i < nt; i++) out[(t0 + i) * os + r0 + r] = acc[i];
         }
     }
