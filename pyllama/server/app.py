@@ -28,6 +28,8 @@ from . import embeddings as E
 from . import infill as I
 from . import responses as R
 from . import schemas as S
+from . import static
+from .drain import Drain, draining_error
 from .chat import render_chat
 from .tool_calls import family as tool_family
 from .chat_parse import (MsgStream, ReasoningBudget, forced_open, parse_message,
@@ -96,7 +98,11 @@ class Gate:
         if early is not None:
             await early(scope, receive, send_wrapped)
         else:
-            await self.app(scope, self._counted(receive, limit, seen), send_wrapped)
+            self.server.drain.inflight += 1
+            try:
+                await self.app(scope, self._counted(receive, limit, seen), send_wrapped)
+            finally:
+                self.server.drain.inflight -= 1
         if seen[0] >= LARGE_BODY:
             await run_in_threadpool(release_memory)
         client = scope.get("client") or ("-", 0)
@@ -125,8 +131,16 @@ class Gate:
                 "Access-Control-Allow-Headers": self.cfg.cors_headers})
         if path not in UI_PATHS and not self.server.engine.ready.is_set():
             return error_response(ServerError(503, "Loading model"))
+        if self.server.drain.active:     # pyllama/server/drain.py: /health says so too
+            return error_response(draining_error())
         if self.cfg.api_keys and path not in NO_AUTH and not self._key_ok(headers):
             return error_response(ServerError(401, "Invalid API Key"))
+        if method in ("GET", "HEAD") and self.cfg.public_path:   # --path: files before routes
+            found = static.lookup(self.cfg.public_path, path)
+            if found is not None:
+                return static.file_response(found, method == "HEAD")
+        if path == "/sw.js" and method == "GET" and (not self.cfg.ui or self.cfg.public_path):
+            return static.sw_remove()
         return None
 
     def _key_ok(self, headers: dict) -> bool:
@@ -182,6 +196,7 @@ class Server:
         self.cfg, self.engine = cfg, engine
         self._defaults = None
         self.live: dict[str, list] = {}     # chat completion id -> its tasks (while running)
+        self.drain = Drain(cfg.drain_timeout)
 
     # -- helpers -----------------------------------------------------------------------------------
     @property
@@ -226,7 +241,7 @@ class Server:
         return self._web_file(WEB_ASSETS[request.scope["path"]])
 
     def _web_file(self, path: Path):
-        if not self.cfg.ui:
+        if not self.cfg.ui or self.cfg.public_path:   # --path replaces the built-in UI
             raise HTTPException(404)
         # revalidated on each load (ETag), so an upgraded pyllama's page is picked up at once
         return FileResponse(path, media_type=_ASSET_TYPES[path.suffix],

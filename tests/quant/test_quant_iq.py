@@ -235,3 +235,16 @@ def test_unrepacked_iq4_nl_mxfp4_vec_dot(ref, name):
     else:
         assert vec_row_start(w.type, 15, 1) == 0 and vec_row_start(w.type, 15, 2) == 2
         assert vec_row_start(w.type, 16, 1) == 1
+
+
+def test_unrepacked_q4_k_prefill_is_tiled(ref):
+    """A Q4_K with rows % 8 != 0 is not repacked: llama.cpp's tiled kernel from 8 rows (plain
+    q8_K activations, mins by fma(-dmin, S2, d*S1))."""
+    from pyllama.backend.base import Weight
+    from pyllama.backend.cpu import matmul as mm
+    from pyllama.backend.ref_matmul import matmul_ref
+    raw, x = ref["raw_Q4_K"][:15], ref["x"]
+    w = Weight("w", GGMLType.Q4_K, (15, 512), raw)
+    for n in (8, 9):
+        assert np.array_equal(mm.matmul(w, x[:n]), ref[f"mm{n}_Q4_K"][:, :15])
+        assert np.array_equal(matmul_ref(w.type, raw, x[:n]), ref[f"mm{n}_Q4_K"][:, :15])
