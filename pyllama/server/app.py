@@ -881,6 +881,10 @@ def _metrics_text(engine: Engine) -> str:
         for name, help_, value in rows:
             lines += [f"# HELP llamacpp:{name} {help_}", f"# TYPE llamacpp:{name} {kind}",
                       f"llamacpp:{name} {cpp_double(value)}"]
+    if m.n_accepted_per_pos:    # labeled counter: one series per draft position
+        name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+        lines += [f"# HELP {name} Accepted tokens per draft position", f"# TYPE {name} counter"]
+        lines += [f'{name}{{position="{i}"}} {v}' for i, v in enumerate(m.n_accepted_per_pos)]
     return "\n".join(lines) + "\n"
 
 
