@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..log import get_logger
+from . import sleep
 from .schemas import (EmbdResult, Final, Partial, Progress, ServerError, TaskParams, Timings,
                       TokenProb, exceed_context)
 
@@ -387,6 +388,9 @@ class Engine:
         self.on_fatal = lambda: None
         self.metrics = Metrics()
         self.slots: list[Slot] = []
+        self.awake = threading.Event()      # cleared while asleep (--sleep-idle-seconds)
+        self.http_busy = lambda: False      # set by the HTTP side: a request is in flight
+        self.t_last_task = time.monotonic()
         self._stop = False
         self._next_id = 0
         self.thread = threading.Thread(target=self._run, name="pyllama-engine", daemon=True)
@@ -589,10 +593,17 @@ class Engine:
             self.on_fatal()
             return
         self.ready.set()
+        self.awake.set()
         while not self._stop:
             self._collect(block=not (self.n_busy or self.pending))
             if self._stop:
                 break
+            if self.n_busy or self.pending:
+                self.t_last_task = time.monotonic()
+            else:
+                sleep.maybe_sleep(self)      # --sleep-idle-seconds (pyllama/server/sleep.py)
+                if self._stop:
+                    break
             try:
                 self.step()
             except Exception as e:  # noqa: BLE001 - one bad step must not kill the server
