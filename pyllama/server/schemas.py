@@ -474,6 +474,7 @@ class Partial:
     n_decoded: int
     n_prompt: int
     timings: Timings | None = None
+    n_cached: int = 0                # prompt tokens taken from the slot's cache
 
 
 @dataclass
