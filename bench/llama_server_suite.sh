@@ -14,6 +14,7 @@
 #   OUT              results directory (default bench/results/server_suite)
 #   PASSES_OUT       where to write the list of tests llama.cpp's server passed
 #   PORT             the port the suite's servers listen on (default 8080; one run per port)
+#   ONLY             pyllama | llamacpp: run one side only
 # The suite needs pytest, requests, openai, wget, filelock, prometheus-client (the [test] extra).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -43,19 +44,24 @@ export PYTHONPATH="$HERE/server_suite${PYTHONPATH:+:$PYTHONPATH}"
 PYLLAMA_SERVER=${PYLLAMA_SERVER:-$(dirname "$(command -v "$PY")")/llama-server}
 LLAMACPP_SERVER=${LLAMACPP_SERVER:-/work/llamacpp/build/bin/llama-server}
 
-run() {  # name executable
+run() {  # name executable: one pytest per suite file, so a cut-short run keeps what it did
+  mkdir -p "$OUT/$1"
   echo "== $1: $2 on ${#targets[@]} files, model $SUITE_MODEL" >&2
-  (cd "$SUITE" && LLAMA_SERVER_BIN_PATH="$2" "$PY" -m pytest -p pyllama_suite_patch -q \
-     -o cache_dir="$OUT/.pytest_cache" --junitxml="$OUT/$1.xml" "${targets[@]}" \
-     ${extra[@]+"${extra[@]}"} >"$OUT/$1.log" 2>&1) || true
-  tail -1 "$OUT/$1.log" >&2
+  for t in "${targets[@]}"; do
+    f=$(basename "$t" .py)
+    (cd "$SUITE" && LLAMA_SERVER_BIN_PATH="$2" "$PY" -m pytest -p pyllama_suite_patch -q \
+       -o cache_dir="$OUT/.pytest_cache" --junitxml="$OUT/$1/$f.xml" "$t" \
+       ${extra[@]+"${extra[@]}"} >"$OUT/$1/$f.log" 2>&1) || true
+    echo "   $f: $(tail -1 "$OUT/$1/$f.log")" >&2
+  done
 }
 
-run pyllama "$PYLLAMA_SERVER"
+[ "${ONLY:-}" = llamacpp ] || run pyllama "$PYLLAMA_SERVER"
 ref=()
-if [ "$LLAMACPP_SERVER" != none ] && [ -x "$LLAMACPP_SERVER" ]; then
-  run llamacpp "$LLAMACPP_SERVER"
-  ref=("$OUT/llamacpp.xml")
+if [ "${ONLY:-}" != pyllama ] && [ "$LLAMACPP_SERVER" != none ] && [ -x "$LLAMACPP_SERVER" ]; then
+  [ "${ONLY:-}" = pyllama ] || run llamacpp "$LLAMACPP_SERVER"
+  ref=("$OUT/llamacpp")
 fi
-"$PY" "$HERE/server_suite/report.py" "$OUT/pyllama.xml" ${ref[@]+"${ref[@]}"} \
+mkdir -p "$OUT/pyllama"
+"$PY" "$HERE/server_suite/report.py" "$OUT/pyllama" ${ref[@]+"${ref[@]}"} \
   ${PASSES_OUT:+--passes-out "$PASSES_OUT"}

@@ -141,13 +141,14 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=0.0, help="seconds (overrides --requests)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--url", default=None)
+    ap.add_argument("--server-args", default="", help="more llama-server flags, e.g. '-kvu'")
     a = ap.parse_args()
     proc = None
     if a.url is None:
         from server_proc import ServerProc
         slots = tempfile.mkdtemp(prefix="pyllama-stress-")
         proc = ServerProc(["-m", a.model, "-np", str(a.slots), "-c", str(a.ctx),
-                           "--slot-save-path", slots]).wait_ready(300)
+                           "--slot-save-path", slots, *a.server_args.split()]).wait_ready(300)
         a.url = proc.url
     t0 = time.monotonic()
     try:

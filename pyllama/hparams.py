@@ -249,6 +249,18 @@ def load_common(metadata: dict, arch: str) -> HParams:
     return hp
 
 
+def load_moe_widths(hp: HParams, metadata: dict) -> None:
+    """The Qwen MoE archs' checks and widths: experts required, expert FFN width
+    expert_feed_forward_length (default n_ff / n_expert_used), shared expert width
+    expert_shared_feed_forward_length (default n_ff; used by qwen2moe)."""
+    if hp.n_expert == 0 or hp.n_expert_used == 0:
+        raise ModelError(f"{hp.arch}: expert_count and expert_used_count must be > 0")
+    m = MetaReader(metadata, hp.arch)
+    n_ff_exp = m.get("expert_feed_forward_length", 0)
+    hp.n_ff_exp = int(n_ff_exp) if n_ff_exp else hp.n_ff[0] // hp.n_expert_used
+    hp.n_ff_shexp = int(m.get("expert_shared_feed_forward_length", 0)) or hp.n_ff[0]
+
+
 def load_swa_pattern(hp: HParams, metadata: dict, default_n: int, dense_first: bool = False):
     """llama_model_base::load_swa_pattern: an array key is used verbatim, else an int pattern."""
     v = metadata.get(f"{hp.arch}.attention.sliding_window_pattern", default_n)

@@ -1,22 +1,30 @@
 """Tables for bench/llama_server_suite.sh: per test the outcome on pyllama's llama-server and on
 llama.cpp's, then per file the counts.
 
-    python report.py PYLLAMA.xml [LLAMACPP.xml] [--passes-out FILE]
+    python report.py PYLLAMA(.xml|DIR) [LLAMACPP(.xml|DIR)] [--passes-out FILE]
 
 Outcomes: pass, FAIL, skip, - (not run). --passes-out writes the node ids llama.cpp's server
 passed (one per line), the list tests/server/test_llama_server_suite.py checks pyllama against.
 """
 from __future__ import annotations
 
+import os
 import sys
 import xml.etree.ElementTree as ET
 from collections import OrderedDict
 
 
 def outcomes(path: str | None) -> dict:
-    """node id ('test_basic.py::test_server_start_simple[...]') -> pass | FAIL | skip."""
+    """node id ('test_basic.py::test_server_start_simple[...]') -> pass | FAIL | skip, from a
+    junit XML file or a directory of them (one per suite file)."""
     if not path:
         return {}
+    if os.path.isdir(path):
+        out = {}
+        for name in sorted(os.listdir(path)):
+            if name.endswith(".xml"):
+                out.update(outcomes(os.path.join(path, name)))
+        return out
     out = {}
     for case in ET.parse(path).getroot().iter("testcase"):
         module = case.get("classname", "").split(".")[-1]

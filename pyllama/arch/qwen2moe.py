@@ -2,8 +2,7 @@
 biases, NEOX RoPE) with build_moe_ffn (softmax router, top expert_used_count, weights NOT
 normalised) plus a shared expert: a SwiGLU FFN of width expert_shared_feed_forward_length
 (default n_ff) times silu(s) / s, s = ffn_gate_inp_shexp . x."""
-from ..errors import ModelError
-from ..hparams import MetaReader
+from ..hparams import load_moe_widths
 from . import register
 from .base import TensorSpec
 from .qwen2 import Qwen2
@@ -16,12 +15,7 @@ class Qwen2Moe(Qwen2):
     @classmethod
     def load_hparams(cls, md):
         hp = super().load_hparams(md)
-        if hp.n_expert == 0 or hp.n_expert_used == 0:
-            raise ModelError("qwen2moe: expert_count and expert_used_count must be > 0")
-        m = MetaReader(md, cls.name)
-        n_ff_exp = m.get("expert_feed_forward_length", 0)
-        hp.n_ff_exp = int(n_ff_exp) if n_ff_exp else hp.n_ff[0] // hp.n_expert_used
-        hp.n_ff_shexp = int(m.get("expert_shared_feed_forward_length", 0)) or hp.n_ff[0]
+        load_moe_widths(hp, md)
         return hp
 
     @classmethod

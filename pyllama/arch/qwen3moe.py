@@ -1,8 +1,7 @@
 """qwen3moe (src/models/qwen3moe.cpp): qwen3's attention (per-head Q/K RMSNorm, NEOX RoPE) with
 build_moe_ffn: softmax router, top expert_used_count experts, weights normalised; expert FFN width
 expert_feed_forward_length (default n_ff / n_expert_used)."""
-from ..errors import ModelError
-from ..hparams import MetaReader
+from ..hparams import load_moe_widths
 from . import register
 from .qwen3 import Qwen3
 
@@ -14,10 +13,7 @@ class Qwen3Moe(Qwen3):
     @classmethod
     def load_hparams(cls, md):
         hp = super().load_hparams(md)
-        if hp.n_expert == 0 or hp.n_expert_used == 0:
-            raise ModelError("qwen3moe: expert_count and expert_used_count must be > 0")
-        n_ff_exp = MetaReader(md, cls.name).get("expert_feed_forward_length", 0)
-        hp.n_ff_exp = int(n_ff_exp) if n_ff_exp else hp.n_ff[0] // hp.n_expert_used
+        load_moe_widths(hp, md)
         return hp
 
     @classmethod

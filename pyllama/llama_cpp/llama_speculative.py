@@ -40,3 +40,16 @@ class LlamaPromptLookupDecoding(LlamaDraftModel):
     def __call__(self, input_ids: np.ndarray, /, **kwargs) -> np.ndarray:
         return self.find_candidate_pred_tokens(input_ids, self.max_ngram_size,
                                                self.num_pred_tokens)
+
+
+class PyllamaDraft(LlamaDraftModel):
+    """pyllama's drafters (pyllama.speculative: NgramDrafter, DraftModelDrafter over a draft
+    model's Context) as a draft_model: up to num_pred_tokens proposals for the history. A
+    pyllama extension; with numerics="invariant" the verified output equals plain decoding."""
+
+    def __init__(self, drafter, num_pred_tokens: int = 10):
+        self.drafter, self.num_pred_tokens = drafter, num_pred_tokens
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs) -> np.ndarray:
+        ids = [int(t) for t in input_ids]
+        return np.asarray(self.drafter.draft(ids, self.num_pred_tokens), dtype=np.intc)

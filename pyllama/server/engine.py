@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..log import get_logger
+from . import sleep
 from .schemas import (EmbdResult, Final, Partial, Progress, ServerError, TaskParams, Timings,
                       TokenProb, exceed_context)
 
@@ -165,6 +166,7 @@ class Slot:
         self.ckpt_marks = e.checkpoint_marks(n_past, len(task.prompt))
         self.drafts = []
         self.n_draft, self.n_draft_accepted, self.n_verif = 0, 0, 0
+        self.n_accepted_per_pos: list[int] = []     # accepted drafts by position (metrics)
         self.n_prompt_done, self.n_cached = n_past, n_past
         self.sampler = e.new_sampler(p.sampling)
         for t in task.prompt:       # llama.cpp replays the prompt: penalties and DRY see it
@@ -262,6 +264,11 @@ class Slot:
             self.n_draft += len(drafts)
             self.n_draft_accepted += n_acc
             self.n_verif += 1
+            per_pos = self.n_accepted_per_pos
+            if not per_pos:
+                per_pos.extend([0] * max(self.engine.cfg.spec_n_max, len(drafts)))
+            for k in range(min(n_acc, len(per_pos))):
+                per_pos[k] += 1
             self.rollback(len(self.cache) - len(drafts) + n_acc)
         self.drafts = []
         return out
@@ -332,7 +339,17 @@ class Metrics:
         self.n_tokens_max = 0
         self.spec_draft_tokens_total = self.spec_accepted_tokens_total = 0
         self.spec_drafts_total = 0
+        self.n_accepted_per_pos: list[int] = []
         self.bucket = [0, 0.0, 0, 0.0]     # prompt n, prompt s, predicted n, predicted s
+
+    def add_per_pos(self, src: list[int]) -> None:
+        """Accepted draft tokens per draft position, summed over tasks (llama.cpp's
+        n_accepted_per_pos)."""
+        dst = self.n_accepted_per_pos
+        if len(dst) < len(src):
+            dst.extend([0] * (len(src) - len(dst)))
+        for i, v in enumerate(src):
+            dst[i] += v
 
     def on_task_done(self, t: Timings) -> None:
         self.prompt_tokens_total += t.prompt_n
@@ -371,6 +388,9 @@ class Engine:
         self.on_fatal = lambda: None
         self.metrics = Metrics()
         self.slots: list[Slot] = []
+        self.awake = threading.Event()      # cleared while asleep (--sleep-idle-seconds)
+        self.http_busy = lambda: False      # set by the HTTP side: a request is in flight
+        self.t_last_task = time.monotonic()
         self._stop = False
         self._next_id = 0
         self.thread = threading.Thread(target=self._run, name="pyllama-engine", daemon=True)
@@ -573,10 +593,17 @@ class Engine:
             self.on_fatal()
             return
         self.ready.set()
+        self.awake.set()
         while not self._stop:
             self._collect(block=not (self.n_busy or self.pending))
             if self._stop:
                 break
+            if self.n_busy or self.pending:
+                self.t_last_task = time.monotonic()
+            else:
+                sleep.maybe_sleep(self)      # --sleep-idle-seconds (pyllama/server/sleep.py)
+                if self._stop:
+                    break
             try:
                 self.step()
             except Exception as e:  # noqa: BLE001 - one bad step must not kill the server
@@ -598,15 +625,28 @@ class Engine:
         """One round: admit tasks, build one batch over all slots, decode, sample, emit."""
         self._drop_cancelled()
         self._admit()
-        plan, tokens, pos, seqs, outs = self._build_batch()
-        if not tokens:
-            return
         import pyllama
-        batch = pyllama.Batch(np.asarray(tokens, np.int32), pos=np.asarray(pos, np.int32),
-                              seq_ids=seqs, logits=np.asarray(outs, bool))
-        rc = self.ctx.decode(batch)
-        if rc != 0:
-            msg = "failed to find a memory slot" if rc == 1 else f"decode failed ({rc})"
+        n_batch = self.ctx.n_batch
+        while True:
+            plan, tokens, pos, seqs, outs = self._build_batch(n_batch)
+            if not tokens:
+                return
+            batch = pyllama.Batch(np.asarray(tokens, np.int32), pos=np.asarray(pos, np.int32),
+                                  seq_ids=seqs, logits=np.asarray(outs, bool))
+            rc = self.ctx.decode(batch)     # 1: no room, the memory is unchanged
+            if rc == 0:
+                break
+            if rc == 1 and n_batch > 1:
+                # llama.cpp's update_slots: free the idle slots' caches, else halve the batch,
+                # and retry; a busy slot's stream fails only when not even one token fits
+                if not self._clear_idle_slots():
+                    n_batch //= 2
+                log.warning("srv  update_slots: failed to find free space in the KV cache, "
+                            f"retrying with smaller batch size, n_batch = {n_batch}")
+                continue
+            msg = {1: "Context size has been exceeded.", -1: "Invalid input batch."}.get(
+                rc, "Compute error.")
+            log.error(f"srv  update_slots: {msg} n_batch = {n_batch}, ret = {rc}")
             self._fail_slots([s for s, *_ in plan], ServerError(500, msg))
             return
         self.metrics.n_decode_total += 1
@@ -614,14 +654,27 @@ class Engine:
         self.metrics.n_tokens_max = max(self.metrics.n_tokens_max, len(tokens))
         self._after_decode(plan)
 
-    def _build_batch(self):
+    def _clear_idle_slots(self) -> bool:
+        """llama.cpp's try_clear_idle_slots: drop the cached tokens of idle slots to make room;
+        True when something was freed."""
+        freed = False
+        for s in self.slots:
+            if not s.busy and s.cache:
+                self.memory.seq_rm(s.id, -1, -1)
+                s.cache.clear()
+                s.checkpoints.clear()
+                freed = True
+        return freed
+
+    def _build_batch(self, n_batch: int | None = None):
+        n_batch = self.ctx.n_batch if n_batch is None else n_batch
         plan, tokens, pos, seqs, outs = [], [], [], [], []
         for s in self.slots:
-            if s.busy and not s.prompting and s.sampled is not None:
-                prop = s.propose(self.ctx.n_batch - len(tokens))
+            if s.busy and not s.prompting and s.sampled is not None and len(tokens) < n_batch:
+                prop = s.propose(n_batch - len(tokens))
                 plan.append((s, "gen", len(tokens), prop))
                 self._add(tokens, pos, seqs, outs, s, prop, [True] * len(prop))
-        budget = self.ctx.n_batch - len(tokens)
+        budget = n_batch - len(tokens)
         for s in self.slots:
             if budget <= 0:
                 break
@@ -733,6 +786,7 @@ class Engine:
             self._send_partial(slot)
         t = slot.timings()
         self.metrics.on_task_done(t)
+        self.metrics.add_per_pos(getattr(slot, "n_accepted_per_pos", []))
         if t.draft_n:
             self.metrics.spec_drafts_total += slot.n_verif
             log.info(f"slot print_timings: id {slot.id:2d} | task {task.id} | draft acceptance = "

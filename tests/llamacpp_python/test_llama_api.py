@@ -152,3 +152,21 @@ def test_named_chat_formats(gemma_path):
         messages=[{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])
     assert f.prompt == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n" \
                        "<|im_start|>assistant\n"
+
+
+def test_pyllama_drafters_as_draft_model(gemma_path):
+    """pyllama's n-gram and draft-model drafters through draft_model=: with the invariant
+    numerics the verified output is plain decoding's, token for token."""
+    from pyllama.context import Context
+    from pyllama.llama_cpp.llama_speculative import PyllamaDraft
+    from pyllama.speculative import DraftModelDrafter, NgramDrafter
+    prompt = "a b c d e f a b c d e f a b c"
+    plain = llama_cpp.Llama(gemma_path, numerics="invariant", verbose=False)
+    want = text(plain(prompt, max_tokens=12, temperature=0))
+    ngram = llama_cpp.Llama(gemma_path, numerics="invariant", verbose=False,
+                            draft_model=PyllamaDraft(NgramDrafter(size_n=3, min_n=1), 4))
+    assert text(ngram(prompt, max_tokens=12, temperature=0)) == want
+    dctx = Context(plain.model, n_ctx=512)
+    drafted = llama_cpp.Llama(gemma_path, numerics="invariant", verbose=False,
+                              draft_model=PyllamaDraft(DraftModelDrafter(dctx), 3))
+    assert text(drafted(prompt, max_tokens=12, temperature=0)) == want

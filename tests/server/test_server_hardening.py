@@ -347,3 +347,23 @@ def test_prompt_shapes(hc):
     assert err["message"] == '"prompt" must not be empty'
     r = hc.post("/completion", json={"prompt": {"prompt_string": "Hello"}, "n_predict": 1})
     assert r.status_code == 200
+
+
+def test_a_full_cache_frees_idle_slots_instead_of_failing(tiny_llama):
+    """Slots share one unified cache of 256 cells, each may use all of it: an idle slot's cached
+    prompt used to leave no room for the next request, which then failed with 500 (and every
+    stream of the batch with it). As llama.cpp's update_slots, the idle slots' caches are freed
+    and the batch retried (then halved; only a batch of one token that fits nowhere fails)."""
+    s = ServerProc(["-m", tiny_llama, "-c", "256", "-np", "2", "-t", "1", "--kv-unified"]
+                   ).wait_ready()
+    try:
+        with httpx.Client(base_url=s.url, timeout=120) as c:
+            a = c.post("/completion", json={"prompt": [5] * 150, "n_predict": 1,
+                                            "temperature": 0, "id_slot": 0})
+            assert a.status_code == 200, a.text
+            b = c.post("/completion", json={"prompt": [6] * 150, "n_predict": 4,
+                                            "temperature": 0, "id_slot": 1})
+            assert b.status_code == 200, b.text
+            assert b.json()["tokens_predicted"] == 4
+    finally:
+        assert s.stop() == 0, s.output()

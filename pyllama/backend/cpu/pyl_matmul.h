@@ -61,6 +61,10 @@ enum {
  * into two 8-lane fma chains, hsum8(acc1 + acc2), an odd last block added as
  * fma(d, (float)I, sum) */
 #define PYL_V2 512
+/* Q4_K | PYL_KT: a Q4_K llama.cpp does not repack (rows % 8 != 0): the tiled kernel with mins
+ * (mode 3 below) on plain q8_K activations */
+#define PYL_KT 1024
+#define PYL_Q4_KT (PYL_Q4_K | PYL_KT)
 /* activation kinds (the vec_dot type) */
 enum { PYL_ACT_Q8_0 = 0, PYL_ACT_Q8_K = 1, PYL_ACT_F16 = 2, PYL_ACT_BF16 = 3, PYL_ACT_F32 = 4,
        PYL_ACT_Q8_K4 = 5 /* q8_K values by the 4x8 repack rule (Q4_K) */ };
@@ -278,6 +282,7 @@ static inline int pyl_family(int t) {
     }
 }
 static inline int pyl_act_kind(int t) {
+    if (t & PYL_KT) return PYL_ACT_Q8_K;
     t &= 255;
     switch (pyl_family(t)) {
     case 0: return PYL_ACT_Q8_0;
@@ -292,6 +297,7 @@ static inline int pyl_act_kind(int t) {
  * 3: Q2_K / Q5_K (ggml tiled kernel with mins: S1 = sum sc*q*y, S2 = sum mins*bsums per
  *    super-block, res = fma(-dmin, (float)S2, d*(float)S1), acc = fma(res, dy, acc)) */
 static inline int pyl_has_min(int t) {
+    if (t & PYL_KT) return 3;
     return t == PYL_Q4_K ? 1 : t == PYL_Q2_K || t == PYL_Q5_K ? 3 : t == PYL_IQ4_XS ? 2 : 0;
 }
 static inline int pyl_is_iq(int t) {
@@ -349,7 +355,7 @@ static inline void pyl_dec_lut4(const uint8_t *__restrict qs, const int8_t *lut,
 }
 
 static inline int pyl_block_bytes(int t) {
-    switch (t) {
+    switch (t & 255) {
     case PYL_Q4_0: return 18; case PYL_Q4_1: return 20; case PYL_Q5_0: return 22;
     case PYL_Q5_1: return 24; case PYL_Q8_0: return 34; case PYL_Q2_K: return 84;
     case PYL_Q3_K: return 110; case PYL_Q4_K: return 144; case PYL_Q5_K: return 176;
@@ -722,6 +728,7 @@ static inline void pyl_dec_q6_K_avx2(const uint8_t *x, uint8_t *u) {
 static inline void pyl_decK_sb(int t, const uint8_t *x, uint8_t *u, int16_t *s16, int16_t *mn,
                                float *d, float *dm) {
     int s[16], m[16];
+    t &= 255;
     if (pyl_is_iq(t)) { pyl_dec_iq(t, x, u, s16, mn, d, dm); return; }
     switch (t) {
     case PYL_Q2_K: pyl_dec_q2_K(x, u, s, m, d, dm); break;
@@ -1355,6 +1362,7 @@ PYL_DIRECT_A(MXFP4)
 PYL_DIRECT_K(Q2_K)
 PYL_DIRECT_K(Q3_K)
 PYL_DIRECT_K(Q4_K)
+PYL_DIRECT_K(Q4_KT)
 PYL_DIRECT_K(Q5_K)
 PYL_DIRECT_K(Q6_K)
 PYL_DIRECT_K(IQ2_XXS)
@@ -1376,6 +1384,7 @@ static inline pyl_direct_fn pyl_direct_for(int t) {
     case PYL_Q8_0: return pyl_direct_Q8_0; case PYL_Q2_K: return pyl_direct_Q2_K;
     case PYL_IQ4_NL: return pyl_direct_IQ4_NL; case PYL_MXFP4: return pyl_direct_MXFP4;
     case PYL_Q3_K: return pyl_direct_Q3_K; case PYL_Q4_K: return pyl_direct_Q4_K;
+    case PYL_Q4_KT: return pyl_direct_Q4_KT;
     case PYL_Q5_K: return pyl_direct_Q5_K; case PYL_Q6_K: return pyl_direct_Q6_K;
     case PYL_IQ2_XXS: return pyl_direct_IQ2_XXS; case PYL_IQ2_XS: return pyl_direct_IQ2_XS;
     case PYL_IQ2_S: return pyl_direct_IQ2_S; case PYL_IQ3_XXS: return pyl_direct_IQ3_XXS;
@@ -1503,12 +1512,42 @@ static void pyl_rowtile_r8(int t, const uint8_t *wsrc, int64_t wstride, int64_t 
                            const pyl_acts *A, int64_t n, float *out, int64_t os) {
     const int bb = pyl_block_bytes(t), nb = k / 32;
     enum { G = 8 };
+#if PYL_AVX2
+    if (n < G) {   /* few tokens: the tile's rows reduced together (4 block integers, one fma) */
+        const __m256i ones = _mm256_set1_epi16(1), z = _mm256_setzero_si256();
+        for (int64_t i = 0; i < n; i++) {
+            const pyl_arow X = pyl_act_row(A, i);
+            __m128 acc = _mm_setzero_ps();
+            for (int b = 0; b < nb; b++) {
+                const __m256i y = _mm256_loadu_si256((const __m256i *)(X.q + 32 * b));
+                __m256i p[4] = {z, z, z, z};
+                float dw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                for (int r = 0; r < nr; r++) {
+                    const uint8_t *x = wsrc + (r0 + r) * wstride + (int64_t)bb * b;
+                    const __m256i w = pyl_dec32_avx2(t, x);
+                    p[r] = PYL_DOT4(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w), ones);
+                    dw[r] = *pyl_scaleA_ref(t, x);
+                }
+                const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+                const __m128i I = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+                acc = _mm_fmadd_ps(_mm_cvtepi32_ps(I), _mm_mul_ps(_mm_loadu_ps(dw), _mm_set1_ps(X.d[b])), acc);
+            }
+            float o[4];
+            _mm_storeu_ps(o, acc);
+            for (int r = 0; r < nr; r++) out[i * os + r0 + r] = o[r];
+        }
+        return;
+    }
+#endif
     for (int r = 0; r < nr; r++) {
         const uint8_t *row = wsrc + (r0 + r) * wstride;
         for (int64_t t0 = 0; t0 < n; t0 += G) {
             const int nt = n - t0 < G ? (int)(n - t0) : G;
             pyl_arow X[G];
             float acc[G];
+#if PYL_AVX2
+            __m256 acc8 = _mm256_setzero_ps();
+#endif
             for (int i = 0; i < nt; i++) { X[i] = pyl_act_row(A, t0 + i); acc[i] = 0.0f; }
             for (int b = 0; b < nb; b++) {
                 const uint8_t *x = row + (int64_t)bb * b;
@@ -1516,6 +1555,19 @@ static void pyl_rowtile_r8(int t, const uint8_t *wsrc, int64_t wstride, int64_t 
 #if PYL_AVX2
                 const __m256i w = pyl_dec32_avx2(t, x), aw = _mm256_abs_epi8(w);
                 const __m256i ones = _mm256_set1_epi16(1);
+                if (nt == G) {   /* 8 tokens: the 8 block integers reduced together, one fma */
+                    __m256i p[G];
+                    for (int i = 0; i < G; i++)
+                        p[i] = PYL_DOT4(aw, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(X[i].q + 32 * b)), w), ones);
+                    const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+                    const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+                    const __m256i I = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
+                                                       _mm256_permute2x128_si256(h0, h1, 0x31));
+                    const __m256 dy = _mm256_set_ps(X[7].d[b], X[6].d[b], X[5].d[b], X[4].d[b],
+                                                    X[3].d[b], X[2].d[b], X[1].d[b], X[0].d[b]);
+                    acc8 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(_mm256_set1_ps(dw), dy), acc8);
+                    continue;
+                }
                 for (int i = 0; i < nt; i++) {
                     const __m256i y = _mm256_loadu_si256((const __m256i *)(X[i].q + 32 * b));
                     const __m256i p = PYL_DOT4(aw, _mm256_sign_epi8(y, w), ones);
@@ -1539,6 +1591,9 @@ static void pyl_rowtile_r8(int t, const uint8_t *wsrc, int64_t wstride, int64_t 
                 }
 #endif
             }
+#if PYL_AVX2
+            if (nt == G) _mm256_storeu_ps(acc, acc8);
+#endif
             for (int i = 0; i < nt; i++) out[(t0 + i) * os + r0 + r] = acc[i];
         }
     }

@@ -1,0 +1,79 @@
+"""llama.cpp's own server test suite (tools/server/tests/unit of llama.cpp 0c1e570, from the
+llama-cpp-python 0.3.36 source distribution) against pyllama's llama-server, the bundled Qwen in
+place of the suite's downloads (bench/server_suite/pyllama_suite_patch.py).
+
+The fast test runs a fixed subset (model-independent checks: start-up, /props, /models aliases
+and tags, several --host addresses, CORS, /cors-proxy, ignore_eos, Vertex AI). The slow test runs
+every file issue 21 owns (bench/llama_server_suite.sh) and requires each test llama.cpp's own
+server passed in the same setup (bench/results/llama_server_suite_llamacpp_passes.txt, written by
+the runner with PASSES_OUT) to pass here too."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from server_proc import REPO, free_port
+
+pytestmark = pytest.mark.realmodel
+RUNNER = os.path.join(REPO, "bench", "llama_server_suite.sh")
+PASSES = os.path.join(REPO, "bench", "results", "llama_server_suite_llamacpp_passes.txt")
+FAST = [
+    "unit/test_basic.py::test_server_start_simple",
+    "unit/test_basic.py::test_server_props",
+    "unit/test_basic.py::test_server_models",
+    "unit/test_basic.py::test_server_model_aliases_and_tags",
+    "unit/test_basic.py::test_server_multiple_addresses",
+    "unit/test_security.py::test_cors_options[localhost-Access-Control-Allow-Origin-localhost]",
+    "unit/test_security.py::test_cors_origins_localhost_reflects[http://[::1]:3000]",
+    "unit/test_security.py::test_cors_origins_localhost_rejects[http://localhost.evil.com]",
+    "unit/test_security.py::test_cors_proxy_only_forwards_explicit_proxy_headers",
+    "unit/test_ignore_eos.py",
+    "unit/test_compat_gcp.py",
+]
+
+
+def _suite_dir() -> str:
+    try:
+        src = subprocess.run(["bash", os.path.join(REPO, "scripts", "build_llamacpp.sh"), "src"],
+                             capture_output=True, text=True, timeout=600, check=True).stdout
+    except (subprocess.SubprocessError, OSError) as e:
+        pytest.skip(f"llama.cpp's source distribution is not available ({e})")
+    path = os.path.join(src.strip(), "vendor", "llama.cpp", "tools", "server", "tests")
+    if not os.path.isdir(path):
+        pytest.skip("no tools/server/tests in the llama.cpp tree")
+    return path
+
+
+def _env(qwen_path) -> dict:
+    bindir = os.path.dirname(sys.executable)
+    return {**os.environ, "SUITE_MODEL": qwen_path, "PORT": str(free_port()),
+            "PYTHONPATH": os.path.join(REPO, "bench", "server_suite") + os.pathsep
+            + REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            "LLAMA_SERVER_BIN_PATH": os.path.join(bindir, "llama-server")}
+
+
+def test_fast_subset(qwen_path, tmp_path):
+    pytest.importorskip("wget")
+    pytest.importorskip("filelock")
+    suite = _suite_dir()
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "pyllama_suite_patch", "-q",
+                        "-p", "no:cacheprovider", *FAST], cwd=suite, env=_env(qwen_path),
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-6000:]
+
+
+@pytest.mark.slow
+def test_every_llamacpp_pass_passes(qwen_path, tmp_path):
+    if not os.path.exists(PASSES):
+        pytest.skip("no recorded list of llama.cpp's passes")
+    with open(PASSES) as f:
+        wanted = [ln.strip() for ln in f if ln.strip()]
+    out = tmp_path / "suite"
+    env = {**_env(qwen_path), "OUT": str(out), "ONLY": "pyllama"}
+    subprocess.run(["bash", RUNNER], env=env, timeout=4 * 3600, check=False)
+    sys.path.insert(0, os.path.join(REPO, "bench", "server_suite"))
+    from report import outcomes
+    ours = outcomes(str(out / "pyllama"))
+    failed = [n for n in wanted if ours.get(n) != "pass"]
+    assert not failed, f"{len(failed)} of llama.cpp's {len(wanted)} passes fail here: {failed}"
