@@ -830,8 +830,9 @@ OPTIONS += [
     _O("--spm-infill", "flag", "spm_infill", "use Suffix/Prefix/Middle pattern for infill "
        "(instead of Prefix/Suffix/Middle) as some models prefer this. (default: disabled)",
        tools={S}, **_EX),
-    _O("--sleep-idle-seconds", "int", "sleep_idle_seconds", "unload the model after N idle "
-       "seconds (default: -1 = never)", tools={S}, status=UNSUP, note="idle unloading", **_EX),
+    _O("--sleep-idle-seconds", "int", "sleep_idle_seconds", "number of seconds of idleness "
+       "after which the server will sleep (default: -1; -1 = disabled)", hint="SECONDS",
+       tools={S}, **_EX),
     _O("--models-dir", "str", "models_dir", "directory of models for router mode", hint="PATH",
        env="LLAMA_ARG_MODELS_DIR", tools={S}, status=UNSUP, note="router mode", **_EX),
     # ---- llama-perplexity --------------------------------------------------------------------

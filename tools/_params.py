@@ -157,6 +157,7 @@ class Params:
     public_path: str = ""
     ssl_file_key: str = ""
     ssl_file_cert: str = ""
+    sleep_idle_seconds: int = -1
     api_keys: list = field(default_factory=list)
     api_key_file: str = ""
     timeout: int = 3600
