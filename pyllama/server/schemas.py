@@ -105,6 +105,8 @@ class CompletionBody(msgspec.Struct):
     logit_bias: Any = None
     samplers: list[str] | str | None = None
     grammar: str | None = None
+    grammar_lazy: bool | None = None
+    grammar_triggers: list | None = None
     json_schema: Any = None
     response_format: Any = None
     return_tokens: bool | None = None
