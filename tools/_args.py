@@ -877,7 +877,6 @@ OPTIONS += [
 # common/arg.cpp, scripts/extract_llamacpp_flags.py) -----------------------------------------------
 _MTMD = "multimodal projectors (pyllama serves text models)"
 _DL = "downloads: pass a local GGUF with -m"
-_ROUTER = "router mode"
 _TOOLS_NOTE = "built-in agent tools and MCP servers"
 _REASON = "reasoning is not extracted: content is returned as generated"
 _MTMD_TOOLS = {S, C}
@@ -960,7 +959,7 @@ OPTIONS += [
        "disabled)", hint="PATH", tools={S}, status=UNSUP, note=_MTMD, **_EX),
     _O("--models-preset", "str", "models_preset", "path to INI file containing model presets "
        "for the router server (default: disabled)", hint="PATH", env="LLAMA_ARG_MODELS_PRESET",
-       tools={S}, status=UNSUP, note=_ROUTER, **_EX),
+       tools={S}, **_EX),
     _O("--models-max", "int", "models_max", "for router server, maximum number of models to load "
        "simultaneously (default: 4, 0 = unlimited)", env="LLAMA_ARG_MODELS_MAX", tools={S},
        **_EX),

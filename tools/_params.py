@@ -159,6 +159,7 @@ class Params:
     ssl_file_cert: str = ""
     sleep_idle_seconds: int = -1
     models_dir: str = ""
+    models_preset: str = ""
     models_max: int = 4
     models_autoload: bool = True
     api_keys: list = field(default_factory=list)

@@ -8,7 +8,11 @@ POST /models/load and /models/unload {"model": name}. With --models-autoload (de
 request for a model not running starts it; past --models-max running models the least
 recently used one is unloaded. A child that exits on its own is reported (`failed`, its exit
 code, one log line) and started again by the next request for it; the router keeps running.
-Not here yet: --models-preset (INI), the /models SSE feed, downloads.
+--models-preset: llama.cpp's INI presets (`[*]` for all, `[name]` per model or a new one with
+`model = PATH`; keys are flag names without dashes or LLAMA_ARG_* names; `load-on-startup`,
+`stop-timeout`); the router's own command line wins over the preset. Children inherit the
+router's arguments and environment. Not here: subdirectories (multi-file models), the Hugging
+Face cache as a source, the /models SSE feed.
 """
 from __future__ import annotations
 
@@ -52,6 +56,10 @@ def _free_port() -> int:
 class Child:
     def __init__(self, name: str, path: str):
         self.name, self.path = name, path
+        self.args: list[str] = []          # from --models-preset ([*] then the model's section)
+        self.env: dict[str, str] = {}      # LLAMA_ARG_* keys of the preset
+        self.stop_timeout = 10.0
+        self.load_on_startup = False
         self.proc: subprocess.Popen | None = None
         self.port = 0
         self.status = "unloaded"
@@ -65,31 +73,69 @@ class Child:
 
 
 class Router:
-    def __init__(self, models_dir: str, models_max: int, autoload: bool, child_args: list[str]):
+    def __init__(self, models_dir: str, models_max: int, autoload: bool, child_args: list[str],
+                 preset: str = ""):
         self.models_max, self.autoload, self.child_args = models_max, autoload, child_args
         self.children: dict[str, Child] = {}
-        for f in sorted(os.listdir(models_dir)):
+        for f in sorted(os.listdir(models_dir)) if models_dir else []:
             if f.endswith(".gguf"):
                 name = f[:-len(".gguf")]
                 self.children[name] = Child(name, os.path.join(models_dir, f))
+        if preset:
+            self._apply_preset(read_preset(preset))
         self.lock = asyncio.Lock()
         self.http = httpx.AsyncClient(timeout=None)
+
+    def _apply_preset(self, sections: dict[str, dict[str, str]]) -> None:
+        """llama.cpp's model presets: `[*]` for every model, `[name]` for one (a new model
+        when it names none of --models-dir, then with a `model = PATH` key)."""
+        glob = sections.pop("*", {})
+        for name, opts in sections.items():
+            if name not in self.children:
+                if "model" not in opts:
+                    raise SystemExit(f"error: preset [{name}] names no known model and has no "
+                                     "'model' key")
+                self.children[name] = Child(name, opts["model"])
+        for name, c in self.children.items():
+            merged = {**glob, **sections.get(name, {})}
+            merged.pop("model", None)
+            c.load_on_startup = merged.pop("load-on-startup", "false").lower() in _TRUE
+            c.stop_timeout = float(merged.pop("stop-timeout", 10))
+            merged.pop("dedup-cache-models", None)
+            for key, value in merged.items():
+                if key.startswith("LLAMA_ARG_") or key.startswith("LLAMA_"):
+                    c.env[key] = value
+                    continue
+                flag = ("-" if len(key) <= 3 and "-" not in key else "--") + key
+                if value.lower() in _TRUE:
+                    c.args.append(flag)
+                elif value.lower() in _FALSE:
+                    c.args.append("--no-" + key)
+                else:
+                    c.args += [flag, value]
+
+    async def start(self) -> None:
+        for c in self.children.values():
+            if c.load_on_startup:
+                async with self.lock:
+                    await self.load(c)
 
     # -- children ----------------------------------------------------------------------------
     def _spawn(self, c: Child) -> None:
         c.port, c.status, c.exit_code, c.stopping = _free_port(), "loading", None, False
         c.last_used = time.monotonic()
         log.info(f"srv  load: spawning instance name={c.name} on port {c.port}")
+        # the router's own arguments come last: they win over the preset (llama.cpp's order)
         c.proc = subprocess.Popen(
-            [sys.executable, "-m", "pyllama", "server", "-m", c.path, "--host", "127.0.0.1",
-             "--port", str(c.port), *self.child_args])
+            [sys.executable, "-m", "pyllama", "server", "-m", c.path, *c.args, *self.child_args,
+             "--host", "127.0.0.1", "--port", str(c.port)], env={**os.environ, **c.env})
 
     def _stop(self, c: Child) -> None:
         if c.proc is not None and c.proc.poll() is None:
             c.stopping = True
             c.proc.send_signal(signal.SIGTERM)
             try:
-                c.proc.wait(30)
+                c.proc.wait(c.stop_timeout)
             except subprocess.TimeoutExpired:
                 c.proc.kill()
                 c.proc.wait()
@@ -112,6 +158,14 @@ class Router:
             await asyncio.to_thread(self._stop, lru)
             running.remove(lru)
         self._spawn(c)
+        self._watch = asyncio.get_running_loop().create_task(self._became_ready(c))
+
+    async def _became_ready(self, c: Child) -> None:
+        """status `loading` -> `loaded` without waiting for a request (GET /models shows it)."""
+        try:
+            await self.ready(c)
+        except ServerError:
+            pass
 
     async def ready(self, c: Child, timeout: float = 600.0) -> None:
         t0 = time.monotonic()
@@ -138,7 +192,7 @@ class Router:
         self.check()
         data = []
         for c in self.children.values():
-            status = {"value": c.status, "args": [c.path, *self.child_args]}
+            status = {"value": c.status, "args": [c.path, *c.args, *self.child_args]}
             if c.status == "failed":
                 status.update(exit_code=c.exit_code, failed=True)
             data.append({"id": c.name, "aliases": [], "tags": [], "object": "model",
@@ -231,8 +285,14 @@ class Router:
 
 
 def create_router_app(router: Router) -> Starlette:
+    import contextlib
     any_method = ["GET", "POST", "DELETE", "PUT"]
-    return Starlette(routes=[
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await router.start()          # presets with load-on-startup
+        yield
+    return Starlette(lifespan=lifespan, routes=[
         Route("/health", router.health, methods=["GET"]),
         Route("/v1/health", router.health, methods=["GET"]),
         Route("/models", router.models, methods=["GET"]),
@@ -243,15 +303,15 @@ def create_router_app(router: Router) -> Starlette:
 
 
 def serve_router(host: str, port: int, models_dir: str, models_max: int, autoload: bool,
-                 child_args: list[str]) -> int:
+                 child_args: list[str], preset: str = "") -> int:
     import uvicorn
 
     from . import _quiet_signals
-    if not os.path.isdir(models_dir):
+    if models_dir and not os.path.isdir(models_dir):
         raise SystemExit(f"error: --models-dir {models_dir!r} is not a directory")
-    router = Router(models_dir, models_max, autoload, child_args)
-    log.info(f"srv  router: {len(router.children)} model(s) in {models_dir}")
-    config = uvicorn.Config(create_router_app(router), host=host, port=port, lifespan="off",
+    router = Router(models_dir, models_max, autoload, child_args, preset)
+    log.info(f"srv  router: {len(router.children)} model(s)")
+    config = uvicorn.Config(create_router_app(router), host=host, port=port, lifespan="on",
                             log_level="warning", access_log=False, ws="none",
                             timeout_graceful_shutdown=3)
     server = uvicorn.Server(config)
@@ -262,6 +322,33 @@ def serve_router(host: str, port: int, models_dir: str, models_max: int, autoloa
     finally:
         router.shutdown()
     return 0 if server.started else 1
+
+
+_TRUE, _FALSE = ("true",), ("false",)    # flag values (others, e.g. `fa = on`, are values)
+
+
+def read_preset(path: str) -> dict[str, dict[str, str]]:
+    """The sections of a preset INI file (`key = value`, `;`/`#` comments; keys before the
+    first section, such as `version`, are ignored)."""
+    sections: dict[str, dict[str, str]] = {}
+    cur = None
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except OSError as e:
+        raise SystemExit(f"error: failed to read --models-preset {path!r}: {e}") from None
+    for n, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line[0] in ";#":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            cur = sections.setdefault(line[1:-1].strip(), {})
+        elif "=" in line:
+            key, value = (x.strip() for x in line.split("=", 1))
+            if cur is not None:
+                cur[key] = value
+        else:
+            raise SystemExit(f"error: {path}:{n}: expected 'key = value' or '[section]'")
+    return sections
 
 
 ROUTER_FLAGS_WITH_VALUE = ("--models-dir", "--models-max", "--models-preset", "--port", "--host")

@@ -64,3 +64,41 @@ def test_router_two_models_lru_and_crash(gemma_path, qwen_path, tmp_path):
     finally:
         assert s.stop() == 0, s.output()
     assert "exited with status" in s.output()
+
+
+def test_router_models_preset(gemma_path, tmp_path):
+    """--models-preset INI (llama.cpp's format): [*] for all, a section per model, the command
+    line over both, load-on-startup."""
+    ini = tmp_path / "models.ini"
+    ini.write_text(f"""version = 1
+; every model
+[*]
+c = 1024
+np = 1
+
+[small]
+model = {gemma_path}
+c = 512
+load-on-startup = true
+
+[wide]
+model = {gemma_path}
+LLAMA_ARG_CTX_SIZE = 768
+""")
+    s = ServerProc(["--models-preset", str(ini), "--models-max", "2", "-b", "256"]).wait_ready()
+    try:
+        with httpx.Client(base_url=s.url, timeout=300) as c:
+            t0 = time.monotonic()
+            while _status(c)["small"]["value"] != "loaded":     # loaded without a request
+                assert _status(c)["small"]["value"] != "failed", s.output()
+                assert time.monotonic() - t0 < 120, s.output()
+                time.sleep(0.2)
+            assert _status(c)["wide"]["value"] == "unloaded"
+            props = c.get("/props", params={"model": "small"}).json()
+            assert props["default_generation_settings"]["n_ctx"] == 512     # section over [*]
+            assert "-b" in _status(c)["small"]["args"]
+            props = c.get("/props", params={"model": "wide"}).json()    # autoloaded by GET
+            # [*]'s `c = 1024` is a command-line flag: it wins over the section's env name
+            assert props["default_generation_settings"]["n_ctx"] == 1024
+    finally:
+        assert s.stop() == 0, s.output()
