@@ -22,13 +22,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "archsupport"))
 import compare  # noqa: E402
 import specs  # noqa: E402
 
-# fixtures pyllama does not yet reproduce bit for bit (within the bar above), and why
-NOT_BIT_EXACT = {
-    # llama.cpp's Q4_K_M gives Mixtral-style models a Q5_K attn_output; its prefill (>= 8 rows)
-    # runs the tiled Q5_K kernel, whose formula pyllama's matmul does not port yet
-    # (docs/numerics.md, still to do); every decode row is bit-identical
-    "mixtral-Q4_K_M",
-}
+# fixtures pyllama does not yet reproduce bit for bit (within the bar above), and why: none
+# (mixtral-Q4_K_M, whose Q5_K attn_output prefill runs llama.cpp's tiled Q5_K kernel, became
+# bit-identical once pyllama's matmul ported that formula)
+NOT_BIT_EXACT: set = set()
 FIXTURES = sorted(glob.glob(os.path.join(compare.DATA, "*.npz")))
 IDS = [os.path.basename(p)[:-4] for p in FIXTURES]
 

@@ -775,7 +775,7 @@ OPTIONS += [
     _O("--port", "int", "port", "port to listen (default: 8080)", hint="PORT",
        env="LLAMA_ARG_PORT", tools={S}, **_EX),
     _O("--reuse-port", "flag", "reuse_port", "allow multiple sockets to bind to the same port",
-       env="LLAMA_ARG_REUSE_PORT", tools={S}, **_EX, status=UNSUP, note="SO_REUSEPORT"),
+       env="LLAMA_ARG_REUSE_PORT", tools={S}, **_EX),
     _O("--api-key", "str", "api_keys", "API key to use for authentication, multiple keys can be "
        "provided as a comma-separated list (default: none)", hint="KEY", env="LLAMA_API_KEY",
        tools={S}, conv=lambda s: [k for k in s.split(",") if k], **_EX),
@@ -786,6 +786,10 @@ OPTIONS += [
     _O("--max-body-size", "int", "max_body_size", "pyllama extension: largest request body in "
        "bytes; a larger one gets 413 (default: 33554432 = 32 MiB, 0 = no limit)",
        env="LLAMA_ARG_MAX_BODY_SIZE", tools={S}, **_EX),
+    _O("--drain-timeout", "int", "drain_timeout", "pyllama extension: on SIGTERM/SIGINT, seconds "
+       "requests in flight may run on while new ones get 503; those still running then end "
+       "with an error (default: 10, 0 = end them at once)", hint="N",
+       env="LLAMA_ARG_DRAIN_TIMEOUT", tools={S}, **_EX),
     _O("--threads-http", "int", "n_threads_http", "number of threads used to process HTTP "
        "requests (default: -1)", env="LLAMA_ARG_THREADS_HTTP", tools={S}, status=NOOP,
        note="requests are served by one asyncio loop", **_EX),
@@ -833,12 +837,11 @@ OPTIONS += [
        neg="--no-ui --no-webui", env="LLAMA_ARG_UI", old_env=("LLAMA_ARG_WEBUI",), tools={S},
        **_EX),
     _O("--path", "str", "public_path", "path to serve static files from (default: )",
-       hint="PATH", env="LLAMA_ARG_STATIC_PATH", tools={S}, status=UNSUP,
-       note="static file serving", **_EX),
+       hint="PATH", env="LLAMA_ARG_STATIC_PATH", tools={S}, **_EX),
     _O("--ssl-key-file", "str", "ssl_file_key", "PEM-encoded SSL private key", hint="FNAME",
-       env="LLAMA_ARG_SSL_KEY_FILE", tools={S}, status=UNSUP, note="TLS", **_EX),
+       env="LLAMA_ARG_SSL_KEY_FILE", tools={S}, **_EX),
     _O("--ssl-cert-file", "str", "ssl_file_cert", "PEM-encoded SSL certificate", hint="FNAME",
-       env="LLAMA_ARG_SSL_CERT_FILE", tools={S}, status=UNSUP, note="TLS", **_EX),
+       env="LLAMA_ARG_SSL_CERT_FILE", tools={S}, **_EX),
     _O("--embedding --embeddings", "flag", "embedding", "restrict to only support embedding use "
        "case; use only with dedicated embedding models (default: disabled)",
        env="LLAMA_ARG_EMBEDDINGS", tools={S}, **_EX),
@@ -861,8 +864,9 @@ OPTIONS += [
     _O("--spm-infill", "flag", "spm_infill", "use Suffix/Prefix/Middle pattern for infill "
        "(instead of Prefix/Suffix/Middle) as some models prefer this. (default: disabled)",
        tools={S}, **_EX),
-    _O("--sleep-idle-seconds", "int", "sleep_idle_seconds", "unload the model after N idle "
-       "seconds (default: -1 = never)", tools={S}, status=UNSUP, note="idle unloading", **_EX),
+    _O("--sleep-idle-seconds", "int", "sleep_idle_seconds", "number of seconds of idleness "
+       "after which the server will sleep (default: -1; -1 = disabled)", hint="SECONDS",
+       tools={S}, **_EX),
     _O("--models-dir", "str", "models_dir", "directory of models for router mode", hint="PATH",
        env="LLAMA_ARG_MODELS_DIR", tools={S}, status=UNSUP, note="router mode", **_EX),
     # ---- llama-perplexity --------------------------------------------------------------------

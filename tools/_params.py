@@ -158,10 +158,15 @@ class Params:
     hostname: str = "127.0.0.1"
     port: int = 8080
     reuse_port: bool = False
+    public_path: str = ""
+    ssl_file_key: str = ""
+    ssl_file_cert: str = ""
+    sleep_idle_seconds: int = -1
     api_keys: list = field(default_factory=list)
     api_key_file: str = ""
     timeout: int = 3600
     max_body_size: int = 32 << 20
+    drain_timeout: int = 10
     n_threads_http: int = -1
     sse_ping_interval: int = 30
     alias: str = ""

@@ -33,6 +33,7 @@ def to_config(params):
         tags=[t.strip() for t in (params.tags or "").split(",") if t.strip()],
         api_keys=_api_keys(params), timeout=float(params.timeout), n_ctx=params.n_ctx,
         max_body_size=_max_body_size(params.max_body_size),
+        drain_timeout=_non_negative("--drain-timeout", params.drain_timeout),
         n_batch=params.n_batch, n_ubatch=params.n_ubatch, n_parallel=params.n_parallel,
         n_threads=params.n_threads if params.n_threads > 0 else None,
         swa_full=params.swa_full, swa_extra=params.swa_extra, type_k=params.cache_type_k,
@@ -51,6 +52,9 @@ def to_config(params):
         chat_template_kwargs=kwargs, api_prefix=params.api_prefix, ui=params.webui,
         cors_origins=params.cors_origins, cors_methods=params.cors_methods,
         cors_headers=params.cors_headers, cors_credentials=params.cors_credentials,
+        public_path=_static_dir(params.public_path), ssl_key_file=params.ssl_file_key,
+        ssl_cert_file=params.ssl_file_cert, reuse_port=params.reuse_port,
+        sleep_idle_seconds=_sleep_seconds(params.sleep_idle_seconds),
         ui_config=_ui_config(params.ui_config_json),
         prefill_assistant=params.prefill_assistant, verbose=params.verbosity > 9, ui_mcp_proxy=params.ui_mcp_proxy, flash_attn=params.flash_attn != "off",
         warmup=params.warmup, sse_ping_interval=float(params.sse_ping_interval),
@@ -70,6 +74,22 @@ def _ui_config(text: str):
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise SystemExit(f"error: failed to parse UI config: {e}") from None
+
+
+def _sleep_seconds(value: int) -> int:
+    from pyllama.server.sleep import check_seconds
+    return check_seconds(value)
+
+
+def _static_dir(path: str) -> str:
+    from pyllama.server.static import check_dir
+    return check_dir(path) if path else ""
+
+
+def _non_negative(flag: str, value: int) -> int:
+    if value < 0:
+        raise SystemExit(f"error: {flag} must be >= 0")
+    return value
 
 
 def _max_body_size(value: int) -> int:

@@ -305,7 +305,8 @@ def _dot_k(wtype, blk, x):
     res = fma(-dmin, (float)S2, f32(d*(float)S1)), acc = fma(res, dy, acc). Offset types
     (Q3_K/Q6_K, tiled): per super-block acc = fma(f32(d * (float)S), dy, acc)."""
     q, sc, mn, dw, dmin = _unpack_k(wtype, blk)
-    quant = quantize_q8_K_4x8_ref if wtype == T.Q4_K else quantize_q8_K_ref
+    gemm = wtype == T.Q4_K and blk.shape[0] % 8 == 0      # repacked by llama.cpp
+    quant = quantize_q8_K_4x8_ref if gemm else quantize_q8_K_ref
     yq, dy, bs = quant(x)
     n, rows, nsb = x.shape[0], q.shape[0], q.shape[1]
     yq = yq.reshape(n, nsb, 16, 16).astype(np.float64)
@@ -320,7 +321,7 @@ def _dot_k(wtype, blk, x):
             acc = _fma32(res, dy[:, b, None], acc)
             continue
         msum = bs[:, b, None, :] * mn[None, :, b, :]
-        if wtype != T.Q4_K:     # Q2_K / Q5_K: ggml's tiled kernel
+        if not gemm:     # Q2_K / Q5_K / unrepacked Q4_K: ggml's tiled kernel
             s1 = (dw[None, :, b] * dot16.sum(-1).astype(np.float32)).astype(np.float32)
             res = _fma32(-dmin[None, :, b], msum.sum(-1).astype(np.float32), s1)
             acc = _fma32(res, dy[:, b, None], acc)
@@ -330,7 +331,7 @@ def _dot_k(wtype, blk, x):
         for p in range(4):
             acc = _fma32(dot16[..., 4 * p:4 * p + 4].sum(-1).astype(np.float32), dd, acc)
             accm = _fma32(msum[..., 4 * p:4 * p + 4].sum(-1).astype(np.float32), dm, accm)
-    return acc - accm if wtype == T.Q4_K else acc
+    return acc - accm if gemm else acc
 
 
 def matmul_ref(wtype, w_raw, x: np.ndarray) -> np.ndarray:

@@ -25,13 +25,16 @@ def serve(cfg: ServerConfig) -> int:
     app = create_app(cfg, engine)
     hosts = [h.strip() for h in cfg.host.split(",") if h.strip()] or ["127.0.0.1"]
     uds = hosts[0] if len(hosts) == 1 and hosts[0].endswith(".sock") else None  # a UNIX socket
-    sockets = _bind_all(hosts, cfg.port) if len(hosts) > 1 else None
+    # our own sockets for several addresses, and for --reuse-port (uvicorn sets no SO_REUSEPORT)
+    sockets = _bind_all(hosts, cfg.port, cfg.reuse_port) \
+        if len(hosts) > 1 or (cfg.reuse_port and uds is None) else None
     config = uvicorn.Config(app, host=hosts[0], port=cfg.port, uds=uds, log_level="warning",
+                            **_tls(cfg),
                             access_log=False, timeout_graceful_shutdown=3,
                             lifespan="off", ws="none", server_header=False,
                             date_header=False,   # cpp-httplib sends no Date either
                             http=read_timeout_protocol(cfg.timeout))
-    server = _Uvicorn(config)
+    server = _Uvicorn(config, app.server.drain, engine)
     engine.on_fatal = lambda: setattr(server, "should_exit", True)
     if cfg.port == 8080:
         log.warning("srv  llama_server: the default port of llama.cpp will change to 9931")
@@ -49,7 +52,22 @@ def serve(cfg: ServerConfig) -> int:
     return 1 if engine.load_error is not None or not server.started else 0
 
 
-def _bind_all(hosts: list[str], port: int) -> list:
+def _tls(cfg: ServerConfig) -> dict:
+    """uvicorn's TLS settings: HTTPS only when both --ssl-key-file and --ssl-cert-file are
+    given (server-http.cpp); an unreadable or mismatched pair fails the start with one line."""
+    if not (cfg.ssl_key_file and cfg.ssl_cert_file):
+        return {}
+    import ssl
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+            cfg.ssl_cert_file, cfg.ssl_key_file)
+    except (OSError, ssl.SSLError) as e:
+        raise SystemExit(f"error: failed to load the SSL certificate {cfg.ssl_cert_file!r} "
+                         f"and key {cfg.ssl_key_file!r}: {e}") from None
+    return {"ssl_keyfile": cfg.ssl_key_file, "ssl_certfile": cfg.ssl_cert_file}
+
+
+def _bind_all(hosts: list[str], port: int, reuse_port: bool = False) -> list:
     """One listening socket per --host address (llama.cpp 0c1e570: a comma-separated list; UNIX
     socket paths end in .sock; with several TCP addresses '::' binds IPv6 only; port 0 takes
     the first address's free port for all)."""
@@ -66,6 +84,8 @@ def _bind_all(hosts: list[str], port: int) -> list:
             family = socket.AF_INET6 if ":" in name else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:      # --reuse-port: several processes share the port (the kernel
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)   # spreads accepts)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             try:
@@ -96,7 +116,7 @@ def _quiet_signals() -> None:
 class _Uvicorn:
     """uvicorn.Server that logs llama.cpp's `listening on` line with the real port."""
 
-    def __new__(cls, config):
+    def __new__(cls, config, drain=None, engine=None):
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -106,17 +126,34 @@ class _Uvicorn:
                 for srv in getattr(self, "servers", []):
                     for sock in srv.sockets:
                         name = sock.getsockname()
-                        where = name if isinstance(name, str) else f"http://{name[0]}:{name[1]}"
+                        scheme = "https" if self.config.is_ssl else "http"
+                        where = name if isinstance(name, str) else \
+                            f"{scheme}://{name[0]}:{name[1]}"
                         get_logger("server").info(f"srv  llama_server: listening on {where}")
             def handle_exit(self, sig, frame):
                 import signal
                 import sys
-                if self.should_exit and sig == signal.SIGINT:
+                from ..log import get_logger
+                if (self.should_exit or (drain and drain.active)) and sig == signal.SIGINT:
                     print("Received second interrupt, terminating immediately.", file=sys.stderr)
                     os._exit(1)
-                from ..log import get_logger
+                if drain is not None and self.started and not self.should_exit:
+                    # pyllama/server/drain.py: on_tick below ends the drain
+                    if drain.begin():
+                        get_logger("server").info(
+                            "srv  operator(): received signal, draining (up to "
+                            f"{drain.timeout:g} s for {drain.inflight} request(s) in flight)")
+                    return
                 get_logger("server").info("srv  operator(): received signal, shutting down")
                 super().handle_exit(sig, frame)
+
+            async def on_tick(self, counter: int) -> bool:
+                if drain is not None and drain.active and not self.should_exit \
+                        and drain.poll(engine):
+                    from ..log import get_logger
+                    get_logger("server").info("srv  operator(): drained, shutting down")
+                    self.should_exit = True
+                return await super().on_tick(counter)
         return Server(config)
 
 

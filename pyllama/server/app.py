@@ -28,6 +28,9 @@ from . import embeddings as E
 from . import infill as I
 from . import responses as R
 from . import schemas as S
+from . import sleep
+from . import static
+from .drain import Drain, draining_error
 from .chat import render_chat
 from .tool_calls import family as tool_family
 from .chat_parse import (MsgStream, ReasoningBudget, forced_open, parse_message,
@@ -96,7 +99,13 @@ class Gate:
         if early is not None:
             await early(scope, receive, send_wrapped)
         else:
-            await self.app(scope, self._counted(receive, limit, seen), send_wrapped)
+            self.server.drain.inflight += 1
+            try:
+                if path not in sleep.BYPASS and path not in UI_PATHS:
+                    await self._awake()
+                await self.app(scope, self._counted(receive, limit, seen), send_wrapped)
+            finally:
+                self.server.drain.inflight -= 1
         if seen[0] >= LARGE_BODY:
             await run_in_threadpool(release_memory)
         client = scope.get("client") or ("-", 0)
@@ -116,6 +125,18 @@ class Gate:
             return msg
         return wrapped
 
+    async def _awake(self) -> None:
+        """--sleep-idle-seconds: wait until a sleeping engine has its model again
+        (pyllama/server/sleep.py; the in-flight count already keeps it from sleeping)."""
+        engine = self.server.engine
+        if engine.awake.is_set():
+            return
+        sleep.wake(engine)
+        while not engine.awake.is_set():
+            if engine.load_error is not None:
+                raise ServerError(500, "failed to reload model after sleeping")
+            await asyncio.sleep(0.02)
+
     def _precheck(self, method: str, path: str, headers: dict):
         if method == "OPTIONS":
             return Response(b"", 200, media_type="text/html", headers={
@@ -125,8 +146,16 @@ class Gate:
                 "Access-Control-Allow-Headers": self.cfg.cors_headers})
         if path not in UI_PATHS and not self.server.engine.ready.is_set():
             return error_response(ServerError(503, "Loading model"))
+        if self.server.drain.active:     # pyllama/server/drain.py: /health says so too
+            return error_response(draining_error())
         if self.cfg.api_keys and path not in NO_AUTH and not self._key_ok(headers):
             return error_response(ServerError(401, "Invalid API Key"))
+        if method in ("GET", "HEAD") and self.cfg.public_path:   # --path: files before routes
+            found = static.lookup(self.cfg.public_path, path)
+            if found is not None:
+                return static.file_response(found, method == "HEAD")
+        if path == "/sw.js" and method == "GET" and (not self.cfg.ui or self.cfg.public_path):
+            return static.sw_remove()
         return None
 
     def _key_ok(self, headers: dict) -> bool:
@@ -182,6 +211,8 @@ class Server:
         self.cfg, self.engine = cfg, engine
         self._defaults = None
         self.live: dict[str, list] = {}     # chat completion id -> its tasks (while running)
+        self.drain = Drain(cfg.drain_timeout)
+        engine.http_busy = lambda: self.drain.inflight > 0    # no sleep mid-request
 
     # -- helpers -----------------------------------------------------------------------------------
     @property
@@ -226,7 +257,7 @@ class Server:
         return self._web_file(WEB_ASSETS[request.scope["path"]])
 
     def _web_file(self, path: Path):
-        if not self.cfg.ui:
+        if not self.cfg.ui or self.cfg.public_path:   # --path replaces the built-in UI
             raise HTTPException(404)
         # revalidated on each load (ETag), so an upgraded pyllama's page is picked up at once
         return FileResponse(path, media_type=_ASSET_TYPES[path.suffix],
@@ -866,6 +897,10 @@ def _metrics_text(engine: Engine) -> str:
         for name, help_, value in rows:
             lines += [f"# HELP llamacpp:{name} {help_}", f"# TYPE llamacpp:{name} {kind}",
                       f"llamacpp:{name} {cpp_double(value)}"]
+    if m.n_accepted_per_pos:    # labeled counter: one series per draft position
+        name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+        lines += [f"# HELP {name} Accepted tokens per draft position", f"# TYPE {name} counter"]
+        lines += [f'{name}{{position="{i}"}} {v}' for i, v in enumerate(m.n_accepted_per_pos)]
     return "\n".join(lines) + "\n"
 
 

@@ -19,6 +19,7 @@ class ServerConfig:
     api_keys: list[str] = field(default_factory=list)
     timeout: float = 3600.0          # -to: HTTP read/write timeout (idle half-open sockets close)
     max_body_size: int = 32 << 20    # pyllama extension: request body limit in bytes, 0 = none
+    drain_timeout: float = 10.0      # pyllama extension: seconds in-flight requests get on SIGTERM
     # context
     n_ctx: int = 0                  # 0 = the model's training context
     n_batch: int = 2048
@@ -60,6 +61,11 @@ class ServerConfig:
     flash_attn: bool = True          # -fa: llama.cpp's flash-attention arithmetic (auto = on)
     rope: dict | None = None         # --rope-* / --yarn-*: Context(rope=...)
     api_prefix: str = ""
+    public_path: str = ""            # --path: static files served before the routes
+    ssl_key_file: str = ""           # --ssl-key-file / --ssl-cert-file: HTTPS (uvicorn's TLS)
+    ssl_cert_file: str = ""
+    reuse_port: bool = False         # --reuse-port: SO_REUSEPORT on the listening sockets
+    sleep_idle_seconds: int = -1     # --sleep-idle-seconds: unload the model when idle (-1 = never)
     ui: bool = True
     embeddings: bool = False        # --embeddings (and --rerank): the embedding endpoints
     pooling: str | None = None      # --pooling; None: the model's default (pyllama.Context)

@@ -235,3 +235,26 @@ def test_unrepacked_iq4_nl_mxfp4_vec_dot(ref, name):
     else:
         assert vec_row_start(w.type, 15, 1) == 0 and vec_row_start(w.type, 15, 2) == 2
         assert vec_row_start(w.type, 16, 1) == 1
+
+
+def test_unrepacked_q4_k_prefill_is_tiled(ref):
+    """A Q4_K with rows % 8 != 0 is not repacked: llama.cpp's tiled kernel from 8 rows (plain
+    q8_K activations, mins by fma(-dmin, S2, d*S1))."""
+    from pyllama.backend.base import Weight
+    from pyllama.backend.cpu import matmul as mm
+    from pyllama.backend.ref_matmul import matmul_ref
+    raw, x = ref["raw_Q4_K"][:15], ref["x"]
+    w = Weight("w", GGMLType.Q4_K, (15, 512), raw)
+    for n in (8, 9):
+        assert np.array_equal(mm.matmul(w, x[:n]), ref[f"mm{n}_Q4_K"][:, :15])
+        assert np.array_equal(matmul_ref(w.type, raw, x[:n]), ref[f"mm{n}_Q4_K"][:, :15])
+
+
+def test_bf16_one_row_equals_llama_cpp(ref):
+    """numerics="llama.cpp", one row: ggml_vec_dot_bf16 (AVX2: 4x8 fma lanes, (c1+c3)+(c2+c4))."""
+    from pyllama.backend import ref_compat
+    raw, x = ref["raw_BF16"].view(np.uint16), ref["x"]
+    got = np.concatenate([ref_compat.matvec_float(GGMLType.BF16, raw, x[i:i + 1])
+                          for i in range(len(x))])
+    assert np.array_equal(got, ref["vd_BF16"])
+    assert np.array_equal(got[:1], ref["mm1_BF16"])

@@ -21,9 +21,11 @@ def free_port() -> int:
 class ServerProc:
     """One server process; `stop()` sends SIGTERM and returns the exit status."""
 
-    def __init__(self, args: list[str], env: dict | None = None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+    def __init__(self, args: list[str], env: dict | None = None, port: int | None = None,
+                 scheme: str = "http", verify=True):
+        self.port = port or free_port()
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
+        self.verify = verify
         self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
         full_env = {**os.environ, **(env or {}),
                     "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -42,7 +44,7 @@ class ServerProc:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.output()}")
             try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                if httpx.get(self.url + "/health", timeout=2, verify=self.verify).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass

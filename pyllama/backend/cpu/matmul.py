@@ -112,14 +112,17 @@ _WEIGHTS: dict = {}  # id(w) -> (w, w.raw, raw [rows, row_bytes], k, type id, ac
 # llama.cpp's CPU backend repacks these on AVX2 when rows % 8 == 0 (ggml-cpu/repack.cpp,
 # ggml_repack_get_optimal_repack_type) and multiplies them with ggml_gemm/gemv_*_8x8_q8_0
 _REPACKED_8X8 = frozenset({GGMLType.Q4_0, GGMLType.IQ4_NL, GGMLType.MXFP4})
-R8, V2 = 256, 512      # pyl_matmul.h PYL_R8, PYL_V2
+R8, V2, KT = 256, 512, 1024      # pyl_matmul.h PYL_R8, PYL_V2, PYL_KT
 
 
 def kernel_type(wtype, rows: int) -> int:
     """The type id the kernels get: wtype | R8 for the repacked 8x8 arithmetic; an MXFP4 llama.cpp
-    does not repack always takes ggml_vec_dot_mxfp4_q8_0 (| V2); else wtype."""
+    does not repack always takes ggml_vec_dot_mxfp4_q8_0 (| V2), a Q4_K the tiled kernel (| KT);
+    else wtype."""
     if wtype in _REPACKED_8X8 and rows % 8 == 0:
         return int(wtype) | R8
+    if wtype == GGMLType.Q4_K and rows % 8:         # not repacked: the tiled kernel
+        return int(wtype) | KT
     return int(wtype) | V2 if wtype == GGMLType.MXFP4 else int(wtype)
 
 
@@ -130,8 +133,8 @@ def _weight(w) -> tuple:
         if len(_WEIGHTS) > 8192:
             _WEIGHTS.clear()
         raw, k = _raw2d(w)
-        e = _WEIGHTS[id(w)] = (w, w.raw, raw, k, kernel_type(w.type, raw.shape[0]),
-                               _matmul.act_kind(int(w.type)))
+        kt = kernel_type(w.type, raw.shape[0])
+        e = _WEIGHTS[id(w)] = (w, w.raw, raw, k, kt, _matmul.act_kind(kt))
     return e
 
 

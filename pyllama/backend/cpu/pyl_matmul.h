@@ -61,6 +61,10 @@ enum {
  * into two 8-lane fma chains, hsum8(acc1 + acc2), an odd last block added as
  * fma(d, (float)I, sum) */
 #define PYL_V2 512
+/* Q4_K | PYL_KT: a Q4_K llama.cpp does not repack (rows % 8 != 0): the tiled kernel with mins
+ * (mode 3 below) on plain q8_K activations */
+#define PYL_KT 1024
+#define PYL_Q4_KT (PYL_Q4_K | PYL_KT)
 /* activation kinds (the vec_dot type) */
 enum { PYL_ACT_Q8_0 = 0, PYL_ACT_Q8_K = 1, PYL_ACT_F16 = 2, PYL_ACT_BF16 = 3, PYL_ACT_F32 = 4,
        PYL_ACT_Q8_K4 = 5 /* q8_K values by the 4x8 repack rule (Q4_K) */ };
@@ -278,6 +282,7 @@ static inline int pyl_family(int t) {
     }
 }
 static inline int pyl_act_kind(int t) {
+    if (t & PYL_KT) return PYL_ACT_Q8_K;
     t &= 255;
     switch (pyl_family(t)) {
     case 0: return PYL_ACT_Q8_0;
@@ -292,6 +297,7 @@ static inline int pyl_act_kind(int t) {
  * 3: Q2_K / Q5_K (ggml tiled kernel with mins: S1 = sum sc*q*y, S2 = sum mins*bsums per
  *    super-block, res = fma(-dmin, (float)S2, d*(float)S1), acc = fma(res, dy, acc)) */
 static inline int pyl_has_min(int t) {
+    if (t & PYL_KT) return 3;
     return t == PYL_Q4_K ? 1 : t == PYL_Q2_K || t == PYL_Q5_K ? 3 : t == PYL_IQ4_XS ? 2 : 0;
 }
 static inline int pyl_is_iq(int t) {
@@ -349,7 +355,7 @@ static inline void pyl_dec_lut4(const uint8_t *__restrict qs, const int8_t *lut,
 }
 
 static inline int pyl_block_bytes(int t) {
-    switch (t) {
+    switch (t & 255) {
     case PYL_Q4_0: return 18; case PYL_Q4_1: return 20; case PYL_Q5_0: return 22;
     case PYL_Q5_1: return 24; case PYL_Q8_0: return 34; case PYL_Q2_K: return 84;
     case PYL_Q3_K: return 110; case PYL_Q4_K: return 144; case PYL_Q5_K: return 176;
@@ -722,6 +728,7 @@ static inline void pyl_dec_q6_K_avx2(const uint8_t *x, uint8_t *u) {
 static inline void pyl_decK_sb(int t, const uint8_t *x, uint8_t *u, int16_t *s16, int16_t *mn,
                                float *d, float *dm) {
     int s[16], m[16];
+    t &= 255;
     if (pyl_is_iq(t)) { pyl_dec_iq(t, x, u, s16, mn, d, dm); return; }
     switch (t) {
     case PYL_Q2_K: pyl_dec_q2_K(x, u, s, m, d, dm); break;
@@ -1355,6 +1362,7 @@ PYL_DIRECT_A(MXFP4)
 PYL_DIRECT_K(Q2_K)
 PYL_DIRECT_K(Q3_K)
 PYL_DIRECT_K(Q4_K)
+PYL_DIRECT_K(Q4_KT)
 PYL_DIRECT_K(Q5_K)
 PYL_DIRECT_K(Q6_K)
 PYL_DIRECT_K(IQ2_XXS)
@@ -1376,6 +1384,7 @@ static inline pyl_direct_fn pyl_direct_for(int t) {
     case PYL_Q8_0: return pyl_direct_Q8_0; case PYL_Q2_K: return pyl_direct_Q2_K;
     case PYL_IQ4_NL: return pyl_direct_IQ4_NL; case PYL_MXFP4: return pyl_direct_MXFP4;
     case PYL_Q3_K: return pyl_direct_Q3_K; case PYL_Q4_K: return pyl_direct_Q4_K;
+    case PYL_Q4_KT: return pyl_direct_Q4_KT;
     case PYL_Q5_K: return pyl_direct_Q5_K; case PYL_Q6_K: return pyl_direct_Q6_K;
     case PYL_IQ2_XXS: return pyl_direct_IQ2_XXS; case PYL_IQ2_XS: return pyl_direct_IQ2_XS;
     case PYL_IQ2_S: return pyl_direct_IQ2_S; case PYL_IQ3_XXS: return pyl_direct_IQ3_XXS;
