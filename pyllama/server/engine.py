@@ -765,7 +765,7 @@ class Engine:
         slot.task.channel.put(Partial(
             slot.task.index, text, [slot.generated[-1]] if slot.generated else [], new_probs,
             slot.n_decoded, len(slot.prompt),
-            slot.timings() if slot.params.timings_per_token else None))
+            slot.timings() if slot.params.timings_per_token else None, slot.n_cached))
 
     @staticmethod
     def _send_progress(slot: Slot) -> None:
@@ -800,7 +800,7 @@ class Engine:
             n_prompt=len(slot.prompt), n_decoded=slot.n_decoded,
             n_cached=len(slot.cache), timings=t, probs=list(slot.probs), id_slot=slot.id,
             truncated=getattr(slot, "truncated", False), settings=p.settings,
-            prompt=self.model.detokenize(slot.prompt)))
+            prompt=self.model.detokenize(slot.prompt, False, True)))   # special tokens shown
 
     def token_probs(self, slot: Slot, logits: np.ndarray, tok: int) -> TokenProb:
         """Top-n probabilities of this position: softmax of the raw logits (llama.cpp default) or

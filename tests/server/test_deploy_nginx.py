@@ -1,12 +1,15 @@
 """deploy/: 2 llama-server replicas (bundled Gemma) behind nginx on loopback, with
 deploy/nginx.conf.in: conversation affinity, identical bytes from either replica (the
-"invariant" numerics make replicas interchangeable), SSE passed through, a killed replica's
-conversations moved to the survivor."""
+"invariant" numerics make replicas interchangeable), SSE passed through, and under a steady
+load of 4 clients a SIGKILLed replica's conversations move to the survivor while no other request
+fails."""
 import json
 import os
 import shutil
 import signal
 import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -88,12 +91,46 @@ def test_two_replicas_behind_nginx(gemma_path, tmp_path):
             streamed = "".join(json.loads(e)["choices"][0]["delta"].get("content") or ""
                                for e in events[:-1] if json.loads(e)["choices"])
             assert streamed == text
-            # replica A killed: its conversation goes to B (passive health check)
+            # a steady load (4 clients, 2 per conversation key) while replica A is killed
             idx = cl.ports.index(int(up_a.rsplit(":", 1)[1]))
+            results, killed = [], threading.Event()
+            small = {**CHAT, "max_tokens": 6}
+
+            def client(key: str) -> None:
+                with httpx.Client(base_url=cl.url, timeout=120) as cc:
+                    for _ in range(4):
+                        after = killed.is_set()
+                        try:
+                            r = cc.post("/v1/chat/completions", json=small,
+                                        headers={"X-Conversation-Id": key})
+                            results.append((key, after, r.status_code,
+                                            r.headers.get("x-upstream", "")))
+                        except httpx.HTTPError as e:
+                            results.append((key, after, repr(e), ""))
+            workers = [threading.Thread(target=client, args=(k,))
+                       for k in (key_a, key_a, key_b, key_b)]
+            for w in workers:
+                w.start()
+            t0 = time.monotonic()
+            while len(results) < 2 and time.monotonic() - t0 < 120:
+                time.sleep(0.05)
             cl.replicas[idx].send_signal(signal.SIGKILL)
             cl.replicas[idx].wait(30)
+            killed.set()
+            for w in workers:
+                w.join(300)
+            assert len(results) == 16
+            for key, after, status, up in results:
+                # B's conversations never fail; A's fail only if they were in flight on A
+                if key == key_b or after:
+                    assert status == 200, results
+                if status == 200 and key == key_a and after:
+                    assert up.split(", ")[-1] == up_b     # moved to the survivor
+                if key == key_b:
+                    assert up == up_b                     # affinity while B lives
+            # after the kill A's conversation is served by B, with the same bytes
             r = c.post("/v1/chat/completions", json=CHAT, headers={"X-Conversation-Id": key_a})
-            assert r.status_code == 200    # tried A (refused), then B: "A, B"
+            assert r.status_code == 200
             assert r.headers["x-upstream"].split(", ")[-1] == up_b
             assert _stable(r.json()) == bodies[up_a]
     finally:
