@@ -868,7 +868,7 @@ OPTIONS += [
        "after which the server will sleep (default: -1; -1 = disabled)", hint="SECONDS",
        tools={S}, **_EX),
     _O("--models-dir", "str", "models_dir", "directory of models for router mode", hint="PATH",
-       env="LLAMA_ARG_MODELS_DIR", tools={S}, status=UNSUP, note="router mode", **_EX),
+       env="LLAMA_ARG_MODELS_DIR", tools={S}, **_EX),
     # ---- llama-perplexity --------------------------------------------------------------------
     _O("--ppl-stride", "int", "ppl_stride", "stride for perplexity calculation (default: 0)",
        tools={P}, status=UNSUP, note="strided perplexity", **_EX),
@@ -997,10 +997,10 @@ OPTIONS += [
        tools={S}, status=UNSUP, note=_ROUTER, **_EX),
     _O("--models-max", "int", "models_max", "for router server, maximum number of models to load "
        "simultaneously (default: 4, 0 = unlimited)", env="LLAMA_ARG_MODELS_MAX", tools={S},
-       status=UNSUP, note=_ROUTER, **_EX),
+       **_EX),
     _O("--models-autoload", "bool", "models_autoload", "for router server, whether to "
        "automatically load models (default: enabled)", neg="--no-models-autoload",
-       env="LLAMA_ARG_MODELS_AUTOLOAD", tools={S}, status=UNSUP, note=_ROUTER, **_EX),
+       env="LLAMA_ARG_MODELS_AUTOLOAD", tools={S}, **_EX),
     _O("--reasoning-effort", "str", "reasoning_effort", "reasoning effort level given to the chat "
        "template: 'default' to keep the template default, or a level such as 'minimal', 'low', "
        "'medium', 'high', 'xhigh' or 'max' (default: default)", hint="LEVEL",

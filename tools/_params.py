@@ -162,6 +162,9 @@ class Params:
     ssl_file_key: str = ""
     ssl_file_cert: str = ""
     sleep_idle_seconds: int = -1
+    models_dir: str = ""
+    models_max: int = 4
+    models_autoload: bool = True
     api_keys: list = field(default_factory=list)
     api_key_file: str = ""
     timeout: int = 3600
