@@ -121,6 +121,11 @@ def _sampling(params):
 
 def run(argv) -> int:
     params = parse_or_exit("server", argv)
+    if not params.model and params.models_dir:   # router mode (pyllama/server/router.py)
+        from pyllama.server import router
+        return router.serve_router(params.hostname, params.port, params.models_dir,
+                                   params.models_max, params.models_autoload,
+                                   router.child_args(list(argv)))
     from pyllama.server import serve
     return serve(to_config(params))
 
