@@ -29,17 +29,23 @@ def _tree() -> str:
     return os.path.join(src, "vendor", "llama.cpp")
 
 
+def _literal_end(text: str, i: int) -> int:
+    """Index just past the string or char literal opening at text[i]."""
+    j, n = i + 1, len(text)
+    while j < n and text[j] != text[i]:
+        j += 2 if text[j] == "\\" else 1
+    return j + 1
+
+
 def _strip_comments(text: str) -> str:
     """Blank out // and /* */ comments, keeping string and char literals intact."""
     out, i, n = [], 0, len(text)
     while i < n:
         c = text[i]
         if c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
-            i = j + 1
+            j = _literal_end(text, i)
+            out.append(text[i:j])
+            i = j
         elif text.startswith("//", i):
             j = text.find("\n", i)
             i = n if j < 0 else j
@@ -59,10 +65,7 @@ def _match(text: str, i: int) -> int:
     while i < n:
         c = text[i]
         if c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            i = j + 1
+            i = _literal_end(text, i)
             continue
         if c in pairs:
             stack.append(pairs[c])
@@ -81,11 +84,9 @@ def _split_top(text: str) -> list[str]:
     while i < n:
         c = text[i]
         if c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            cur.append(text[i:j + 1])
-            i = j + 1
+            j = _literal_end(text, i)
+            cur.append(text[i:j])
+            i = j
             continue
         if c in "({[":
             depth += 1

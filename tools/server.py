@@ -54,6 +54,7 @@ def to_config(params):
         cors_headers=params.cors_headers, cors_credentials=params.cors_credentials,
         public_path=_static_dir(params.public_path), ssl_key_file=params.ssl_file_key,
         ssl_cert_file=params.ssl_file_cert, reuse_port=params.reuse_port,
+        sleep_idle_seconds=_sleep_seconds(params.sleep_idle_seconds),
         ui_config=_ui_config(params.ui_config_json),
         prefill_assistant=params.prefill_assistant, verbose=params.verbosity > 9, ui_mcp_proxy=params.ui_mcp_proxy, flash_attn=params.flash_attn != "off",
         warmup=params.warmup, sse_ping_interval=float(params.sse_ping_interval),
@@ -73,6 +74,11 @@ def _ui_config(text: str):
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise SystemExit(f"error: failed to parse UI config: {e}") from None
+
+
+def _sleep_seconds(value: int) -> int:
+    from pyllama.server.sleep import check_seconds
+    return check_seconds(value)
 
 
 def _static_dir(path: str) -> str:
@@ -115,6 +121,11 @@ def _sampling(params):
 
 def run(argv) -> int:
     params = parse_or_exit("server", argv)
+    if not params.model and params.models_dir:   # router mode (pyllama/server/router.py)
+        from pyllama.server import router
+        return router.serve_router(params.hostname, params.port, params.models_dir,
+                                   params.models_max, params.models_autoload,
+                                   router.child_args(list(argv)))
     from pyllama.server import serve
     return serve(to_config(params))
 

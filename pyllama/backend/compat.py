@@ -58,7 +58,7 @@ def mmid_uses_vec(wtype, n_rows_w: int, n: int) -> bool:
 def matmul(be, w, x: np.ndarray) -> np.ndarray:
     """be.matmul(w, x) with llama.cpp's kernel choice for these n = len(x) rows."""
     n = x.shape[0]
-    if n == 1 and x.ndim == 2 and w.type in (GGMLType.F32, GGMLType.F16):
+    if n == 1 and x.ndim == 2 and w.type in (GGMLType.F32, GGMLType.F16, GGMLType.BF16):
         return ref_compat.matvec_float(w.type, w.raw, x)
     s = vec_row_start(w.type, w.shape[0], n) if x.ndim == 2 else n
     if s >= n:

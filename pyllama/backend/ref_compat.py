@@ -219,8 +219,10 @@ def matvec_float(wtype, raw, x: np.ndarray) -> np.ndarray:
     """y [1, rows] = x [1, k] @ W^T for an F32 or F16 weight as llama.cpp computes one row:
     ggml_vec_dot_f32 (AVX2: the 4x8 FMA lanes and reduction of vec_dot_f16, the k % 32 rest
     added in f32) or, x rounded to f16 first, ggml_vec_dot_f16."""
-    w = np.asarray(raw).astype(_F32)
     x = np.asarray(x, _F32)
+    if GGMLType(wtype) == GGMLType.BF16:
+        return _vec_dot_bf16(x, np.asarray(raw))
+    w = np.asarray(raw).astype(_F32)
     if GGMLType(wtype) == GGMLType.F16:
         x = x.astype(np.float16).astype(_F32)
         return vec_dot_f16(x[:, None, :], w[None])
@@ -230,6 +232,27 @@ def matvec_float(wtype, raw, x: np.ndarray) -> np.ndarray:
     for t in range(np_, k):
         out = _fma(x[:, None, t], w[None, :, t], out)
     return out
+
+
+def _vec_dot_bf16(x: np.ndarray, raw: np.ndarray) -> np.ndarray:
+    """ggml_vec_dot_bf16 (AVX2) of x [1, k] (rounded to bf16, the vec_dot type) with BF16 rows
+    raw [rows, k] (uint16 bits): 4 accumulators of 8 lanes over 32-element steps (gcc contracts
+    `c = mul + c` into fma), (c1 + c3) + (c2 + c4), hsum_float_8; the k % 32 rest in double."""
+    from .ref_matmul import round_bf16
+    w = (np.asarray(raw).view(np.uint16).astype(np.uint32) << 16).view(_F32)
+    xb = round_bf16(x)
+    k = x.shape[-1]
+    np_ = k - k % 32
+    acc = np.zeros((x.shape[0], w.shape[0], 4, 8), _F32)
+    for t in range(0, np_, 32):
+        acc = _fma(xb[:, None, t:t + 32].reshape(x.shape[0], 1, 4, 8),
+                   w[None, :, t:t + 32].reshape(1, w.shape[0], 4, 8), acc)
+    c = ((acc[..., 0, :] + acc[..., 2, :]).astype(_F32) +
+         (acc[..., 1, :] + acc[..., 3, :]).astype(_F32)).astype(_F32)
+    s = ggml_hsum8(c).astype(np.float64)
+    for t in range(np_, k):
+        s = s + (xb[:, None, t] * w[None, :, t]).astype(_F32).astype(np.float64)
+    return s.astype(_F32)
 
 
 def vec_dot_f16_reduce(acc: np.ndarray) -> np.ndarray:

@@ -28,6 +28,7 @@ from . import embeddings as E
 from . import infill as I
 from . import responses as R
 from . import schemas as S
+from . import sleep
 from . import static
 from .drain import Drain, draining_error
 from .chat import render_chat
@@ -100,6 +101,8 @@ class Gate:
         else:
             self.server.drain.inflight += 1
             try:
+                if path not in sleep.BYPASS and path not in UI_PATHS:
+                    await self._awake()
                 await self.app(scope, self._counted(receive, limit, seen), send_wrapped)
             finally:
                 self.server.drain.inflight -= 1
@@ -121,6 +124,18 @@ class Gate:
                     raise BodyTooLarge(seen[0], limit)
             return msg
         return wrapped
+
+    async def _awake(self) -> None:
+        """--sleep-idle-seconds: wait until a sleeping engine has its model again
+        (pyllama/server/sleep.py; the in-flight count already keeps it from sleeping)."""
+        engine = self.server.engine
+        if engine.awake.is_set():
+            return
+        sleep.wake(engine)
+        while not engine.awake.is_set():
+            if engine.load_error is not None:
+                raise ServerError(500, "failed to reload model after sleeping")
+            await asyncio.sleep(0.02)
 
     def _precheck(self, method: str, path: str, headers: dict):
         if method == "OPTIONS":
@@ -197,6 +212,7 @@ class Server:
         self._defaults = None
         self.live: dict[str, list] = {}     # chat completion id -> its tasks (while running)
         self.drain = Drain(cfg.drain_timeout)
+        engine.http_busy = lambda: self.drain.inflight > 0    # no sleep mid-request
 
     # -- helpers -----------------------------------------------------------------------------------
     @property
@@ -881,6 +897,10 @@ def _metrics_text(engine: Engine) -> str:
         for name, help_, value in rows:
             lines += [f"# HELP llamacpp:{name} {help_}", f"# TYPE llamacpp:{name} {kind}",
                       f"llamacpp:{name} {cpp_double(value)}"]
+    if m.n_accepted_per_pos:    # labeled counter: one series per draft position
+        name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+        lines += [f"# HELP {name} Accepted tokens per draft position", f"# TYPE {name} counter"]
+        lines += [f'{name}{{position="{i}"}} {v}' for i, v in enumerate(m.n_accepted_per_pos)]
     return "\n".join(lines) + "\n"
 
 

@@ -65,6 +65,7 @@ class ServerConfig:
     ssl_key_file: str = ""           # --ssl-key-file / --ssl-cert-file: HTTPS (uvicorn's TLS)
     ssl_cert_file: str = ""
     reuse_port: bool = False         # --reuse-port: SO_REUSEPORT on the listening sockets
+    sleep_idle_seconds: int = -1     # --sleep-idle-seconds: unload the model when idle (-1 = never)
     ui: bool = True
     embeddings: bool = False        # --embeddings (and --rerank): the embedding endpoints
     pooling: str | None = None      # --pooling; None: the model's default (pyllama.Context)

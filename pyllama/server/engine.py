@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..log import get_logger
+from . import sleep
 from .schemas import (EmbdResult, Final, Partial, Progress, ServerError, TaskParams, Timings,
                       TokenProb, exceed_context)
 
@@ -165,6 +166,7 @@ class Slot:
         self.ckpt_marks = e.checkpoint_marks(n_past, len(task.prompt))
         self.drafts = []
         self.n_draft, self.n_draft_accepted, self.n_verif = 0, 0, 0
+        self.n_accepted_per_pos: list[int] = []     # accepted drafts by position (metrics)
         self.n_prompt_done, self.n_cached = n_past, n_past
         self.sampler = e.new_sampler(p.sampling)
         for t in task.prompt:       # llama.cpp replays the prompt: penalties and DRY see it
@@ -262,6 +264,11 @@ class Slot:
             self.n_draft += len(drafts)
             self.n_draft_accepted += n_acc
             self.n_verif += 1
+            per_pos = self.n_accepted_per_pos
+            if not per_pos:
+                per_pos.extend([0] * max(self.engine.cfg.spec_n_max, len(drafts)))
+            for k in range(min(n_acc, len(per_pos))):
+                per_pos[k] += 1
             self.rollback(len(self.cache) - len(drafts) + n_acc)
         self.drafts = []
         return out
@@ -332,7 +339,17 @@ class Metrics:
         self.n_tokens_max = 0
         self.spec_draft_tokens_total = self.spec_accepted_tokens_total = 0
         self.spec_drafts_total = 0
+        self.n_accepted_per_pos: list[int] = []
         self.bucket = [0, 0.0, 0, 0.0]     # prompt n, prompt s, predicted n, predicted s
+
+    def add_per_pos(self, src: list[int]) -> None:
+        """Accepted draft tokens per draft position, summed over tasks (llama.cpp's
+        n_accepted_per_pos)."""
+        dst = self.n_accepted_per_pos
+        if len(dst) < len(src):
+            dst.extend([0] * (len(src) - len(dst)))
+        for i, v in enumerate(src):
+            dst[i] += v
 
     def on_task_done(self, t: Timings) -> None:
         self.prompt_tokens_total += t.prompt_n
@@ -371,6 +388,9 @@ class Engine:
         self.on_fatal = lambda: None
         self.metrics = Metrics()
         self.slots: list[Slot] = []
+        self.awake = threading.Event()      # cleared while asleep (--sleep-idle-seconds)
+        self.http_busy = lambda: False      # set by the HTTP side: a request is in flight
+        self.t_last_task = time.monotonic()
         self._stop = False
         self._next_id = 0
         self.thread = threading.Thread(target=self._run, name="pyllama-engine", daemon=True)
@@ -573,10 +593,17 @@ class Engine:
             self.on_fatal()
             return
         self.ready.set()
+        self.awake.set()
         while not self._stop:
             self._collect(block=not (self.n_busy or self.pending))
             if self._stop:
                 break
+            if self.n_busy or self.pending:
+                self.t_last_task = time.monotonic()
+            else:
+                sleep.maybe_sleep(self)      # --sleep-idle-seconds (pyllama/server/sleep.py)
+                if self._stop:
+                    break
             try:
                 self.step()
             except Exception as e:  # noqa: BLE001 - one bad step must not kill the server
@@ -738,7 +765,7 @@ class Engine:
         slot.task.channel.put(Partial(
             slot.task.index, text, [slot.generated[-1]] if slot.generated else [], new_probs,
             slot.n_decoded, len(slot.prompt),
-            slot.timings() if slot.params.timings_per_token else None))
+            slot.timings() if slot.params.timings_per_token else None, slot.n_cached))
 
     @staticmethod
     def _send_progress(slot: Slot) -> None:
@@ -759,6 +786,7 @@ class Engine:
             self._send_partial(slot)
         t = slot.timings()
         self.metrics.on_task_done(t)
+        self.metrics.add_per_pos(getattr(slot, "n_accepted_per_pos", []))
         if t.draft_n:
             self.metrics.spec_drafts_total += slot.n_verif
             log.info(f"slot print_timings: id {slot.id:2d} | task {task.id} | draft acceptance = "
@@ -772,7 +800,7 @@ class Engine:
             n_prompt=len(slot.prompt), n_decoded=slot.n_decoded,
             n_cached=len(slot.cache), timings=t, probs=list(slot.probs), id_slot=slot.id,
             truncated=getattr(slot, "truncated", False), settings=p.settings,
-            prompt=self.model.detokenize(slot.prompt)))
+            prompt=self.model.detokenize(slot.prompt, False, True)))   # special tokens shown
 
     def token_probs(self, slot: Slot, logits: np.ndarray, tok: int) -> TokenProb:
         """Top-n probabilities of this position: softmax of the raw logits (llama.cpp default) or

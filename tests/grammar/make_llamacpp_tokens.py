@@ -25,7 +25,7 @@ OUT = os.path.join(HERE, "..", "data", "grammar", "llamacpp-tokens.json")
 CASES_JSON = os.path.join(HERE, "..", "data", "grammar", "llamacpp-cases.json")
 MODELS = {"gemma-3-270m": "gemma-3-270m-q4_k_m.gguf",
           "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct.gguf"}
-N_PREDICT = 32
+N_PREDICT = 24
 
 # the 10-property schema of the benchmarks (bench/grammar_side_by_side.py)
 SCHEMA_10 = json.load(open(os.path.join(HERE, "..", "data", "grammar", "schema10.json")))
@@ -112,31 +112,40 @@ def run(model, ctx, vocab, text, gbnf, temp, seed):
 
 
 def main():
+    """Cases already in the output file are kept (a run can be resumed); the file is written
+    after every case."""
     cache = os.path.expanduser("~/.cache/pyllama")
     L.llama_backend_init()
-    cases = []
     gs = grammars()
+    data = {"source": "llama.cpp 0c1e570 via llama-cpp-python 0.3.36 (AVX2), common_sampler order",
+            "n_predict": N_PREDICT, "grammars": {k: v[0] for k, v in gs.items()}, "cases": []}
+    if os.path.exists(OUT):
+        old = json.load(open(OUT))
+        if old.get("n_predict") == N_PREDICT and old.get("grammars") == data["grammars"]:
+            data["cases"] = old["cases"]
+    done = {(c["model"], c["grammar"], c["mode"]) for c in data["cases"]}
     for alias, fname in MODELS.items():
+        todo = [(g, m) for g in gs for m in MODES if (alias, g, m) not in done]
+        if not todo:
+            continue
         mp = L.llama_model_default_params()
         model = L.llama_model_load_from_file(os.path.join(cache, fname).encode(), mp)
         cp = L.llama_context_default_params()
-        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_threads, cp.n_threads_batch = 512, 512, 512, 2, 2
+        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_threads, cp.n_threads_batch = 512, 512, 512, 1, 1
         ctx = L.llama_init_from_model(model, cp)
         vocab = L.llama_model_get_vocab(model)
-        for gname, (gbnf, text) in gs.items():
-            for mode, kw in MODES.items():
-                prompt, toks, n_res = run(model, ctx, vocab, text, gbnf, **kw)
-                cases.append({"model": alias, "grammar": gname, "mode": mode, **kw,
-                              "prompt": text, "prompt_ids": prompt, "tokens": toks,
-                              "n_resampled": n_res})
-                print(alias, gname, mode, len(toks), "tokens,", n_res, "resampled", flush=True)
+        for gname, mode in todo:
+            gbnf, text = gs[gname]
+            kw = MODES[mode]
+            prompt, toks, n_res = run(model, ctx, vocab, text, gbnf, **kw)
+            data["cases"].append({"model": alias, "grammar": gname, "mode": mode, **kw,
+                                  "prompt": text, "prompt_ids": prompt, "tokens": toks,
+                                  "n_resampled": n_res})
+            with open(OUT, "w") as f:
+                json.dump(data, f, indent=1)
+            print(alias, gname, mode, len(toks), "tokens,", n_res, "resampled", flush=True)
         L.llama_free(ctx)
         L.llama_model_free(model)
-    data = {"source": "llama.cpp 0c1e570 via llama-cpp-python 0.3.36 (AVX2), common_sampler order",
-            "n_predict": N_PREDICT, "grammars": {k: v[0] for k, v in gs.items()},
-            "cases": cases}
-    with open(OUT, "w") as f:
-        json.dump(data, f, indent=1)
 
 
 if __name__ == "__main__":

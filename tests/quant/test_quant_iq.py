@@ -248,3 +248,13 @@ def test_unrepacked_q4_k_prefill_is_tiled(ref):
     for n in (8, 9):
         assert np.array_equal(mm.matmul(w, x[:n]), ref[f"mm{n}_Q4_K"][:, :15])
         assert np.array_equal(matmul_ref(w.type, raw, x[:n]), ref[f"mm{n}_Q4_K"][:, :15])
+
+
+def test_bf16_one_row_equals_llama_cpp(ref):
+    """numerics="llama.cpp", one row: ggml_vec_dot_bf16 (AVX2: 4x8 fma lanes, (c1+c3)+(c2+c4))."""
+    from pyllama.backend import ref_compat
+    raw, x = ref["raw_BF16"].view(np.uint16), ref["x"]
+    got = np.concatenate([ref_compat.matvec_float(GGMLType.BF16, raw, x[i:i + 1])
+                          for i in range(len(x))])
+    assert np.array_equal(got, ref["vd_BF16"])
+    assert np.array_equal(got[:1], ref["mm1_BF16"])

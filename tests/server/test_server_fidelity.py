@@ -1,6 +1,7 @@
 """llama-server in the llama.cpp numerics gives llama.cpp's tokens (issue 21's fidelity bug: the
 server ignored -fa, so `--numerics llama.cpp -fa on` ran the non-flash-attention arithmetic), and
-seeded sampling through the server equals pyllama's llama-completion with the same settings
+seeded sampling through the server equals llama.cpp's server (tests/data/server-fidelity-llamacpp.json,
+recorded by tests/make_server_fidelity_fixture.py) and pyllama's llama-completion with the same settings
 (both replay the prompt into the sampler: penalties count it, as llama.cpp's init_sampler and
 completion loop do)."""
 import subprocess
@@ -24,6 +25,16 @@ SEEDED = [  # (request fields, llama-completion flags)
      ["--seed", "3", "--repeat-penalty", "1.2", "--top-k", "10"]),
 ]
 N = 24
+
+
+def _recorded() -> dict:
+    """llama.cpp's own server on the same requests (tests/make_server_fidelity_fixture.py)."""
+    import json
+    import os
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
+                        "server-fidelity-llamacpp.json")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +63,7 @@ def test_greedy_is_llamacpp_server_text(qwen_llamacpp_server):
         r1 = c.post("/completion", json={"prompt": PROMPT, "n_predict": 16, "temperature": 0,
                                          "samplers": ["top_k"], "top_k": 1}).json()
     assert LLAMACPP_GREEDY.startswith(r["content"])
+    assert r["content"] == _recorded()["greedy_16"]
     assert r1["content"] == r["content"]
 
 
@@ -60,4 +72,5 @@ def test_seeded_matches_completion_tool(qwen_llamacpp_server, qwen_path, i):
     body, flags = SEEDED[i]
     with httpx.Client(base_url=qwen_llamacpp_server.url, timeout=300) as c:
         r = c.post("/completion", json={"prompt": PROMPT, "n_predict": N, **body}).json()
+    assert r["content"] == _recorded()["seeded"][i]        # llama.cpp's server
     assert r["content"] == _completion_tool(qwen_path, *flags)

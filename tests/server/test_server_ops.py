@@ -108,3 +108,40 @@ def test_reuse_port_two_processes_one_port(tiny_llama):
     finally:
         assert b.stop() == 0, b.output()
         assert a.stop() == 0, a.output()
+
+
+def _wait_log(s: ServerProc, text: str, count: int = 1, timeout: float = 60) -> None:
+    import time
+    t0 = time.monotonic()
+    while s.output().count(text) < count:
+        assert s.proc.poll() is None and time.monotonic() - t0 < timeout, s.output()
+        time.sleep(0.05)
+
+
+def test_sleep_idle_unloads_and_reloads(tiny_llama):
+    """llama.cpp's --sleep-idle-seconds: idle N s -> the model is unloaded; /health and /metrics
+    answer without waking it; the next request waits for the reload and is answered as before."""
+    s = ServerProc(["-m", tiny_llama, *BASE, "--sleep-idle-seconds", "1", "--metrics"]
+                   ).wait_ready()
+    entering, exiting = "entering sleeping state", "exiting sleeping state"
+    body = {"prompt": "hello", "n_predict": 4, "temperature": 0}
+    try:
+        with httpx.Client(base_url=s.url, timeout=60) as c:
+            first = c.post("/completion", json=body).json()
+            _wait_log(s, entering)
+            assert c.get("/health").json() == {"status": "ok"}
+            assert c.get("/metrics").status_code == 200
+            assert exiting not in s.output()          # neither woke the model
+            again = c.post("/completion", json=body).json()
+            assert exiting in s.output()
+            assert again["content"] == first["content"] and again["tokens_predicted"] == 4
+            assert s.output().count("model loaded") == 2
+            _wait_log(s, entering, 2)                # and sleeps again once idle
+    finally:
+        assert s.stop() == 0, s.output()
+
+
+def test_sleep_idle_zero_is_refused(tiny_llama):
+    s = ServerProc(["-m", tiny_llama, *BASE, "--sleep-idle-seconds", "0"])
+    assert s.proc.wait(60) == 1
+    assert "cannot be 0 or less than -1" in s.output()

@@ -88,6 +88,12 @@ def test_speculative_output_equals_plain(models, reference, kind):
     assert m["llamacpp:spec_decode_num_draft_tokens_total"] == drafted
     assert m["llamacpp:spec_decode_num_accepted_tokens_total"] == accepted
     assert 0 < m["llamacpp:spec_decode_num_drafts_total"] <= drafted
+    # the labeled counter of llama.cpp 0c1e570: accepted drafts per draft position, summing to
+    # the accepted total and never growing with the position
+    per_pos = [float(ln.split()[1]) for ln in metrics.splitlines() if ln.startswith(
+        'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="')]
+    assert "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter" in metrics
+    assert sum(per_pos) == accepted and per_pos == sorted(per_pos, reverse=True)
     assert all(sl["speculative"] for sl in slots)
     assert "draft acceptance = " in s.output()
 
