@@ -72,6 +72,10 @@ class SpeculativeArgs:
     ngram_map_k_size_n: int = 12
     ngram_map_k_size_m: int = 48
     ngram_map_k_min_hits: int = 1
+    ngram_map_k4v_size_n: int = 12
+    ngram_map_k4v_size_m: int = 48
+    ngram_map_k4v_min_hits: int = 1
+    spec_default: bool = False                  # --spec-default: adds ngram-mod
 
 
 @dataclass
@@ -158,6 +162,9 @@ class Params:
     ssl_file_key: str = ""
     ssl_file_cert: str = ""
     sleep_idle_seconds: int = -1
+    models_dir: str = ""
+    models_max: int = 4
+    models_autoload: bool = True
     api_keys: list = field(default_factory=list)
     api_key_file: str = ""
     timeout: int = 3600

@@ -267,7 +267,7 @@ class EventStream:
         return out
 
     def partial(self, p: S.Partial, diffs: list[dict]) -> list[bytes]:
-        return self._start(p.n_prompt, 0) + self.diffs(diffs)
+        return self._start(p.n_prompt, p.n_cached) + self.diffs(diffs)
 
     def final(self, f: S.Final, diffs: list[dict], msg: ChatMsg) -> list[bytes]:
         out = self._start(f.n_prompt, f.timings.cache_n) + self.diffs(diffs)

@@ -13,7 +13,6 @@ from .schemas import ServerError, invalid
 
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 _TOOL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
-_BARE_RE = re.compile(r'(?:```(?:json)?\s*)?(\{\s*"name"\s*:)')
 
 
 def normalize_messages(messages) -> list[dict]:
@@ -70,6 +69,23 @@ def _parse_call_args(call):
     return call
 
 
+def template_tools(tools: list) -> list:
+    """The tools as the template sees them: llama.cpp parses them into (name, description,
+    parameters) and writes {type, function: {name, description, parameters}} back
+    (common_chat_tools_parse_oaicompat / _to_json_oaicompat): other fields (e.g. `strict`)
+    are dropped, a missing description is ""."""
+    out = []
+    for t in tools:
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(fn, dict):
+            out.append(t)
+            continue
+        out.append({"type": "function", "function": {
+            "name": fn.get("name"), "description": fn.get("description", ""),
+            "parameters": fn.get("parameters", {})}})
+    return out
+
+
 def render_chat(template, body, kwargs: dict, strip_bos: str | None,
                 prefill_assistant: bool = True) -> str:
     """Render the conversation with the model's chat template (pyllama.vocab.chat.ChatTemplate),
@@ -79,7 +95,7 @@ def render_chat(template, body, kwargs: dict, strip_bos: str | None,
     from pyllama.errors import TemplateError
     raw_last = body.messages[-1] if isinstance(body.messages, list) and body.messages else None
     messages = normalize_messages(body.messages)
-    tools = body.tools if body.tools and body.tool_choice != "none" else None
+    tools = template_tools(body.tools) if body.tools and body.tool_choice != "none" else None
     extra = {**kwargs, **(body.chat_template_kwargs or {})}
     override = extra.pop("messages", None)   # llama.cpp: template kwargs replace its variables
     if override is not None and not isinstance(override, (list, dict)):
@@ -140,27 +156,6 @@ def _call(obj) -> dict | None:
         "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}}
 
 
-def _bare_calls(text: str) -> tuple[list[dict], list[tuple[int, int]]]:
-    """`{"name": ..., "arguments": ...}` objects without the tags (optionally in a ```json
-    fence), which llama.cpp's Hermes 2 Pro parser accepts too; small models often emit them."""
-    calls, spans = [], []
-    dec = json.JSONDecoder()
-    for m in _BARE_RE.finditer(text):
-        if spans and m.start() < spans[-1][1]:
-            continue
-        try:
-            obj, end = dec.raw_decode(text, m.start(1))
-        except ValueError:
-            continue
-        call = _call(obj) if isinstance(obj, dict) and "arguments" in obj else None
-        if call is not None:
-            fence = re.match(r"\s*```", text[end:])
-            calls.append(call)
-            spans.append((m.start(), end + (fence.end() if m.group(0).lstrip().startswith("```")
-                                             and fence else 0)))
-    return calls, spans
-
-
 def parse_tool_calls(text: str) -> tuple[str, list[dict]]:
     """Split model output into (content, tool_calls) in OpenAI's format; a block whose body is
     not `{"name": ..., "arguments": ...}` JSON stays in the content."""
@@ -173,9 +168,7 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict]]:
         if call is not None:
             calls.append(call)
             spans.append(m.span())
-    if not calls:
-        calls, spans = _bare_calls(text)
-    if not calls:
+    if not calls:      # llama.cpp 0c1e570's parser takes no bare JSON without the tags
         return text, []
     content = text[:spans[0][0]]
     for (_, e), (s, _) in zip(spans, spans[1:] + [(len(text), 0)]):
@@ -193,9 +186,6 @@ class ToolCallStream:
     def push(self, delta: str) -> str:
         self.text += delta
         if self.in_call:
-            return ""
-        if self.n_sent == 0 and self.text.lstrip()[:1] in ("{", "`"):
-            self.in_call = True      # may be a bare JSON call: decided at the end
             return ""
         i = self.text.find(TOOL_OPEN, self.n_sent)
         if i >= 0:

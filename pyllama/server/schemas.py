@@ -105,6 +105,8 @@ class CompletionBody(msgspec.Struct):
     logit_bias: Any = None
     samplers: list[str] | str | None = None
     grammar: str | None = None
+    grammar_lazy: bool | None = None
+    grammar_triggers: list | None = None
     json_schema: Any = None
     response_format: Any = None
     return_tokens: bool | None = None
@@ -474,6 +476,7 @@ class Partial:
     n_decoded: int
     n_prompt: int
     timings: Timings | None = None
+    n_cached: int = 0                # prompt tokens taken from the slot's cache
 
 
 @dataclass

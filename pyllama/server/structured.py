@@ -3,7 +3,8 @@ forced tool calls become the request's grammar (llama.cpp: tools/server/server-s
 json_schema/grammar field, server-common.cpp's oaicompat_chat_params_parse).
 
 - /completion: `grammar` (GBNF) or `json_schema` (converted; the grammar wins when both are
-  given, as in llama.cpp's field handler); an empty schema means any object.
+  given, as in llama.cpp's field handler); an empty schema means any object; `grammar_lazy`
+  with `grammar_triggers` (server_grammar_trigger JSON) makes the grammar lazy.
 - chat (and any completion without grammar/json_schema): `response_format` {"type": "text" | "json_object" (optional
   "schema") | "json_schema" ({"json_schema": {"schema": ..., "strict": ...}})}; `json_schema`
   and `grammar` together are an error ("Cannot use both json_schema and grammar").
@@ -95,6 +96,28 @@ def tool_call_grammar(tools: list, only: str | None = None, parallel: bool = Tru
     return conv.format_grammar()
 
 
+_TRIGGER_TYPES = {0: "token", 1: "word", 2: "pattern", 3: "pattern_full"}
+
+
+def request_triggers(raw) -> tuple:
+    """`grammar_triggers` (server_grammar_trigger JSON: {"type": 0 token | 1 word | 2 pattern |
+    3 pattern_full, "value": str, "token": id}) -> SamplerParams.grammar_triggers."""
+    out = []
+    for t in raw or []:
+        if not isinstance(t, dict) or t.get("type") not in _TRIGGER_TYPES:
+            raise invalid("grammar_triggers: each entry needs a type 0-3 and a value")
+        kind = _TRIGGER_TYPES[t["type"]]
+        if kind == "token":
+            if not isinstance(t.get("token"), int):
+                raise invalid("grammar_triggers: a token trigger needs an integer 'token'")
+            out.append(("token", t["token"]))
+        else:
+            if not isinstance(t.get("value"), str):
+                raise invalid("grammar_triggers: a trigger needs a string 'value'")
+            out.append((kind, t["value"]))
+    return tuple(out)
+
+
 def constrain(body, sampling, *, chat: bool, oai: bool):
     """The SamplerParams with the request's grammar (unchanged when it has none)."""
     grammar = body.grammar if isinstance(getattr(body, "grammar", None), str) else None
@@ -102,7 +125,10 @@ def constrain(body, sampling, *, chat: bool, oai: bool):
         raise invalid("\"grammar\" must be a string")
     json_schema = getattr(body, "json_schema", None)
     rf = getattr(body, "response_format", None)
-    lazy, triggers = False, ()
+    lazy = bool(getattr(body, "grammar_lazy", None))
+    triggers = request_triggers(getattr(body, "grammar_triggers", None))
+    if lazy and grammar and not triggers:
+        raise invalid("Error: no triggers set for lazy grammar!")
     if chat or oai:
         if json_schema is not None and grammar:
             raise invalid("Cannot use both json_schema and grammar")

@@ -59,7 +59,9 @@ def test_qwen_tool_call(qwen_server):
     r = client.chat.completions.create(model="x", messages=msgs, tools=tools, temperature=0,
                                        max_tokens=40)
     choice = r.choices[0]
-    assert choice.finish_reason == "tool_calls"
-    call = choice.message.tool_calls[0]
-    assert call.function.name == "get_weather"
-    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    # Qwen2.5-Coder answers with the call's JSON but without the <tool_call> tags; llama.cpp
+    # 0c1e570's parser then keeps it as content (tests/data/server-api-llamacpp.json, recorded
+    # from its llama-server), and so does pyllama
+    assert choice.finish_reason == "stop" and not choice.message.tool_calls
+    call = json.loads(choice.message.content)
+    assert call == {"name": "get_weather", "arguments": {"city": "Paris"}}

@@ -172,3 +172,13 @@ def test_adaptive_p_fields():
     assert p.sampling.adaptive_target == 1.0 and p.sampling.adaptive_decay == 0.5
     with pytest.raises(S.ServerError):
         params(b'{"adaptive_decay": 1.5}')
+
+
+def test_lazy_grammar_fields():
+    p = params(b'{"grammar": "root ::= \\"a\\"", "grammar_lazy": true, "grammar_triggers": '
+               b'[{"type": 1, "value": "<x>"}, {"type": 0, "value": "t", "token": 5}, '
+               b'{"type": 3, "value": "a.*"}]}').sampling
+    assert p.grammar_lazy and p.grammar_triggers == (("word", "<x>"), ("token", 5),
+                                                     ("pattern_full", "a.*"))
+    with pytest.raises(S.ServerError, match="no triggers set for lazy grammar"):
+        params(b'{"grammar": "root ::= \\"a\\"", "grammar_lazy": true}')
