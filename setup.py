@@ -62,6 +62,7 @@ EXTENSIONS = [
     ext("pyllama.backend.cpu._attn", "pyllama/backend/cpu/_attn.pyx"),
     ext("pyllama.backend.cpu._attn_q", "pyllama/backend/cpu/_attn_q.pyx"),
     ext("pyllama.backend.cpu._compat", "pyllama/backend/cpu/_compat.pyx"),
+    ext("pyllama.backend.cpu._mmid", "pyllama/backend/cpu/_mmid.pyx"),
     ext("pyllama.vocab._merge", "pyllama/vocab/_merge.pyx"),
     ext("pyllama.grammar._filter", "pyllama/grammar/_filter.pyx"),
 ]

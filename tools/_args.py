@@ -544,7 +544,9 @@ OPTIONS += [
 _SPEC = dict(group="speculative", tools=SCSP)
 _SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
                "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-_SPEC_OK = ("none", "draft-simple", "ngram-simple")
+_SPEC_OK = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
+_SPEC_HEADS = {"draft-eagle3": "an EAGLE3", "draft-mtp": "a multi-token-prediction (MTP)",
+               "draft-dflash": "a DFlash", "draft-dspark": "a DSpark"}
 
 
 def _spec_types(s: str) -> list:
@@ -552,10 +554,28 @@ def _spec_types(s: str) -> list:
     for t in s.split(","):
         if t not in _SPEC_TYPES:
             raise ConvertError(f"unknown speculative decoding type: {t}")
+        if t in _SPEC_HEADS:
+            raise ConvertError(f"speculative decoding type '{t}' needs {_SPEC_HEADS[t]} draft "
+                               "head, which no model pyllama loads has")
         if t not in _SPEC_OK:
             raise ConvertError(f"speculative decoding type '{t}' is not supported by pyllama yet")
         out.append(t)
     return out
+
+
+def _int_in(lo: int, hi: int | None, what: str):
+    """An int option with common/arg.cpp's range check and message."""
+    def conv(raw: str) -> int:
+        v = _NUM["int"](raw)
+        if v < lo or (hi is not None and v > hi):
+            raise ConvertError(what)
+        return v
+    return conv
+
+
+_NG_N = _int_in(1, 1024, "ngram size N must be between 1 and 1024 inclusive")
+_NG_M = _int_in(1, 1024, "ngram size M must be between 1 and 1024 inclusive")
+_NG_HITS = _int_in(1, None, "ngram min hits must be at least 1")
 
 
 _DRAFT_NOTE = "draft placement: pyllama uses one device and the OS's thread placement"
@@ -623,33 +643,47 @@ OPTIONS += [
     _O("-hfd -hfrd --hf-repo-draft --spec-draft-hf", "str", "speculative.hf_repo", "Hugging "
        "Face draft model repository", hint="<user>/<model>[:quant]",
        env="LLAMA_ARG_SPEC_DRAFT_HF_REPO", status=UNSUP, note="downloads", **_SPEC),
-    _O("--spec-ngram-mod-n-match", "int", "speculative.ngram_mod_n_match", "ngram-mod: n-gram "
-       "length to match (default: 24)", status=UNSUP, note="this n-gram drafter", **_SPEC),
-    _O("--spec-ngram-mod-n-min", "int", "speculative.ngram_mod_n_min", "ngram-mod: minimum "
-       "draft length (default: 48)", status=UNSUP, note="this n-gram drafter", **_SPEC),
-    _O("--spec-ngram-mod-n-max", "int", "speculative.ngram_mod_n_max", "ngram-mod: maximum "
-       "draft length (default: 64)", status=UNSUP, note="this n-gram drafter", **_SPEC),
+    _O("--spec-ngram-mod-n-match", "int", "speculative.ngram_mod_n_match", "ngram-mod lookup "
+       "length (default: 24)", conv=_int_in(1, 1024, "ngram size N must be between 1 and 1024 "
+                                            "inclusive"), **_SPEC),
+    _O("--spec-ngram-mod-n-min", "int", "speculative.ngram_mod_n_min", "minimum number of ngram "
+       "tokens to use for ngram-based speculative decoding (default: 48)",
+       conv=_int_in(0, 1024, "ngram n-min must be between 0 and 1024 inclusive"), **_SPEC),
+    _O("--spec-ngram-mod-n-max", "int", "speculative.ngram_mod_n_max", "maximum number of ngram "
+       "tokens to use for ngram-based speculative decoding (default: 64)",
+       conv=_int_in(0, 1024, "ngram n-max must be between 0 and 1024 inclusive"), **_SPEC),
     _O("--spec-ngram-simple-size-n", "int", "speculative.ngram_simple_size_n", "ngram-simple: "
-       "n-gram size to look up (default: 12)", **_SPEC),
+       "n-gram size to look up (default: 12)", conv=_NG_N, **_SPEC),
     _O("--spec-ngram-simple-size-m", "int", "speculative.ngram_simple_size_m", "ngram-simple: "
-       "draft length (default: 48)", **_SPEC),
+       "draft length (default: 48)", conv=_NG_M, **_SPEC),
     _O("--spec-ngram-simple-min-hits", "int", "speculative.ngram_simple_min_hits",
-       "ngram-simple: minimum hits (default: 1)", **_SPEC),
-    _O("--spec-ngram-map-k-size-n", "int", "speculative.ngram_map_k_size_n", "ngram-map-k: "
-       "key size (default: 12)", status=UNSUP, note="this n-gram drafter", **_SPEC),
-    _O("--spec-ngram-map-k-size-m", "int", "speculative.ngram_map_k_size_m", "ngram-map-k: "
-       "draft length (default: 48)", status=UNSUP, note="this n-gram drafter", **_SPEC),
-    _O("--spec-ngram-map-k-min-hits", "int", "speculative.ngram_map_k_min_hits", "ngram-map-k: "
-       "minimum hits (default: 1)", status=UNSUP, note="this n-gram drafter", **_SPEC),
+       "ngram-simple: minimum earlier occurrences of the matched n-gram (default: 1)",
+       conv=_NG_HITS, **_SPEC),
+    _O("--spec-ngram-map-k-size-n", "int", "speculative.ngram_map_k_size_n", "ngram size N for "
+       "ngram-map-k speculative decoding, length of lookup n-gram (default: 12)", conv=_NG_N,
+       **_SPEC),
+    _O("--spec-ngram-map-k-size-m", "int", "speculative.ngram_map_k_size_m", "ngram size M for "
+       "ngram-map-k speculative decoding, length of draft m-gram (default: 48)", conv=_NG_M,
+       **_SPEC),
+    _O("--spec-ngram-map-k-min-hits", "int", "speculative.ngram_map_k_min_hits", "minimum hits "
+       "for ngram-map-k speculative decoding (default: 1)", conv=_NG_HITS, **_SPEC),
+    _O("--spec-ngram-map-k4v-size-n", "int", "speculative.ngram_map_k4v_size_n", "ngram size N "
+       "for ngram-map-k4v speculative decoding, length of lookup n-gram (default: 12)",
+       conv=_NG_N, **_SPEC),
+    _O("--spec-ngram-map-k4v-size-m", "int", "speculative.ngram_map_k4v_size_m", "ngram size M "
+       "for ngram-map-k4v speculative decoding, length of draft m-gram (default: 48)",
+       conv=_NG_M, **_SPEC),
+    _O("--spec-ngram-map-k4v-min-hits", "int", "speculative.ngram_map_k4v_min_hits", "minimum "
+       "hits for ngram-map-k4v speculative decoding (default: 1)", conv=_NG_HITS, **_SPEC),
     _O("--spec-synth-len", "float", "speculative.synth_len", "synthetic acceptance length for "
        "benchmarking", env="LLAMA_ARG_SPEC_SYNTH_LEN", status=UNSUP,
        note="synthetic acceptance", group="speculative", tools={S, C}),
     _O("--spec-synth-rates", "str", "speculative.synth_rates", "synthetic acceptance rates",
        env="LLAMA_ARG_SPEC_SYNTH_RATES", status=UNSUP, note="synthetic acceptance",
        group="speculative", tools={S, C}),
-    _O("--spec-default", "flag", "speculative.types", "enable default speculative decoding "
-       "config (ngram-mod, n_match 24, n_min 48, n_max 64)", const=["ngram-mod"],
-       status=UNSUP, note="the ngram-mod drafter", group="speculative", tools={S, C}),
+    _O("--spec-default", "flag", "speculative.spec_default", "enable default speculative "
+       "decoding config (adds ngram-mod with n_match 24, n_min 48, n_max 64)",
+       group="speculative", tools={S, C}),
     _O("-lcs --lookup-cache-static", "str", "lookup_cache_static", "path to static lookup cache",
        hint="FNAME", status=UNSUP, note="lookup caches", group="speculative", tools={S}),
     _O("-lcd --lookup-cache-dynamic", "str", "lookup_cache_dynamic", "path to dynamic lookup "
@@ -997,14 +1031,6 @@ OPTIONS += [
        "thread priority for batches", hint="N", status=NOOP, note=_DRAFT_NOTE, **_SPEC),
     _O("--spec-draft-poll-batch --poll-batch-draft", "int", "speculative.poll_batch", "draft "
        "polling for batches", hint="<0|1>", status=NOOP, note=_DRAFT_NOTE, **_SPEC),
-    _O("--spec-ngram-map-k4v-size-n", "int", "speculative.ngram_map_k4v_size_n", "ngram-map-k4v: "
-       "length of lookup n-gram (default: 12)", status=UNSUP, note="this n-gram drafter",
-       **_SPEC),
-    _O("--spec-ngram-map-k4v-size-m", "int", "speculative.ngram_map_k4v_size_m", "ngram-map-k4v: "
-       "draft length (default: 48)", status=UNSUP, note="this n-gram drafter", **_SPEC),
-    _O("--spec-ngram-map-k4v-min-hits", "int", "speculative.ngram_map_k4v_min_hits",
-       "ngram-map-k4v: minimum hits (default: 1)", status=UNSUP, note="this n-gram drafter",
-       **_SPEC),
     _O("--spec-ngram-size-n", "int", "speculative.ngram_simple_size_n", "old spelling of "
        "--spec-ngram-simple-size-n", status=DEPR, note="use --spec-ngram-simple-size-n",
        group="speculative", tools={S}),
@@ -1448,5 +1474,13 @@ def _postprocess(p: Params) -> None:
                                             for b in p.sampling.dry_sequence_breakers]
     if p.devices == "none":
         p.n_gpu_layers = "0"
+    sp = p.speculative
+    if sp.spec_default:
+        # common/arg.cpp --spec-default: push ngram-mod with n_match 24, n_min 48, n_max 64 (here
+        # an explicit --spec-ngram-mod-* wins whatever its position on the command line)
+        sp.types = list(sp.types) + ["ngram-mod"]
+        for f, v in (("n_match", 24), ("n_min", 48), ("n_max", 64)):
+            if f"speculative.ngram_mod_{f}" not in p.set_fields:
+                setattr(sp, f"ngram_mod_{f}", v)
     if p.speculative.model and not p.speculative.types:
         p.speculative.types = ["draft-simple"]  # -md alone enables drafting (as older llama.cpp did; docs/architecture.md)

@@ -72,6 +72,10 @@ class SpeculativeArgs:
     ngram_map_k_size_n: int = 12
     ngram_map_k_size_m: int = 48
     ngram_map_k_min_hits: int = 1
+    ngram_map_k4v_size_n: int = 12
+    ngram_map_k4v_size_m: int = 48
+    ngram_map_k4v_min_hits: int = 1
+    spec_default: bool = False                  # --spec-default: adds ngram-mod
 
 
 @dataclass

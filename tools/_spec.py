@@ -9,22 +9,27 @@ from ._common import Output, load_model, log, print_perf
 
 
 def make_drafter(params, model, ctx, tool: str):
-    """The drafter the flags ask for, or None (llama.cpp: failed to initialize)."""
-    from pyllama.speculative import DraftModelDrafter, NgramDrafter, check_vocab_compatible
+    """(drafter, longest draft) for the flags, or (None, 0) (llama.cpp: failed to initialize).
+    Several --spec-type values combine as common_speculative_init does (pyllama.speculative.
+    drafter_chain); llama-speculative always drafts with its -md model."""
+    from dataclasses import asdict
+
+    from pyllama.speculative import DraftModelDrafter, check_vocab_compatible, drafter_chain
     sp = params.speculative
     types = [t for t in sp.types if t != "none"]
+    draft = None
     if sp.model and (tool == "speculative" or "draft-simple" in types):
         import pyllama
         from pyllama import models
-        draft = pyllama.load_model(models.resolve(sp.model))
-        check_vocab_compatible(model.vocab, draft.vocab)
-        dctx = pyllama.Context(draft, n_ctx=ctx.n_ctx, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch,
+        dm = pyllama.load_model(models.resolve(sp.model))
+        check_vocab_compatible(model.vocab, dm.vocab)
+        dctx = pyllama.Context(dm, n_ctx=ctx.n_ctx, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch,
                                type_k=sp.cache_type_k, type_v=sp.cache_type_v,
                                n_threads=params.n_threads if params.n_threads > 0 else None)
-        return DraftModelDrafter(dctx, p_min=sp.p_min)
-    if "ngram-simple" in types:
-        return NgramDrafter(sp.ngram_simple_size_n, sp.ngram_simple_size_m)
-    return None
+        draft = DraftModelDrafter(dctx, p_min=sp.p_min)
+        if tool == "speculative":
+            return draft, sp.n_max
+    return drafter_chain(types, asdict(sp), draft=draft, draft_n_max=sp.n_max)
 
 
 def run_spec(params, tool: str) -> int:
@@ -45,7 +50,7 @@ def run_spec(params, tool: str) -> int:
     from ._session import make_context, make_sampler
     ctx = make_context(model, params)
     try:
-        drafter = make_drafter(params, model, ctx, tool)
+        drafter, n_max = make_drafter(params, model, ctx, tool)
     except PyllamaError as e:
         lg.error(f"draft model vocab must match target model to use speculation but {e}")
         return 1
@@ -57,10 +62,11 @@ def run_spec(params, tool: str) -> int:
         lg.error(f"prompt too long ({len(ids)} tokens, max {min(ctx.n_ctx - 4, ctx.n_batch)})")
         return 1
     t_load = time.perf_counter() - t0
-    return _generate(params, model, ctx, drafter, ids, make_sampler(model, params, ctx), t_load)
+    return _generate(params, model, ctx, drafter, n_max, ids, make_sampler(model, params, ctx),
+                     t_load)
 
 
-def _generate(params, model, ctx, drafter, ids, sampler, t_load) -> int:
+def _generate(params, model, ctx, drafter, n_max, ids, sampler, t_load) -> int:
     from pyllama.speculative import SpecParams, SpecStats, speculative_generate
     sp = params.speculative
     out = Output(params)
@@ -69,7 +75,7 @@ def _generate(params, model, ctx, drafter, ids, sampler, t_load) -> int:
     st = SpecStats()
     n = params.n_predict + 1 if params.n_predict >= 0 else -1   # llama.cpp stops at n_predict > n
     for tok in speculative_generate(ctx, sampler, ids, drafter,
-                                    SpecParams(n_max=sp.n_max, n_min=sp.n_min, p_min=sp.p_min,
+                                    SpecParams(n_max=n_max, n_min=sp.n_min, p_min=sp.p_min,
                                                mode=mode), n_predict=n, stats=st):
         out.raw(model.token_to_piece(tok, params.special))
     out("\n\n")

@@ -300,7 +300,8 @@ class Backend(ABC):
         row for every slot), ids int32 [n, k] -> y [n, k, rows], y[t, j] = W[ids[t, j]] @ x[t, j % m].
         The rows that select an expert are grouped and multiplied by that expert's slice in one
         matmul call, so a batch reads each selected expert once and nothing else. one_token:
-        llama.cpp's kernel choice per expert (compat.mmid_uses_vec)."""
+        llama.cpp's kernel choice per expert (compat.mmid_uses_vec). A negative id skips its slot
+        (left unset: the CPU backend fills those with its fused kernel)."""
         from .compat import mmid_uses_vec
         n, k = ids.shape
         m = x.shape[1]
@@ -310,6 +311,8 @@ class Backend(ABC):
         experts, starts = np.unique(flat[order], return_index=True)
         ends = np.append(starts[1:], len(flat))
         for e, a, b in zip(experts, starts, ends):
+            if e < 0:
+                continue
             sel = order[a:b]                          # flat slot indices t * k + j, ascending
             t, j = sel // k, sel % k
             xe = np.ascontiguousarray(x[t, j % m])

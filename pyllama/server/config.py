@@ -84,6 +84,8 @@ class ServerConfig:
     spec_p_min: float = 0.0
     spec_ngram_size_n: int = 12
     spec_ngram_size_m: int = 48
+    # the n-gram drafters' settings by pyllama.speculative.drafter_chain's names
+    spec_ngram_settings: dict = field(default_factory=dict)
     draft_type_k: str = "f16"
     draft_type_v: str = "f16"
     # SWA context checkpoints (-ctxcp, -cms)
@@ -103,7 +105,23 @@ class ServerConfig:
 
     @property
     def spec_ngram(self) -> bool:
-        return "ngram-simple" in self.spec_types
+        """A model-free drafter is listed (ngram-simple, ngram-map-k(4v), ngram-mod)."""
+        return any(t in self.spec_types for t in
+                   ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"))
+
+    @property
+    def spec_settings(self) -> dict:
+        return {"ngram_simple_size_n": self.spec_ngram_size_n,
+                "ngram_simple_size_m": self.spec_ngram_size_m, **self.spec_ngram_settings}
+
+    @property
+    def spec_n_max_all(self) -> int:
+        """The longest draft of the enabled drafters (common_speculative_n_max)."""
+        from pyllama.speculative import drafter_chain
+        st = self.spec_settings
+        types = [t for t in self.spec_types if t != "draft-simple"]
+        n = drafter_chain(types, st)[1] if self.spec_ngram else 0
+        return max(n, self.spec_n_max if self.spec_draft else 0)
 
     @property
     def unified(self) -> bool:

@@ -82,23 +82,37 @@ class Speculation:
     n-gram lookup and/or a draft model whose context holds one sequence per slot (same n_ctx,
     n_seq_max, kv_unified, n_batch/n_ubatch as the target) and follows the target's tokens."""
 
-    def __init__(self, cfg, draft_ctx=None):
-        from pyllama.speculative import DraftModelDrafter, NgramDrafter
-        self.n_max, self.n_min = cfg.spec_n_max, cfg.spec_n_min
+    def __init__(self, cfg, draft_ctx=None, n_seq: int = 1):
+        from pyllama.speculative import DraftModelDrafter, NgramModPool, drafter_chain
+        self.n_min = cfg.spec_n_min
         self.draft_ctx = draft_ctx
-        self.ngram = (NgramDrafter(cfg.spec_ngram_size_n, cfg.spec_ngram_size_m)
-                      if cfg.spec_ngram else None)
-        n = draft_ctx.n_seq_max if draft_ctx is not None else 0
-        self.models = [DraftModelDrafter(draft_ctx, i, cfg.spec_p_min) for i in range(n)]
+        n = draft_ctx.n_seq_max if draft_ctx is not None else n_seq
+        self.models = ([DraftModelDrafter(draft_ctx, i, cfg.spec_p_min) for i in range(n)]
+                       if draft_ctx is not None else [])
+        types = [t for t in cfg.spec_types if t != "none"]
+        if self.models and "draft-simple" not in types:
+            types.append("draft-simple")        # -md alone
+        # one drafter state per slot; ngram-mod's pool is shared by all slots (llama.cpp)
+        st = cfg.spec_settings
+        pool = NgramModPool(st.get("ngram_mod_n_match", 24)) if "ngram-mod" in types else None
+        self.drafters, self.n_max = [], cfg.spec_n_max
+        for i in range(n):
+            d, n_max = drafter_chain(types, st, draft=self.models[i] if self.models else None,
+                                     draft_n_max=cfg.spec_n_max, mod_pool=pool)
+            self.drafters.append(d)
+            self.n_max = n_max
+
+    def begin(self, seq: int, tokens: list[int]) -> None:
+        """A generation starts in slot seq (common_speculative_begin)."""
+        self.drafters[seq].begin(tokens)
 
     def draft(self, seq: int, history: list[int], n_max: int) -> list[int]:
-        """n-gram first, then the draft model (llama.cpp's priority order)."""
-        out: list[int] = []
-        if self.ngram is not None:
-            out = self.ngram.draft(history, n_max)
-        if not out and self.models:
-            out = self.models[seq].draft(history, n_max)
+        """The slot's drafter chain (llama.cpp's priority order: n-gram types, then the model)."""
+        out = self.drafters[seq].draft(history, n_max)
         return out[:n_max] if len(out) >= self.n_min else []
+
+    def accept(self, seq: int, n_accepted: int, n_drafted: int) -> None:
+        self.drafters[seq].accept(n_accepted, n_drafted)
 
     def rollback(self, seq: int, n_keep: int) -> None:
         if self.models:
@@ -165,6 +179,8 @@ class Slot:
         self.checkpoints = [c for c in self.checkpoints if c.n_tokens <= n_past]
         self.ckpt_marks = e.checkpoint_marks(n_past, len(task.prompt))
         self.drafts = []
+        if e.spec is not None:
+            e.spec.begin(self.id, list(task.prompt))
         self.n_draft, self.n_draft_accepted, self.n_verif = 0, 0, 0
         self.n_accepted_per_pos: list[int] = []     # accepted drafts by position (metrics)
         self.n_prompt_done, self.n_cached = n_past, n_past
@@ -264,9 +280,11 @@ class Slot:
             self.n_draft += len(drafts)
             self.n_draft_accepted += n_acc
             self.n_verif += 1
+            self.engine.spec.accept(self.id, n_acc, len(drafts))
             per_pos = self.n_accepted_per_pos
-            if not per_pos:
-                per_pos.extend([0] * max(self.engine.cfg.spec_n_max, len(drafts)))
+            if len(per_pos) < max(self.engine.cfg.spec_n_max, len(drafts)):
+                per_pos.extend([0] * (max(self.engine.cfg.spec_n_max, len(drafts)) -
+                                      len(per_pos)))
             for k in range(min(n_acc, len(per_pos))):
                 per_pos[k] += 1
             self.rollback(len(self.cache) - len(drafts) + n_acc)
@@ -441,7 +459,7 @@ class Engine:
         draft_model = self._load_draft_model() if cfg.spec_draft else None
         speculating = draft_model is not None or cfg.spec_ngram
         # rollbacks of up to n_max drafts stay exact in a shared SWA cache (--swa-extra, docs/architecture.md)
-        extra = max(cfg.swa_extra, cfg.spec_n_max) if speculating else cfg.swa_extra
+        extra = max(cfg.swa_extra, cfg.spec_n_max_all) if speculating else cfg.swa_extra
         self.ctx = pyllama.Context(self.model, n_ctx=cfg.n_ctx_pool, n_batch=cfg.n_batch,
                                    n_ubatch=cfg.n_ubatch, n_seq_max=n, swa_full=cfg.swa_full,
                                    swa_extra=extra, kv_unified=cfg.unified,
@@ -456,7 +474,7 @@ class Engine:
                 draft_model, n_ctx=self.ctx.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch,
                 n_seq_max=n, swa_full=cfg.swa_full, swa_extra=extra, kv_unified=cfg.unified,
                 type_k=cfg.draft_type_k, type_v=cfg.draft_type_v, n_threads=cfg.n_threads)
-            self.spec = Speculation(cfg, dctx)
+            self.spec = Speculation(cfg, dctx, n)
         self.use_checkpoints = (cfg.n_ctx_checkpoints > 0 and not cfg.swa_full
                                 and self.ctx.hp.is_swa_any())
         # llama.cpp's n_ctx_slot(): the context's n_ctx_seq (all of n_ctx when unified),

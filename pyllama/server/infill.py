@@ -14,6 +14,7 @@ the last n_ctx - n_batch - 2 * n_predict tokens.
 from __future__ import annotations
 
 from . import schemas as S
+from .embeddings import _json_type
 from .schemas import ServerError, invalid, not_supported
 
 # "\n\n--- snippet ---\n\n": llama.cpp's chunk separator when the vocabulary has no FIM_SEP
@@ -33,16 +34,6 @@ def _tokens(server, value) -> list[int]:
         raise ServerError(500, "[json.exception.type_error.302] type must be string, but is "
                                f"{_json_type(value)}")
     return server.tokenize(value, False, False)
-
-
-def _json_type(v) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, (int, float)):
-        return "number"
-    return "array" if isinstance(v, list) else "object"
 
 
 def format_infill(server, prefix, suffix, extra: list, n_batch: int, n_predict: int, n_ctx: int,

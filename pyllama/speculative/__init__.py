@@ -6,10 +6,12 @@ swa_full; seeded sampling with the target's chain reproduces plain seeded sampli
 consumes one RNG draw from the same logits).
 """
 from .compat import check_vocab_compatible
-from .drafters import DraftModelDrafter, Drafter, NgramDrafter, truncated_model
+from .drafters import DraftModelDrafter, Drafter, DrafterChain, NgramDrafter, truncated_model
+from .ngram import NgramMapDrafter, NgramModDrafter, NgramModPool, drafter_chain
 from .policy import DraftPolicy, VerifyCost, measure_verify_cost
 from .loop import SpecParams, SpecStats, speculative_generate
 
-__all__ = ["check_vocab_compatible", "Drafter", "DraftModelDrafter", "NgramDrafter",
+__all__ = ["check_vocab_compatible", "Drafter", "DrafterChain", "DraftModelDrafter", "NgramDrafter",
+           "NgramMapDrafter", "NgramModDrafter", "NgramModPool", "drafter_chain",
            "truncated_model", "DraftPolicy", "VerifyCost", "measure_verify_cost",
            "SpecParams", "SpecStats", "speculative_generate"]

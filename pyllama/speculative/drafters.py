@@ -22,6 +22,42 @@ class Drafter:
     def rollback(self, n_keep: int) -> None:
         """Drop whatever this drafter cached past the first n_keep tokens of the sequence."""
 
+    def begin(self, tokens: list[int]) -> None:
+        """A generation starts on a sequence holding `tokens` (common_speculative_begin)."""
+
+
+class DrafterChain(Drafter):
+    """Several drafters at once, as common_speculative_draft combines them: the first (in the
+    given priority order) that proposes a non-empty draft wins the round; each has its own
+    length limit. The verification result goes to the drafter that produced the last non-empty
+    draft (common_speculative_accept's impl_last, kept across rounds that drafted nothing)."""
+
+    def __init__(self, drafters: list, limits: list | None = None):
+        self.drafters = list(drafters)
+        self.limits = list(limits) if limits is not None else [None] * len(self.drafters)
+        self.name = ",".join(d.name for d in self.drafters)
+        self.last = None
+
+    def begin(self, tokens: list[int]) -> None:
+        for d in self.drafters:
+            d.begin(tokens)
+
+    def draft(self, history: list[int], n_max: int) -> list[int]:
+        for d, lim in zip(self.drafters, self.limits):
+            out = d.draft(history, n_max if lim is None else min(n_max, lim))
+            if out:
+                self.last = d
+                return out
+        return []
+
+    def accept(self, n_accepted: int, n_drafted: int | None = None) -> None:
+        if self.last is not None:
+            self.last.accept(n_accepted, n_drafted)
+
+    def rollback(self, n_keep: int) -> None:
+        for d in self.drafters:
+            d.rollback(n_keep)
+
 
 class DraftModelDrafter(Drafter):
     """draft-simple: a draft model's context mirrors the target's sequence.
@@ -89,12 +125,19 @@ class NgramDrafter(Drafter):
 
     With a `policy` (DraftPolicy) the draft is cut to the length that pays for its verification,
     given the acceptance seen so far for the same situation: key (matched length, capped at
-    `KEY_N_CAP`; whether the previous draft was accepted whole)."""
+    `KEY_N_CAP`; whether the previous draft was accepted whole).
+
+    `min_hits` (--spec-ngram-simple-min-hits, "minimum hits at ngram/mgram lookup for mgram to be
+    proposed" in llama.cpp's common/common.h): an n-gram length is used only when it occurred at
+    least min_hits times earlier in the history. llama.cpp 0c1e570's common_ngram_simple_draft
+    never reads it (the default 1 is what it does)."""
     name = "ngram-simple"
     KEY_N_CAP = 8
 
-    def __init__(self, size_n: int = 12, size_m: int = 48, min_n: int = 2, policy=None):
+    def __init__(self, size_n: int = 12, size_m: int = 48, min_n: int = 2, policy=None,
+                 min_hits: int = 1):
         self.size_n, self.size_m, self.min_n = size_n, size_m, min_n
+        self.min_hits = max(1, min_hits)
         self.policy = policy
         self._last = None           # (key, k) of the last draft, for accept()
         self._whole = False         # the previous draft was accepted whole
@@ -108,7 +151,7 @@ class NgramDrafter(Drafter):
             # candidate starts: positions s < len-n with h[s:s+n] == key, most recent first
             win = np.lib.stride_tricks.sliding_window_view(h[:-1], n)
             hits = np.flatnonzero((win == key).all(axis=1))
-            if len(hits):
+            if len(hits) >= self.min_hits:
                 return n, _copy_from(h, int(hits[-1]) + n, n_lim)
         return 0, []
 

@@ -78,6 +78,7 @@ def speculative_generate(ctx, sampler, prompt: list[int], drafter: Drafter,
     st.t_prompt += time.perf_counter() - t0
     t0 = time.perf_counter()
     history = list(prompt)
+    drafter.begin(history)
     tok = int(sampler.sample(ctx.get_logits_ith(-1)))
     sampler.accept(tok)
     n_gen = 1

@@ -104,7 +104,7 @@ def test_stop_sequence(client):
 def test_tools(client):
     """Qwen2.5-Coder writes the call's JSON without <tool_call> tags: text, as llama.cpp's server
     answers (tests/data/server-api-llamacpp.json); tool_use parsing: test_chat_parse.py."""
-    m = client.messages.create(model="x", max_tokens=64, tools=TOOLS, messages=ASK)
+    m = client.messages.create(model="x", max_tokens=32, tools=TOOLS, messages=ASK)
     assert m.stop_reason == "end_turn" and [b.type for b in m.content] == ["text"]
     assert json.loads(m.content[0].text) == {"name": "get_weather",
                                              "arguments": {"city": "Paris"}}

@@ -59,11 +59,19 @@ def reference(models):
 
 def spec_server(models, kind):
     extra = {"self": ["-md", models[0]], "other": ["-md", models[1], "--spec-draft-n-max", "5"],
-             "ngram": ["--spec-type", "ngram-simple"]}[kind]
+             "ngram": ["--spec-type", "ngram-simple"],
+             # several types at once (llama.cpp's priority order), one drafter state per slot
+             # and ngram-mod's pool shared by the slots
+             "combined": ["--spec-type", "ngram-map-k4v,ngram-mod", "--spec-ngram-map-k4v-size-n",
+                          "3", "--spec-ngram-map-k4v-size-m", "8", "--spec-ngram-map-k4v-min-hits",
+                          "2", "--spec-ngram-mod-n-match", "4", "--spec-ngram-mod-n-min", "2"],
+             # --spec-default: ngram-mod (its n_min 48 needs a long repeat; a shorter n_match here)
+             "default": ["--spec-default", "--spec-ngram-mod-n-match", "3",
+                         "--spec-ngram-mod-n-min", "4"]}[kind]
     return ServerProc(["-m", models[0], *BASE, *extra]).wait_ready()
 
 
-@pytest.mark.parametrize("kind", ["self", "other", "ngram"])
+@pytest.mark.parametrize("kind", ["self", "other", "ngram", "combined", "default"])
 def test_speculative_output_equals_plain(models, reference, kind):
     s = spec_server(models, kind)
     try:
@@ -152,6 +160,9 @@ def test_flags_map_to_the_config(tiny_model_path):
     assert not cfg("-md", m, "--spec-type", "none").spec_draft
     c = cfg("--spec-type", "ngram-simple")
     assert c.spec_ngram and not c.spec_draft
+    c = cfg("--spec-default", "--spec-ngram-map-k4v-min-hits", "3")
+    assert c.spec_ngram and c.spec_types == ["ngram-mod"] and c.spec_n_max_all == 64
+    assert c.spec_settings["ngram_map_k4v_min_hits"] == 3
     assert not cfg().spec_draft and not cfg().spec_ngram
     c = cfg("-ctxcp", "3", "-cms", "100")
     assert (c.n_ctx_checkpoints, c.checkpoint_min_step) == (3, 100)

@@ -180,11 +180,36 @@ def test_md_alone_enables_draft_and_lists_accumulate():
     p, _ = P("server", "--spec-type", "ngram-simple", "--spec-type", "draft-simple,none")
     assert p.speculative.types == ["ngram-simple", "draft-simple", "none"]
     with pytest.raises(ArgError, match="not supported by pyllama yet"):
-        P("server", "--spec-type", "ngram-mod")
+        P("server", "--spec-type", "ngram-cache")
+    with pytest.raises(ArgError, match="'draft-eagle3' needs an EAGLE3 draft head"):
+        P("server", "--spec-type", "draft-eagle3")
+    p, _ = P("server", "--spec-type", "ngram-map-k,ngram-map-k4v", "--spec-type", "ngram-mod")
+    assert p.speculative.types == ["ngram-map-k", "ngram-map-k4v", "ngram-mod"]
     with pytest.raises(ArgError, match="unknown speculative decoding type: bogus"):
         P("server", "--spec-type", "bogus")
     p, _ = P("completion", "-r", "a", "-r", "b", "--dry-sequence-breaker", "none")
     assert p.antiprompt == ["a", "b"] and p.sampling.dry_sequence_breakers == []
+
+
+def test_ngram_drafter_flags_and_spec_default():
+    # common/arg.cpp: the n-gram settings, their range checks, --spec-default adding ngram-mod
+    p, _ = P("server", "--spec-ngram-map-k4v-size-n", "8", "--spec-ngram-map-k4v-size-m", "24",
+             "--spec-ngram-map-k4v-min-hits", "2", "--spec-ngram-mod-n-match", "16",
+             "--spec-ngram-simple-min-hits", "3")
+    sp = p.speculative
+    assert (sp.ngram_map_k4v_size_n, sp.ngram_map_k4v_size_m, sp.ngram_map_k4v_min_hits) == \
+        (8, 24, 2)
+    assert sp.ngram_mod_n_match == 16 and sp.ngram_simple_min_hits == 3
+    with pytest.raises(ArgError, match="ngram min hits must be at least 1"):
+        P("server", "--spec-ngram-map-k-min-hits", "0")
+    with pytest.raises(ArgError, match="ngram n-max must be between 0 and 1024 inclusive"):
+        P("server", "--spec-ngram-mod-n-max", "2000")
+    p, _ = P("server", "--spec-type", "ngram-simple", "--spec-default")
+    assert p.speculative.types == ["ngram-simple", "ngram-mod"]
+    assert (p.speculative.ngram_mod_n_match, p.speculative.ngram_mod_n_min,
+            p.speculative.ngram_mod_n_max) == (24, 48, 64)
+    p, _ = P("server", "--spec-default", "--spec-ngram-mod-n-max", "32")
+    assert p.speculative.types == ["ngram-mod"] and p.speculative.ngram_mod_n_max == 32
 
 
 def test_samplers_and_logit_bias():

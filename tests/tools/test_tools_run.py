@@ -235,16 +235,23 @@ def test_bench_ranges():
     assert int_list("1,8-32*2,64-256+64") == [1, 8, 16, 32, 64, 128, 192, 256]
 
 
-def test_speculative_simple_ngram_equals_plain_greedy(tool, tiny):
+@pytest.mark.parametrize("n,spec", [
+    (16, ["--spec-type", "ngram-simple"]),
+    (16, ["--spec-type", "ngram-map-k,ngram-map-k4v", "--spec-ngram-map-k-size-n", "2",
+          "--spec-ngram-map-k4v-size-n", "2", "--spec-ngram-map-k4v-size-m", "4"]),
+    # ngram-mod adds generated n-grams to its pool in chunks of 32 tokens
+    (64, ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "2",
+          "--spec-ngram-mod-n-min", "1"])])
+def test_speculative_simple_ngram_equals_plain_greedy(tool, tiny, n, spec):
     prompt = "the cat the cat the cat"
-    model, ids, gen = _greedy(tiny, prompt, 17)       # llama.cpp emits n+1 tokens for -n 16
-    r = tool("speculative-simple", "-m", tiny, "--spec-type", "ngram-simple", "-p", prompt,
-             "-n", "16", "--temp", "0", "-c", "256")
+    model, ids, gen = _greedy(tiny, prompt, n + 1)    # llama.cpp emits n+1 tokens for -n n
+    r = tool("speculative-simple", "-m", tiny, *spec, "-p", prompt,
+             "-n", str(n), "--temp", "0", "-c", "256")
     assert r.returncode == 0, r.stderr
     text = b"\n\n" + b"".join(model.token_to_piece(t, True) for t in ids) + \
         b"".join(model.token_to_piece(t, False) for t in gen) + b"\n\n"
     assert r.stdout == text
-    assert re.search(r"n_predict = 17\n", r.stderr) and "n_drafted = " in r.stderr
+    assert re.search(rf"n_predict = {n + 1}\n", r.stderr) and "n_drafted = " in r.stderr
     assert re.search(r"accept    = [\d.]+%", r.stderr)
 
 

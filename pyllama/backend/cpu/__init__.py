@@ -102,6 +102,12 @@ class CpuBackend(Backend):
         from . import compat
         return compat.matvec_k(w, x, self.n_threads)
 
+    def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray,
+                   one_token: bool = False) -> np.ndarray:
+        """Backend.mul_mat_id with the experts of few rows in one native call (cpu/mmid.py)."""
+        from . import mmid
+        return mmid.mul_mat_id(self, w, x, ids, one_token, max(1, self.n_threads or 1))
+
     def attention_vec(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
         from . import compat
         return compat.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,

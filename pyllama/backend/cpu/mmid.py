@@ -1,0 +1,85 @@
+"""CPU ggml_mul_mat_id (MoE experts): Backend.mul_mat_id's grouping with the experts that get few
+rows run together in one native call (_mmid.pyx), the rest one matmul per expert as before.
+
+A decode token selects n_used experts with one row each; one matmul call per expert costs more in
+dispatch, activation quantization and thread wake-up than its gemv. The fused call quantizes
+each activation row once and runs every (slot, row group) pair in one OpenMP loop, with the
+kernels the per-expert call would take (llama.cpp numerics: compat.mmid_uses_vec's one-token
+kernel; else the row tiles of matmul.matmul, whose rows do not depend on the batch), so the
+result is bit-identical to Backend.mul_mat_id (tests/test_mmid.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...gguf import GGMLType
+from ..base import Backend, Weight
+from ..compat import mmid_uses_vec
+from . import _matmul, _mmid
+from . import matmul as mm
+
+# numerics="llama.cpp" one-token kernels the fused call runs (compat._kernel's numbering)
+_VEC_KERNEL = {GGMLType.Q5_K: 2, GGMLType.Q6_K: 3, GGMLType.Q2_K: 4, GGMLType.Q3_K: 5,
+               GGMLType.IQ4_XS: 6}
+TILE_MAX_ROWS = 4       # invariant numerics: experts with fewer rows than this are fused
+PARALLEL_MIN_BYTES = 131072     # weight bytes below which the fused call runs on one thread
+
+
+def _raw(w: Weight) -> np.ndarray:
+    """The experts' rows as uint8 [n_expert * rows, row_bytes] (a view, cached on w)."""
+    c = w.__dict__.get("_mmid_raw")
+    if c is None or c[0] is not w.raw:
+        c = w.__dict__["_mmid_raw"] = (w.raw, w.raw.view(np.uint8).reshape(
+            w.shape[0] * w.shape[1], -1))
+    return c[1]
+
+
+def _vec_kernel(wtype, rows: int):
+    if wtype == GGMLType.Q4_K:
+        return 0 if rows % 8 == 0 else 1            # GEMV_Q4_K (repacked) / VEC_Q4_K
+    return _VEC_KERNEL.get(wtype)
+
+
+def mul_mat_id(be, w: Weight, x: np.ndarray, ids: np.ndarray, one_token: bool = False,
+               nth: int = 1) -> np.ndarray:
+    """Backend.mul_mat_id (same shapes, same bits) with the few-row experts fused."""
+    n, n_used = ids.shape
+    n_exp, rows, cols = w.shape
+    m = x.shape[1]
+    flat = np.ascontiguousarray(ids, dtype=np.int32).reshape(-1)
+    counts = np.bincount(flat, minlength=n_exp)
+    kernel = _vec_kernel(w.type, rows) if one_token else None
+    if kernel is not None:                      # llama.cpp: one-token kernel below 8 rows
+        few = np.full(n_exp, True) if mmid_uses_vec(w.type, rows, 8) else counts < 8
+    elif one_token and mmid_uses_vec(w.type, rows, 1):
+        return Backend.mul_mat_id(be, w, x, ids, one_token)    # kernels not fused (i-quants)
+    elif _matmul.family(int(w.type)) < 0:
+        return Backend.mul_mat_id(be, w, x, ids, one_token)
+    else:
+        few = counts < TILE_MAX_ROWS
+    sel = few[flat]
+    if sel.all():
+        slots = np.arange(len(flat), dtype=np.int32)
+        out = np.empty((n, n_used, rows), np.float32)
+    else:
+        out = Backend.mul_mat_id(be, w, x, np.where(sel, -1, flat).reshape(n, n_used), one_token)
+        slots = np.flatnonzero(sel).astype(np.int32)
+        if not len(slots):
+            return out
+    x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(n * m, cols)
+    o2 = out.reshape(n * n_used, rows)
+    raw = _raw(w)
+    if len(slots) * rows * raw.shape[1] < PARALLEL_MIN_BYTES:
+        nth = 1
+    if kernel is not None:
+        q = mm._view("mmid_q", (n * m, cols), np.int8)
+        d = mm._view("mmid_d", (n * m, cols // 256), np.float32)
+        bs = mm._view("mmid_bs", (n * m, cols // 16), np.int16)
+        _mmid.vec_slots(kernel, raw, rows, cols, x2, flat, slots, n_used, m, o2, q, d, bs, nth)
+        return out
+    kt = mm.kernel_type(w.type, rows)
+    q, d, s, bs, f, _ = mm._plan(_matmul.act_kind(kt), n * m, cols, 1)
+    scratch = mm._view("mmid_scratch", (nth, _matmul.row_scratch_bytes(cols)), np.uint8)
+    _mmid.tile_slots(kt, raw, rows, cols, x2, flat, slots, n_used, m, o2, q, d, s, bs, f, scratch,
+                     nth)
+    return out
