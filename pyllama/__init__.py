@@ -21,6 +21,9 @@ def __getattr__(name):
     if name == "Context":
         from .context import Context
         return Context
+    if name in ("LoraAdapter", "load_control_vectors", "AdapterError"):
+        from . import adapter
+        return getattr(adapter, name)
     if name == "Batch":
         from .batch import Batch
         return Batch
@@ -37,5 +40,6 @@ _LLAMA_CPP_NAMES = ("Llama", "LlamaGrammar", "LlamaPromptLookupDecoding", "Llama
                     "LlamaDiskCache", "LlamaCache", "LlamaState")
 
 __all__ = ["load_model", "Model", "Context", "Batch", "PyllamaError", "GgufError", "ModelError",
-           "ContextError", "GrammarError", "Grammar", "json_schema_to_gbnf", "models",
+           "ContextError", "GrammarError", "Grammar", "LoraAdapter", "load_control_vectors",
+           "AdapterError", "json_schema_to_gbnf", "models",
            "__version__", *_LLAMA_CPP_NAMES]

@@ -47,7 +47,8 @@ class Context:
                  n_threads: int | None = None, numerics: str = "invariant",
                  kv_k_center: bool | None = None, flash_attn: bool = False,
                  rope: dict | None = None, embeddings: bool = False,
-                 pooling: str | None = None):
+                 pooling: str | None = None, lora_adapters=(), lora_apply: bool = True,
+                 control_vectors=(), control_vector_layer_range=(0, 0)):
         hp = model.hparams
         if n_ctx == 0:
             n_ctx = hp.n_ctx_train
@@ -91,6 +92,55 @@ class Context:
         self._embd = np.zeros((0, hp.n_embd), dtype=np.float32)
         self._embd_seq: dict[int, np.ndarray] = {}
         self._logits_ok = True
+        self.loras: tuple = ()          # ((LoraAdapter, scale), ...) applied by every decode
+        self.cvec = None                # ControlVector (llama_adapter_cvec) or None
+        self._init_adapters(lora_adapters, lora_apply, control_vectors,
+                            control_vector_layer_range)
+
+    def _init_adapters(self, lora_adapters, lora_apply, control_vectors, layer_range) -> None:
+        """common_init_from_params: load the LoRA adapters [(path or LoraAdapter, scale)]
+        (kept in `lora_adapters`, in order: the server's adapter ids), add the control vectors
+        [(path, strength)] summed on layers layer_range (start <= 0: 1, end <= 0: n_layer),
+        then apply the adapters with their scales unless lora_apply is False
+        (--lora-init-without-apply). A bad file raises AdapterError (llama.cpp logs it and
+        goes on without adapters; pyllama stops)."""
+        from .adapter import LoraAdapter, load_control_vectors
+        self.lora_adapters = []
+        for item, scale in lora_adapters:
+            a = item if isinstance(item, LoraAdapter) else LoraAdapter(self.model, item)
+            self.lora_adapters.append((a, float(scale)))
+        if control_vectors:
+            start, end = layer_range
+            start = 1 if start <= 0 else start
+            end = self.hp.n_layer if end <= 0 else end
+            n_embd, data = load_control_vectors(control_vectors)
+            self.set_adapter_cvec(data, n_embd, start, end)
+        if lora_apply and self.lora_adapters:
+            self.set_adapters_lora([a for a, _ in self.lora_adapters],
+                                   [s for _, s in self.lora_adapters])
+
+    # -- adapters (llama.h: llama_set_adapters_lora, llama_set_adapter_cvec) ---------------
+    def set_adapters_lora(self, adapters=(), scales=()) -> None:
+        """llama_set_adapters_lora: the LoRA adapters (pyllama.LoraAdapter of this context's
+        model) and their scales every following decode applies; a zero scale leaves the adapter
+        out; no adapters (the default) detaches them all. The KV cache is not touched (as in
+        llama.cpp): clear it when cached tokens should be recomputed with the new set."""
+        from .adapter import lora_list
+        for a in adapters:
+            if getattr(a, "model", None) is not self.model:
+                raise ContextError("set_adapters_lora: the adapter was loaded for another model")
+        self.loras = lora_list(adapters, scales)
+
+    def set_adapter_cvec(self, data, n_embd: int = 0, il_start: int = -1,
+                         il_end: int = -1) -> None:
+        """llama_set_adapter_cvec: data [n_layers x n_embd] f32 starting at layer 1 (None
+        clears the control vector), applied to the output of layers il_start..il_end
+        (inclusive). Raises AdapterError when n_embd is not the model's."""
+        from .adapter import ControlVector
+        if data is None:
+            self.cvec = None
+            return
+        self.cvec = ControlVector(self.model, n_embd, data, il_start, il_end)
 
     def set_embeddings(self, value: bool) -> None:
         """llama_set_embeddings: the next decodes compute embeddings (True) or logits (False)."""
@@ -143,7 +193,8 @@ class Context:
     def _decode_ubatch(self, ub) -> None:
         out_local = np.flatnonzero(ub.output).astype(np.int32)
         g = Graph(self.backend, self.hp, self.memory, ub, out_local, self.numerics,
-                  self.flash_attn, want_logits=not self.embeddings)
+                  self.flash_attn, want_logits=not self.embeddings, loras=self.loras,
+                  cvec=self.cvec)
         logits = self.model.arch.forward(g, self.model.weights, self.hp)
         if not len(out_local):
             return

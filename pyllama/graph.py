@@ -19,7 +19,7 @@ from .hparams import HParams
 class Graph:
     def __init__(self, backend: Backend, hp: HParams, memory, ubatch, out_idx: np.ndarray,
                  numerics: str = "invariant", flash_attn: bool = False,
-                 want_logits: bool = True):
+                 want_logits: bool = True, loras: tuple = (), cvec=None):
         self.be = backend
         self.llama_cpp = numerics == "llama.cpp"    # llama.cpp's row-count dependent kernels
         self.flash_attn = flash_attn                # with llama_cpp: its flash-attention kernels
@@ -32,13 +32,23 @@ class Graph:
         self.out_idx = out_idx            # int32[n_out]: ubatch rows whose logits are wanted
         self.want_logits = want_logits    # False: the forward pass stops after result_norm
         self.embd = None                  # [n_out, n_embd] result_norm rows (llama.cpp t_embd)
+        self.loras = loras                # ((LoraAdapter, user scale), ...), pyllama/adapter.py
+        self.cvec = cvec                  # ControlVector or None
         memory.apply_ubatch(ubatch)
         self._ubatch = ubatch
 
     # -- inputs -------------------------------------------------------------------------
     def embed(self, w: Weight) -> np.ndarray:
-        """[n_tokens, n_embd] rows of the embedding matrix for this ubatch's tokens."""
-        return self.be.get_rows(w, self.tokens)
+        """[n_tokens, n_embd] rows of the embedding matrix for this ubatch's tokens, plus the
+        LoRA deltas of the adapters on it (build_inp_embd: B times rows of the transposed A,
+        scaled, added)."""
+        x = self.be.get_rows(w, self.tokens)
+        for ad, s in self.loras:
+            lw = ad.ab.get(w.name)
+            if lw is not None:
+                d = self._lora_mm(lw.b, self.be.get_rows(lw.a, self.tokens))
+                x = self.be.add(x, self.be.scale(d, lw.scale(ad.alpha, s)))
+        return x
 
     # -- elementwise / norms ------------------------------------------------------------
     def rms_norm(self, x: np.ndarray, w: Weight | None, eps: float | None = None) -> np.ndarray:
@@ -49,9 +59,28 @@ class Graph:
         if len(w.shape) == 1:                 # a vector weight: the [1, cols] matrix (qwen2moe)
             w = as_matrix(w)
         y = llama_cpp_numerics.matmul(self.be, w, x) if self.llama_cpp else self.be.matmul(w, x)
+        for ad, s in self.loras:          # build_lora_mm: y + scale * (B (A x)), before the bias
+            lw = ad.ab.get(w.name)
+            if lw is not None:
+                ab = self._lora_mm(lw.b, self._lora_mm(lw.a, x))
+                y = self.be.add(y, self.be.scale(ab, lw.scale(ad.alpha, s)))
         if bias is not None:
             y = self.be.add(y, self.be.vec(bias))
         return y
+
+    def _lora_mm(self, w: Weight, x: np.ndarray) -> np.ndarray:
+        """A LoRA factor times x. In the llama.cpp numerics an F32/F16 factor that tinyBLAS
+        refuses (one row, k % 8 or rows % 4) takes ggml_vec_dot_f32 / _f16 for every row."""
+        if self.llama_cpp:
+            return llama_cpp_numerics.matmul_small(self.be, w, x)
+        return self.be.matmul(w, x)
+
+    def cvec_add(self, x: np.ndarray, il: int) -> np.ndarray:
+        """build_cvec: layer il's control vector added to the layer output (when in range)."""
+        if self.cvec is None:
+            return x
+        t = self.cvec.tensor_for(il)
+        return x if t is None else self.be.add(x, t)
 
     def add(self, a, b):
         return self.be.add(a, b)

@@ -103,6 +103,7 @@ def oai_decoder(g, w, hp: HParams) -> np.ndarray:
         a = self_attention(g, L, hp, il, g.rms_norm(x, L.attn_norm), sinks=L.attn_sinks)
         x = g.add(a, x)
         x = g.add(moe_ffn_oai(g, L, hp, g.rms_norm(x, L.post_attention_norm)), x)
+        x = g.cvec_add(x, il)
     return output(g, w, hp, g.select_outputs(x))
 
 
@@ -154,7 +155,7 @@ def pre_norm_decoder(g, w, hp: HParams, *, qk_norm: bool = False, no_rope_step: 
              else ffn_swiglu(g, L, h))
         if residual_scale:
             f = g.scale(f, residual_scale)
-        x = g.add(x, f)
+        x = g.cvec_add(g.add(x, f), il)
     return output(g, w, hp, x)
 
 
@@ -173,7 +174,7 @@ def phi3_decoder(g, w, hp: HParams) -> np.ndarray:
         up = g.matmul(L.ffn_up, g.rms_norm(x, L.ffn_norm))
         f = up.shape[1] // 2
         act = g.swiglu(np.ascontiguousarray(up[:, :f]), np.ascontiguousarray(up[:, f:]))
-        x = g.add(x, g.matmul(L.ffn_down, act))
+        x = g.cvec_add(g.add(x, g.matmul(L.ffn_down, act)), il)
     return output(g, w, hp, x)
 
 
@@ -185,7 +186,7 @@ def post_norm_decoder(g, w, hp: HParams) -> np.ndarray:
         if il == hp.n_layer - 1:
             x, a = g.select_outputs(x), g.select_outputs(a)
         x = g.add(x, g.rms_norm(a, L.post_attention_norm))
-        x = g.add(g.rms_norm(ffn_swiglu(g, L, x), L.post_ffw_norm), x)
+        x = g.cvec_add(g.add(g.rms_norm(ffn_swiglu(g, L, x), L.post_ffw_norm), x), il)
     return output(g, w, hp, x)
 
 
@@ -199,5 +200,5 @@ def sandwich_decoder(g, w, hp: HParams, *, qk_norm: bool, attn_softcap: float) -
             x, a = g.select_outputs(x), g.select_outputs(a)
         x = g.add(x, g.rms_norm(a, L.post_attention_norm))
         y = ffn_geglu(g, L, g.rms_norm(x, L.ffn_norm))
-        x = g.add(x, g.rms_norm(y, L.post_ffw_norm))
+        x = g.cvec_add(g.add(x, g.rms_norm(y, L.post_ffw_norm)), il)
     return output(g, w, hp, x)
