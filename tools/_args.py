@@ -38,7 +38,7 @@ class ArgError(Exception):
 @dataclass(frozen=True)
 class Opt:
     args: tuple            # positive spellings, first is usually the short one
-    kind: str              # flag | bool | int | uint | float | str | enum | list | optenum
+    kind: str              # flag | bool | int | uint | float | str | enum | list | optenum | pair
     dest: str              # Params field, dotted for sampling./speculative.
     help: str
     neg: tuple = ()        # negative spellings of a bool pair
@@ -71,6 +71,43 @@ def _O(args, kind, dest, help, **kw) -> Opt:
     if "tools" in kw and not isinstance(kw["tools"], frozenset):
         kw["tools"] = frozenset(kw["tools"])
     return Opt(a, kind, dest, help, **kw)
+
+
+def _csv(s: str) -> list[str]:
+    """common/arg.cpp parse_csv_row: comma-separated fields, double quotes group a field
+    (a doubled quote inside one is a quote)."""
+    out, cur, quoted, i = [], "", False, 0
+    while i < len(s):
+        ch = s[i]
+        if quoted:
+            if ch == '"' and i + 1 < len(s) and s[i + 1] == '"':
+                cur += '"'
+                i += 1
+            elif ch == '"':
+                quoted = False
+            else:
+                cur += ch
+        elif ch == '"':
+            quoted = True
+        elif ch == ",":
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+        i += 1
+    out.append(cur)
+    return out
+
+
+def _scaled(s: str, what: str) -> list:
+    """FNAME:SCALE,... (--lora-scaled, --control-vector-scaled) -> [(fname, scale)]."""
+    out = []
+    for item in _csv(s):
+        parts = item.split(":")
+        if len(parts) != 2:
+            raise ConvertError(f"{what} format: FNAME:SCALE")
+        out.append((parts[0], stof(parts[1])))
+    return out
 
 
 def _rope_scale(s: str) -> float:
@@ -369,18 +406,23 @@ OPTIONS: list[Opt] = [
        "(default: false)", status=UNSUP, note="tensor checking"),
     _O("--override-kv", "list", "kv_overrides", "advanced option to override model metadata by "
        "key", hint="KEY=TYPE:VALUE", conv=_kv_overrides),
-    _O("--lora", "list", "lora", "path to LoRA adapter", hint="FNAME", status=UNSUP,
-       note="LoRA adapters"),
-    _O("--lora-scaled", "list", "lora_scaled", "path to LoRA adapter with user defined scaling",
-       hint="FNAME:SCALE,...", status=UNSUP, note="LoRA adapters"),
+    _O("--lora", "list", "lora_adapters", "path to LoRA adapter (use comma-separated values to "
+       "load multiple adapters)", hint="FNAME", conv=lambda s: [(f, 1.0) for f in _csv(s)]),
+    _O("--lora-scaled", "list", "lora_adapters", "path to LoRA adapter with user defined "
+       "scaling (format: FNAME:SCALE,...)\nnote: use comma-separated values",
+       hint="FNAME:SCALE,...", conv=lambda s: _scaled(s, "lora-scaled")),
     _O("--lora-init-without-apply", "flag", "lora_init_without_apply", "load LoRA adapters "
-       "without applying them", status=UNSUP, note="LoRA adapters"),
-    _O("--control-vector", "list", "control_vectors", "add a control vector", hint="FNAME",
-       status=UNSUP, note="control vectors"),
-    _O("--control-vector-scaled", "list", "control_vectors_scaled", "add a control vector with "
-       "user defined scaling SCALE", hint="FNAME:SCALE,...", status=UNSUP, note="control vectors"),
-    _O("--control-vector-layer-range", "str", "control_vector_layer_range", "layer range to "
-       "apply the control vector(s) to", hint="START END", status=UNSUP, note="control vectors"),
+       "without applying them (apply later via POST /lora-adapters) (default: disabled)",
+       tools={S}),
+    _O("--control-vector", "list", "control_vectors", "add a control vector\nnote: use "
+       "comma-separated values to add multiple control vectors", hint="FNAME",
+       conv=lambda s: [(f, 1.0) for f in _csv(s)]),
+    _O("--control-vector-scaled", "list", "control_vectors", "add a control vector with user "
+       "defined scaling SCALE\nnote: use comma-separated values (format: FNAME:SCALE,...)",
+       hint="FNAME:SCALE,...", conv=lambda s: _scaled(s, "control-vector-scaled")),
+    _O("--control-vector-layer-range", "pair", "control_vector_layer_range", "layer range to "
+       "apply the control vector(s) to, start and end inclusive", hint="START END",
+       conv=lambda a, b: (stoi(a), stoi(b))),
     _O("--rope-scaling", "enum", "rope_scaling_type", "RoPE frequency scaling method, defaults "
        "to linear unless specified by the model", choices=("none", "linear", "yarn"),
        env="LLAMA_ARG_ROPE_SCALING_TYPE"),
@@ -1201,6 +1243,11 @@ _NUM = {"int": stoi, "uint": stoul, "float": stof, "str": str, "list": str}
 
 
 def _convert(o: Opt, raw: str):
+    if o.kind == "pair":                  # a config file / env value: "START END"
+        parts = raw.split()
+        if len(parts) != 2:
+            raise ConvertError("expected two values")
+        return o.conv(*parts)
     if o.conv is not None:
         return o.conv(raw)
     if o.kind == "enum":
@@ -1409,6 +1456,11 @@ def _parse_one(params, argv, i, table, env, notes, fresh, count, stream) -> int:
             return i + 1
         if o.kind == "optenum":
             return _parse_optenum(params, o, argv, i, arg, stream)
+        if o.kind == "pair":              # two values (--control-vector-layer-range START END)
+            if i + 2 >= len(argv):
+                raise ConvertError("expected value for argument")
+            _set(params, o.dest, o.conv(argv[i + 1], argv[i + 2]))
+            return i + 3
         if i + 1 >= len(argv):
             raise ConvertError("expected value for argument")
         _store(params, o, _convert(o, argv[i + 1]), fresh)

@@ -120,6 +120,11 @@ class Params:
     yarn_beta_slow: float = -1.0
     yarn_beta_fast: float = -1.0
     kv_overrides: list = field(default_factory=list)     # [(key, value)] from --override-kv
+    # LoRA adapters and control vectors: [(path, scale)] in command-line order
+    lora_adapters: list = field(default_factory=list)
+    lora_init_without_apply: bool = False
+    control_vectors: list = field(default_factory=list)
+    control_vector_layer_range: tuple = (0, 0)   # (start, end), <= 0: 1 / n_layer
     perf: bool = True
     warmup: bool = True
     n_gpu_layers: str = "auto"
@@ -241,7 +246,19 @@ class Params:
                     type_k=self.cache_type_k, type_v=self.cache_type_v,
                     n_threads=self.n_threads if self.n_threads > 0 else None,
                     kv_k_center=K_CENTER[self.kv_k_center],
-                    flash_attn=self.flash_attn != "off", rope=self.rope_kwargs())
+                    flash_attn=self.flash_attn != "off", rope=self.rope_kwargs(),
+                    **self.adapter_kwargs())
+
+    def adapter_kwargs(self) -> dict:
+        """Context kwargs for --lora / --lora-scaled / --control-vector* (none when unused)."""
+        kw = {}
+        if self.lora_adapters:
+            kw.update(lora_adapters=list(self.lora_adapters),
+                      lora_apply=not self.lora_init_without_apply)
+        if self.control_vectors:
+            kw.update(control_vectors=list(self.control_vectors),
+                      control_vector_layer_range=tuple(self.control_vector_layer_range))
+        return kw
 
     def rope_kwargs(self) -> dict:
         """Context(rope=...): llama_context_params' RoPE / YaRN fields from the flags."""

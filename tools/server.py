@@ -62,7 +62,8 @@ def to_config(params):
         pooling="rank" if params.reranking else (params.pooling or None),
         embd_normalize=params.embd_normalize, spm_infill=params.spm_infill,
         reasoning_format=params.reasoning_format, reasoning_budget=params.reasoning_budget,
-        model_params=model_kw, rope=params.rope_kwargs(), **_spec_and_checkpoints(params))
+        model_params=model_kw, rope=params.rope_kwargs(),
+        adapters=params.adapter_kwargs(), **_spec_and_checkpoints(params))
 
 
 def _ui_config(text: str):

@@ -60,6 +60,7 @@ class ServerConfig:
     prefill_assistant: bool = True   # a trailing assistant message is continued, not closed
     flash_attn: bool = True          # -fa: llama.cpp's flash-attention arithmetic (auto = on)
     rope: dict | None = None         # --rope-* / --yarn-*: Context(rope=...)
+    adapters: dict = field(default_factory=dict)   # --lora* / --control-vector*: Context kwargs
     api_prefix: str = ""
     public_path: str = ""            # --path: static files served before the routes
     ssl_key_file: str = ""           # --ssl-key-file / --ssl-cert-file: HTTPS (uvicorn's TLS)

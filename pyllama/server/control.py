@@ -1,5 +1,5 @@
 """The small llama-server routes of 0c1e570 around the completion path: reasoning control
-(`/v1/chat/completions/control`), LoRA adapters (`/lora-adapters`; pyllama loads none), and the
+(`/v1/chat/completions/control`), LoRA adapters (`/lora-adapters`), and the
 explicit refusals of what this server does not have (audio transcription, stream resume).
 
 llama.cpp counterpart: server_routes::post_control, get/post_lora_adapters,
@@ -36,17 +36,25 @@ async def chat_control(server, request):
 
 
 async def lora_list(server, request):
-    """get_lora_adapters: the loaded adapters (pyllama loads no LoRA: none)."""
+    """get_lora_adapters: the loaded adapters with the scales requests without a `lora` field
+    run with."""
     from .app import json_response
-    return json_response([])
+    eng = server.engine
+    out = []
+    for i, a in enumerate(getattr(eng, "loras", [])):
+        out.append({"id": i, "path": a.path, "scale": eng.lora_base[i],
+                    "task_name": a.task_name, "prompt_prefix": a.prompt_prefix})
+    return json_response(out)
 
 
 async def lora_set(server, request):
-    """post_lora_adapters: an array of {id, scale}; with no adapters loaded nothing changes."""
+    """post_lora_adapters: an array of {id, scale}; adapters not listed get scale 0."""
     from .app import json_response
     body = S.decode_body(await request.body(), object)
-    if not isinstance(body, list):
-        raise invalid("Request body must be an array")
+    scales = S.parse_lora(body, "Request body must be an array")
+    eng = server.engine
+    if getattr(eng, "loras", None):
+        eng.set_lora_base(scales)
     return json_response({"success": True})
 
 

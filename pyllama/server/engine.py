@@ -160,6 +160,7 @@ class Slot:
         self.stats: dict = {}
         self.checkpoints: list[Checkpoint] = []   # SWA-only states, oldest first
         self.drafts: list[int] = []
+        self.lora: tuple = engine.lora_base         # the adapter scales of this slot's cache
 
     # -- lifecycle ----------------------------------------------------------------------------
     @property
@@ -173,6 +174,11 @@ class Slot:
     def start(self, task: Task) -> None:
         e, p = self.engine, task.params
         self.task, self.prompt, self.params = task, task.prompt, p
+        lora = e.lora_scales(p.lora)
+        if lora != self.lora:               # cached K/V were computed with other adapters
+            self.cache.clear()
+            self.checkpoints.clear()
+            self.lora = lora
         n_past = self._reusable_prefix(task.prompt) if p.cache_prompt else 0
         e.memory.seq_rm(self.id, n_past, -1)
         del self.cache[n_past:]
@@ -466,7 +472,14 @@ class Engine:
                                    type_k=cfg.type_k, type_v=cfg.type_v,
                                    n_threads=cfg.n_threads, numerics=cfg.numerics,
                                    kv_k_center=cfg.kv_k_center, flash_attn=cfg.flash_attn,
-                                   pooling=cfg.pooling, rope=cfg.rope)
+                                   pooling=cfg.pooling, rope=cfg.rope,
+                                   **{**cfg.adapters, "lora_apply": False})
+        # params_base.lora_adapters: the loaded adapters (ids = order) and the scales requests
+        # without a `lora` field run with (POST /lora-adapters changes them; zero with
+        # --lora-init-without-apply); each batch applies its lead slot's set (can_batch_with)
+        self.loras = [a for a, _ in self.ctx.lora_adapters]
+        apply_now = cfg.adapters.get("lora_apply", True)
+        self.lora_base = tuple(s if apply_now else 0.0 for _, s in self.ctx.lora_adapters)
         self.memory = self.ctx.memory
         self.spec = None
         if speculating:
@@ -508,6 +521,21 @@ class Engine:
         log.info(f"srv  load_model: draft model {os.path.basename(cfg.draft_model)} loaded, "
                  f"n_max = {cfg.spec_n_max}")
         return draft
+
+    def lora_scales(self, request: dict | None) -> tuple:
+        """construct_lora_list: the request's {id: scale} over the loaded adapters (unlisted:
+        0), or the server's scales when the request has no `lora` field."""
+        if not request:
+            return self.lora_base
+        return tuple(float(request.get(i, 0.0)) for i in range(len(self.loras)))
+
+    def set_lora_base(self, scales: dict) -> None:
+        """POST /lora-adapters: the scales of requests without a `lora` field from now on."""
+        self.lora_base = self.lora_scales(scales) if scales else (0.0,) * len(self.loras)
+
+    def _apply_lora(self, scales: tuple) -> None:
+        if self.loras:
+            self.ctx.set_adapters_lora(self.loras, scales)
 
     def _sampling_defaults(self):
         from pyllama.sampling import SamplerParams
@@ -651,6 +679,7 @@ class Engine:
                 return
             batch = pyllama.Batch(np.asarray(tokens, np.int32), pos=np.asarray(pos, np.int32),
                                   seq_ids=seqs, logits=np.asarray(outs, bool))
+            self._apply_lora(plan[0][0].lora)   # common_set_adapter_lora(slot_batched->lora)
             rc = self.ctx.decode(batch)     # 1: no room, the memory is unchanged
             if rc == 0:
                 break
@@ -687,8 +716,12 @@ class Engine:
     def _build_batch(self, n_batch: int | None = None):
         n_batch = self.ctx.n_batch if n_batch is None else n_batch
         plan, tokens, pos, seqs, outs = [], [], [], [], []
+        lead = None         # llama.cpp's slot_batched: only slots with its adapters join
         for s in self.slots:
             if s.busy and not s.prompting and s.sampled is not None and len(tokens) < n_batch:
+                if lead is not None and s.lora != lead:
+                    continue
+                lead = s.lora
                 prop = s.propose(n_batch - len(tokens))
                 plan.append((s, "gen", len(tokens), prop))
                 self._add(tokens, pos, seqs, outs, s, prop, [True] * len(prop))
@@ -697,6 +730,9 @@ class Engine:
             if budget <= 0:
                 break
             if s.prompting:
+                if lead is not None and s.lora != lead:
+                    continue
+                lead = s.lora
                 chunk = s.prompt_chunk(budget)
                 last = s.n_prompt_done + len(chunk) == len(s.prompt)
                 plan.append((s, "prompt", len(tokens), chunk))
@@ -924,6 +960,8 @@ class Engine:
         slot.cache.clear()
         slot.checkpoints.clear()
         self.ctx.set_embeddings(True)
+        self._apply_lora(self.lora_scales(getattr(task.params, "lora", None)))
+        slot.lora = None                    # the sequence is forgotten below
         try:
             rc = self.ctx.decode(pyllama.Batch(np.asarray(toks, np.int32),
                                                pos=np.arange(len(toks), dtype=np.int32),

@@ -103,6 +103,7 @@ class CompletionBody(msgspec.Struct):
     min_keep: int | None = None
     ignore_eos: bool | None = None
     logit_bias: Any = None
+    lora: Any = None
     samplers: list[str] | str | None = None
     grammar: str | None = None
     grammar_lazy: bool | None = None
@@ -210,6 +211,7 @@ class TaskParams:
     reasoning_control: bool = False  # /v1/chat/completions/control may end the thinking
     t_max_predict_ms: int = -1
     sampling: Any = None           # SamplerParams
+    lora: dict | None = None       # per-request adapter scales {id: scale} (None: the server's)
     settings: dict = field(default_factory=dict)  # generation_settings as reported
 
 
@@ -314,6 +316,9 @@ def build_params(body: CompletionBody, defaults: "RequestDefaults", *, n_vocab: 
         verbose=defaults.verbose if body.verbose is None else bool(body.verbose),
         ignore_eos=bool(body.ignore_eos),
         t_max_predict_ms=-1 if body.t_max_predict_ms is None else body.t_max_predict_ms)
+    if body.lora is not None:
+        p.lora = parse_lora(body.lora, "Error: 'lora' must be an array of objects with 'id' and "
+                            "'scale' fields")
     values = _clamped(body)
     if defaults.n_predict > 0 and not 0 <= p.n_predict <= defaults.n_predict:
         p.n_predict = defaults.n_predict    # the server's -n caps every request (llama.cpp)
@@ -323,6 +328,21 @@ def build_params(body: CompletionBody, defaults: "RequestDefaults", *, n_vocab: 
     p.settings = generation_settings(p, defaults)
     p.settings["logit_bias"] = _logit_bias_json(p.sampling, defaults.eog_ids)
     return p
+
+
+def parse_lora(data, not_array: str) -> dict:
+    """parse_lora_request (server-common.cpp): [{id, scale}] -> {id: scale}; a missing or
+    non-number id is -1, scale 0.0 (json_value's defaults); later entries win."""
+    if not isinstance(data, list):
+        raise invalid(not_array)
+    out = {}
+    for e in data:
+        e = e if isinstance(e, dict) else {}
+        i, sc = e.get("id", -1), e.get("scale", 0.0)
+        i = i if isinstance(i, int) and not isinstance(i, bool) else -1
+        sc = float(sc) if isinstance(sc, (int, float)) and not isinstance(sc, bool) else 0.0
+        out[i] = sc
+    return out
 
 
 def _logit_bias_json(sampling, eog_ids) -> list:
@@ -403,7 +423,9 @@ def generation_settings(p: TaskParams, defaults: RequestDefaults | None = None) 
         "n_probs": p.n_probs, "min_keep": g("min_keep", 0), "chat_format": "Content-only",
         "reasoning_format": "none", "samplers": list(g("samplers", []) or []),
         "speculative.types": ["none"], "timings_per_token": p.timings_per_token,
-        "post_sampling_probs": p.post_sampling_probs, "lora": [], "stop": list(p.stop),
+        "post_sampling_probs": p.post_sampling_probs,
+        "lora": [{"id": i, "scale": sc} for i, sc in sorted((p.lora or {}).items())],
+        "stop": list(p.stop),
         "grammar": _grammar_text(g("grammar", "")), "grammar_lazy": bool(g("grammar_lazy", False)),
         "grammar_triggers": [_trigger_json(t) for t in (g("grammar_triggers", ()) or ())],
     }

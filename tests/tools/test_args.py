@@ -19,7 +19,7 @@ def test_every_option_has_one_valid_disposition_and_unique_spellings():
     for o in _args.OPTIONS:
         assert o.status in ("impl", "noop", "unsupported", "deprecated"), o.args
         assert o.kind in ("flag", "bool", "int", "uint", "float", "str", "enum", "list",
-                          "optenum"), o.args
+                          "optenum", "pair"), o.args
         if o.status in ("noop", "unsupported", "deprecated"):
             assert o.note, f"{o.args} needs a note"
         for a in o.all_args:
@@ -134,8 +134,30 @@ def test_per_tool_defaults():
     assert P("cli")[0].verbosity == 1
 
 
+def test_lora_and_control_vector_flags():
+    """common/arg.cpp: --lora / --lora-scaled append to one ordered list (comma-separated
+    values), --control-vector(-scaled) likewise, --control-vector-layer-range takes two values."""
+    p, _ = P("completion", "--lora", "a.gguf,b.gguf", "--lora-scaled", "c.gguf:0.5",
+             "--lora", "d.gguf", "--control-vector", "v.gguf", "--control-vector-scaled",
+             "w.gguf:-0.25", "--control-vector-layer-range", "3", "10")
+    assert p.lora_adapters == [("a.gguf", 1.0), ("b.gguf", 1.0), ("c.gguf", 0.5), ("d.gguf", 1.0)]
+    assert p.control_vectors == [("v.gguf", 1.0), ("w.gguf", -0.25)]
+    assert p.control_vector_layer_range == (3, 10)
+    kw = p.context_kwargs(512)
+    assert kw["lora_adapters"][2] == ("c.gguf", 0.5) and kw["lora_apply"] is True
+    assert kw["control_vector_layer_range"] == (3, 10)
+    assert "lora_adapters" not in P("completion")[0].context_kwargs(512)
+    with pytest.raises(ArgError, match="lora-scaled format: FNAME:SCALE"):
+        P("completion", "--lora-scaled", "a.gguf")
+    with pytest.raises(ArgError, match="expected value for argument"):
+        P("completion", "--control-vector-layer-range", "3")
+    assert P("server", "--lora-init-without-apply")[0].lora_init_without_apply is True
+    with pytest.raises(ArgError, match="invalid argument"):
+        P("completion", "--lora-init-without-apply")      # llama-server only (LLAMA_EXAMPLE_SERVER)
+
+
 def test_not_supported_exits_with_message():
-    for argv in (["--lora", "a.gguf"], ["--context-shift"], ["-hf", "x/y"]):
+    for argv in (["--context-shift"], ["-hf", "x/y"]):
         with pytest.raises(ArgError, match="not supported by pyllama yet"):
             P("completion", *argv)
     p, _ = P("completion", "--no-context-shift")   # the default side of an unsupported pair
