@@ -102,6 +102,20 @@ class CpuBackend(Backend):
         from . import compat
         return compat.matvec_k(w, x, self.n_threads)
 
+    def matvec_float(self, w: Weight, x: np.ndarray) -> np.ndarray:
+        """Backend.matvec_float natively (_compat.matvec_float, same bits)."""
+        from . import _compat
+        if not _compat.vecdot_native():
+            return Backend.matvec_float(self, w, x)
+        x = _c32(x)
+        raw = w.raw.reshape(w.shape[-2], -1).view(np.uint8)
+        raw = np.ascontiguousarray(raw)
+        n = x.shape[0]
+        out = np.empty((n, raw.shape[0]), np.float32)
+        xs = np.empty_like(x)
+        _compat.matvec_float(int(w.type), raw, x, xs, out, max(1, self.n_threads or 1))
+        return out
+
     def moe_route(self, logits: np.ndarray, k: int, norm: bool, scale: float):
         """Backend.moe_route in one native call (_ops.moe_route, same bits)."""
         if not _ops.route_native():
