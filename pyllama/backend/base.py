@@ -294,6 +294,18 @@ class Backend(ABC):
         from .ref import ggml_soft_max_rows
         return ggml_soft_max_rows(x)
 
+    def moe_route(self, logits: np.ndarray, k: int, norm: bool,
+                  scale: float) -> tuple[np.ndarray, np.ndarray]:
+        """build_moe_ffn's softmax gating: probs = softmax(logits [n, n_expert]); ids int32 [n, k]
+        = the k largest probs, largest first, ties to the lower index (ggml_argsort_top_k);
+        weights f32 [n, k] = probs at ids, divided by their sum when norm (ggml_sum_rows: a
+        double sum in slot order, clamped to >= 6.103515625e-5), times scale unless it is 0 or 1.
+        The numpy oracle; the CPU backend runs it natively with the same bits."""
+        from ..graph import Graph
+        probs = self.softmax(logits)
+        ids = Graph.top_k(probs, k)
+        return ids, Graph.expert_weights(probs, ids, norm, scale)
+
     def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray,
                    one_token: bool = False) -> np.ndarray:
         """ggml_mul_mat_id: w [n_expert, rows, cols] (the experts), x [n, m, cols] (m = 1: the same

@@ -102,6 +102,18 @@ class CpuBackend(Backend):
         from . import compat
         return compat.matvec_k(w, x, self.n_threads)
 
+    def moe_route(self, logits: np.ndarray, k: int, norm: bool, scale: float):
+        """Backend.moe_route in one native call (_ops.moe_route, same bits)."""
+        if not _ops.route_native():
+            return Backend.moe_route(self, logits, k, norm, scale)
+        x = _c32(logits)
+        n, e = x.shape
+        probs = np.empty((n, e), np.float32)
+        ids = np.empty((n, k), np.int32)
+        w = np.empty((n, k), np.float32)
+        _ops.moe_route(x, k, bool(norm), float(scale), probs, ids, w)
+        return ids, w
+
     def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray,
                    one_token: bool = False) -> np.ndarray:
         """Backend.mul_mat_id with the experts of few rows in one native call (cpu/mmid.py)."""
