@@ -184,7 +184,7 @@ class Params:
     webui: bool = True
     slot_prompt_similarity: float = 0.10
     tags: str = ""
-    reasoning_format: str = "auto"
+    reasoning_format: str = "deepseek"
     reasoning_budget: int = -1
     reasoning_effort: str = "default"
     reasoning_preserve: bool | None = None

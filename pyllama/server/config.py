@@ -75,7 +75,7 @@ class ServerConfig:
     pooling: str | None = None      # --pooling; None: the model's default (pyllama.Context)
     embd_normalize: int = 2         # --embd-normalize: common_embd_normalize of pooled vectors
     spm_infill: bool = False        # --spm-infill: Suffix/Prefix/Middle order for /infill
-    reasoning_format: str = "auto"  # --reasoning-format: none | auto | deepseek | deepseek-legacy
+    reasoning_format: str = "deepseek"  # --reasoning-format: none | auto | deepseek | deepseek-legacy
     reasoning_budget: int = -1      # --reasoning-budget: thinking tokens before </think> is forced
     warmup: bool = True
     sse_ping_interval: float = 30.0
