@@ -69,11 +69,9 @@ class Graph:
         return y
 
     def _lora_mm(self, w: Weight, x: np.ndarray) -> np.ndarray:
-        """A LoRA factor times x. In the llama.cpp numerics an F32/F16 factor that tinyBLAS
-        refuses (one row, k % 8 or rows % 4) takes ggml_vec_dot_f32 / _f16 for every row."""
-        if self.llama_cpp:
-            return llama_cpp_numerics.matmul_small(self.be, w, x)
-        return self.be.matmul(w, x)
+        """A LoRA factor times x (in the llama.cpp numerics F32/F16 factors that tinyBLAS
+        refuses, k = rank % 8 or rows = rank % 4, take ggml_vec_dot_*: backend/compat.py)."""
+        return llama_cpp_numerics.matmul(self.be, w, x) if self.llama_cpp else self.be.matmul(w, x)
 
     def cvec_add(self, x: np.ndarray, il: int) -> np.ndarray:
         """build_cvec: layer il's control vector added to the layer output (when in range)."""

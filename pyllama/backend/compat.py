@@ -79,16 +79,6 @@ def matmul(be, w, x: np.ndarray) -> np.ndarray:
     return np.concatenate([be.matmul(w, x[:s]), be.matmul_vec(w, x[s:])])
 
 
-def matmul_small(be, w, x: np.ndarray) -> np.ndarray:
-    """matmul for a weight whose shape may make llama.cpp skip tinyBLAS (LoRA factors: k = rank,
-    rows = rank): F32/F16 with k % 8 or rows % 4 (tinyBLAS::matmul refuses them) go to
-    ggml_vec_dot_f32 / ggml_vec_dot_f16 row by row, like one row does; else matmul()."""
-    if (x.ndim == 2 and w.type in (GGMLType.F32, GGMLType.F16) and len(w.shape) == 2
-            and (x.shape[0] == 1 or w.shape[1] % 8 or w.shape[0] % 4)):
-        return ref_compat.matvec_float(w.type, w.raw, x)
-    return matmul(be, w, x)
-
-
 def _fa_reproduced(k_cache, v_cache, n_q: int) -> bool:
     """Whether attention_fa reproduces llama.cpp's flash attention for these cache types: f16
     K = V, f32 K = V from 64 queries (tiled), q8_0 / q4_0 K with q8_0 / q4_0 / f16 V and f16 K with

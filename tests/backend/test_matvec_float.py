@@ -45,3 +45,20 @@ def test_kernel_choice(rows, k, vec):
     y = compat.matmul(be, w, x)
     ref = be.matvec_float(w, x) if vec else be.matmul(w, x)
     np.testing.assert_array_equal(y.view(np.int32), ref.view(np.int32))
+
+
+def test_f32_rest_equals_llamacpp():
+    """ggml_vec_dot_f32's k % 32 rest as llama.cpp's build computes it (unrolled by 4, unfused,
+    the last k % 4 fused), every k in 1..72: tests/data/vec-dot-f32-llamacpp.npz, recorded by
+    tests/make_vec_dot_f32_fixture.py from llama.cpp's libggml-cpu."""
+    import os
+    d = np.load(os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
+                             "vec-dot-f32-llamacpp.npz"))
+    for k in range(1, d["x"].shape[0] + 1):
+        xs, ys = d["x"][k - 1, :, :k], d["y"][k - 1, :, :k]
+        w = Weight("w", T.F32, (xs.shape[0], k), np.ascontiguousarray(ys))
+        ref = Backend.matvec_float(CpuBackend(n_threads=1), w, np.ascontiguousarray(xs))
+        nat = CpuBackend(n_threads=1).matvec_float(w, np.ascontiguousarray(xs))
+        want = d["out"][k - 1]
+        np.testing.assert_array_equal(np.diagonal(ref), want, err_msg=f"oracle k={k}")
+        np.testing.assert_array_equal(np.diagonal(nat), want, err_msg=f"native k={k}")

@@ -232,7 +232,11 @@ cdef extern from *:
                     v[j] = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i + 8 * j), _mm256_loadu_ps(x + i + 8 * j), v[j]);
             for (j = 0; j < 4; j++) _mm256_storeu_ps(a + 8 * j, v[j]);
             float s = pyl_c_reduce32(a);
-            for (i = np; i < k; i++) s = fmaf(wf[i], x[i], s);
+            /* ggml's `sumf += x[i]*y[i]` rest as gcc compiles it: unrolled by 4 with the
+               product rounded before the add, the last (k - np) % 4 fused */
+            int q = np + (k - np) / 4 * 4;
+            for (i = np; i < q; i++) { volatile float p = wf[i] * x[i]; s = s + p; }
+            for (i = q; i < k; i++) s = fmaf(wf[i], x[i], s);
             return s;
         }
         if (t == 1) return pyl_c_vdot_f16(x, (const uint16_t *)w, k);
