@@ -119,11 +119,19 @@ class Graph:
         a double sum, clamped to >= 6.103515625e-5); scale (not 0 or 1): multiplied by it."""
         w = np.take_along_axis(probs, ids, axis=-1).astype(np.float32)
         if norm:
-            s = w.astype(np.float64).sum(axis=-1, keepdims=True).astype(np.float32)
+            s = np.zeros((w.shape[0], 1), np.float64)
+            for j in range(w.shape[1]):               # ggml_vec_sum_f32: in slot order
+                s = s + w[:, j:j + 1].astype(np.float64)
+            s = s.astype(np.float32)
             w = (w / np.maximum(s, np.float32(6.103515625e-5))).astype(np.float32)
         if scale not in (0.0, 1.0):
             w = (w * np.float32(scale)).astype(np.float32)
         return w
+
+    def moe_route(self, logits: np.ndarray, k: int, norm: bool, scale: float):
+        """build_moe_ffn's softmax gating of router logits [n, n_expert]: (ids [n, k], weights
+        [n, k]) = top_k / expert_weights of softmax(logits), in one backend call."""
+        return self.be.moe_route(logits, k, norm, scale)
 
     def add_id(self, y: np.ndarray, b: Weight, ids: np.ndarray) -> np.ndarray:
         """ggml_add_id: y [n, k, d] + b[ids] (b [n_expert, d], the selected experts' biases)."""

@@ -184,7 +184,7 @@ class Params:
     webui: bool = True
     slot_prompt_similarity: float = 0.10
     tags: str = ""
-    reasoning_format: str = "auto"
+    reasoning_format: str = "deepseek"
     reasoning_budget: int = -1
     reasoning_effort: str = "default"
     reasoning_preserve: bool | None = None
@@ -195,6 +195,11 @@ class Params:
     cors_credentials: bool = True
     ui_config_json: str = ""
     ui_mcp_proxy: bool = False
+    server_tools: str = ""           # --tools (CSV; "all"), pyllama/server/tools_builtin.py
+    server_tools_runtime: str = ""   # --tools-runtime
+    mcp_servers_config: str = ""     # --mcp-servers-config, pyllama/server/mcp.py
+    mcp_servers_json: str = ""       # --mcp-servers-json
+    agent: bool = False              # -ag: --tools all and --ui-mcp-proxy
     # embeddings, rerank, infill (server; llama-embedding)
     embedding: bool = False
     reranking: bool = False

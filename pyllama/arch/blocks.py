@@ -63,9 +63,8 @@ def moe_ffn(g, L, hp: HParams, x: np.ndarray, *, norm_w: bool = True,
     the gated shared expert (qwen2moe).
     x [n, n_embd] -> [n, n_embd]."""
     n = x.shape[0]
-    probs = g.softmax(g.matmul(L.ffn_gate_inp, x))                 # [n, n_expert]
-    ids = g.top_k(probs, hp.n_expert_used)                          # [n, k]
-    wts = g.expert_weights(probs, ids, norm_w, hp.expert_weights_scale)
+    ids, wts = g.moe_route(g.matmul(L.ffn_gate_inp, x), hp.n_expert_used, norm_w,
+                           hp.expert_weights_scale)                 # [n, k] each
     x3 = x.reshape(n, 1, x.shape[-1])
     up = g.mul_mat_id(L.ffn_up_exps, x3, ids)                       # [n, k, n_ff_exp]
     gate = g.mul_mat_id(L.ffn_gate_exps, x3, ids)

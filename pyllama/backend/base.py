@@ -300,6 +300,29 @@ class Backend(ABC):
         from .ref import ggml_soft_max_rows
         return ggml_soft_max_rows(x)
 
+    def matvec_float(self, w: Weight, x: np.ndarray) -> np.ndarray:
+        """y [n, rows] = x [n, k] @ W^T for an F32/F16/BF16 weight by ggml_vec_dot_<type> per
+        element (x rounded to f16 / bf16 first): llama.cpp's arithmetic for one row and for
+        weights tinyBLAS refuses. Numpy oracle (ref_compat.matvec_float), in row chunks."""
+        from .ref_compat import matvec_float
+        x = np.asarray(x, np.float32)
+        raw = np.asarray(w.raw).reshape(w.shape[-2], -1)
+        step = max(1, (1 << 22) // max(1, raw.shape[0] * 32))      # bounded scratch
+        return np.concatenate([matvec_float(w.type, raw, x[i:i + step])
+                               for i in range(0, x.shape[0], step)])
+
+    def moe_route(self, logits: np.ndarray, k: int, norm: bool,
+                  scale: float) -> tuple[np.ndarray, np.ndarray]:
+        """build_moe_ffn's softmax gating: probs = softmax(logits [n, n_expert]); ids int32 [n, k]
+        = the k largest probs, largest first, ties to the lower index (ggml_argsort_top_k);
+        weights f32 [n, k] = probs at ids, divided by their sum when norm (ggml_sum_rows: a
+        double sum in slot order, clamped to >= 6.103515625e-5), times scale unless it is 0 or 1.
+        The numpy oracle; the CPU backend runs it natively with the same bits."""
+        from ..graph import Graph
+        probs = self.softmax(logits)
+        ids = Graph.top_k(probs, k)
+        return ids, Graph.expert_weights(probs, ids, norm, scale)
+
     def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray,
                    one_token: bool = False) -> np.ndarray:
         """ggml_mul_mat_id: w [n_expert, rows, cols] (the experts), x [n, m, cols] (m = 1: the same
@@ -324,5 +347,8 @@ class Backend(ABC):
             xe = np.ascontiguousarray(x[t, j % m])
             we = expert_weight(w, int(e))
             vec = one_token and mmid_uses_vec(we.type, we.shape[0], len(sel))
-            out[t, j] = self.matmul_vec(we, xe) if vec else self.matmul(we, xe)
+            if vec and we.type in (GGMLType.F32, GGMLType.F16, GGMLType.BF16):
+                out[t, j] = self.matvec_float(we, xe)
+            else:
+                out[t, j] = self.matmul_vec(we, xe) if vec else self.matmul(we, xe)
         return out

@@ -21,7 +21,7 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..log import get_logger
-from . import cors_proxy, gcp
+from . import cors_proxy, gcp, tools_builtin
 from . import anthropic as A
 from . import control as K
 from . import embeddings as E
@@ -31,7 +31,7 @@ from . import schemas as S
 from . import sleep
 from . import static
 from .drain import Drain, draining_error
-from .chat import render_chat
+from .chat import generation_prompt, render_chat
 from .tool_calls import family as tool_family
 from .chat_parse import (MsgStream, ReasoningBudget, forced_open, parse_message,
                          thinking_template)
@@ -59,6 +59,29 @@ def json_response(obj, status: int = 200) -> Response:
 
 def error_response(err: ServerError) -> Response:
     return json_response(err.body(), err.code)
+
+
+def _lexed_source(src: str) -> str:
+    """The template source as llama.cpp's jinja lexer keeps it (common_chat_template::source):
+    \\r\\n and \\r become \\n, one trailing newline is dropped."""
+    src = src.replace("\r\n", "\n").replace("\r", "\n")
+    return src[:-1] if src.endswith("\n") else src
+
+
+_MEDIA_MARKER: list[str] = []
+
+
+def media_marker() -> str:
+    """get_media_marker (server-common.cpp): $LLAMA_MEDIA_MARKER, else "<__media_" + 32 random
+    alphanumerics + "__>", fixed for the process."""
+    if not _MEDIA_MARKER:
+        import secrets
+        import string
+        env = os.environ.get("LLAMA_MEDIA_MARKER", "")
+        chars = string.ascii_letters + string.digits
+        _MEDIA_MARKER.append(env or "<__media_" + "".join(secrets.choice(chars)
+                                                          for _ in range(32)) + "__>")
+    return _MEDIA_MARKER[0]
 
 
 def sse(obj) -> bytes:
@@ -233,7 +256,8 @@ class Server:
             self._defaults = S.RequestDefaults(
                 n_predict=cfg.n_predict, n_keep=cfg.n_keep, stop=list(cfg.reverse_prompts),
                 cache_prompt=cfg.cache_prompt, sampling=self.engine.sampling_defaults,
-                eog_ids=tuple(self.engine.vocab.eog_ids), verbose=cfg.verbose)
+                eog_ids=tuple(self.engine.vocab.eog_ids), verbose=cfg.verbose,
+                reasoning_format=cfg.reasoning_format)
         return self._defaults
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True):
@@ -275,18 +299,17 @@ class Server:
         e, v = self.engine, self.engine.vocab
         settings = S.generation_settings(S.TaskParams(
             n_predict=self.cfg.n_predict, n_keep=self.cfg.n_keep,
-            sampling=e.sampling_defaults))
-        settings.pop("stop", None)
+            sampling=e.sampling_defaults), only_metrics=True)
         piece = (lambda t: e.model.token_to_piece(t, True).decode("utf-8", "replace")
                  if t is not None and t >= 0 else "")
         return {"default_generation_settings": {"params": settings, "n_ctx": e.n_ctx_slot},
                 "total_slots": len(e.slots), "model_alias": self.model_name,
                 "model_ftype": _ftype(e.model), "model_path": e.model.path,
                 "modalities": {"vision": False, "video": False, "audio": False},
-                "media_marker": "", "endpoint_slots": self.cfg.endpoint_slots,
+                "media_marker": media_marker(), "endpoint_slots": self.cfg.endpoint_slots,
                 "endpoint_props": self.cfg.endpoint_props,
                 "endpoint_metrics": self.cfg.endpoint_metrics, "ui": self.cfg.ui,
-                "ui_settings": self.cfg.ui_config or {}, "chat_template": self._template_source(),
+                "ui_settings": self.cfg.ui_config or {}, "chat_template": _lexed_source(self._template_source()),
                 "chat_template_caps": {}, "bos_token": piece(getattr(v, "bos", -1)),
                 "eos_token": piece(getattr(v, "eos", -1)), "build_info": S.BUILD_INFO,
                 "is_sleeping": False, "cors_proxy_enabled": self.cfg.ui_mcp_proxy}
@@ -392,6 +415,21 @@ class Server:
         kwargs = {"enable_thinking": self._thinking_default(), **self.cfg.chat_template_kwargs}
         return render_chat(self.template, body, kwargs, bos,
                            prefill_assistant=self.cfg.prefill_assistant)
+
+    def _chat_settings(self, body) -> dict:
+        """The chat parser's generation_settings fields of a chat task: llama.cpp's PEG parser
+        (chat_format peg-native), the template's generation prompt and the tool-call markers
+        kept as single tokens (preserved_tokens)."""
+        kwargs = {"enable_thinking": self._thinking_default(), **self.cfg.chat_template_kwargs}
+        preserved = []
+        src = self._template_source()
+        if tool_family(self.template) == "hermes" and "<tool_call>" in src:
+            for m in ("<tool_call>", "</tool_call>"):
+                ids = self.tokenize(m, False, True)
+                if len(ids) == 1:
+                    preserved.append(ids[0])
+        return {"chat_format": "peg-native", "preserved_tokens": preserved,
+                "generation_prompt": generation_prompt(self.template, body, kwargs)}
 
     def _thinking_default(self) -> bool:
         """llama.cpp's enable_thinking template variable: true when the template renders
@@ -570,6 +608,8 @@ class Server:
             prompts = self._prompts(body.prompt)
         params = S.build_params(body, self.defaults, n_vocab=self.engine.model.n_vocab,
                                 tokenize=lambda s: self.tokenize(s, False, True), chat=chat)
+        if chat and self.cfg.jinja:
+            params.settings.update(self._chat_settings(body))
         n_cmpl = self._n_cmpl(body)
         for p in prompts:
             self._check_prompt(p)
@@ -941,8 +981,9 @@ async def _any_error(request: Request, exc: Exception):
     return error_response(ServerError(500, str(exc) or type(exc).__name__))
 
 
-def create_app(cfg, engine: Engine) -> Gate:
-    """The ASGI application: routes inside the Gate middleware."""
+def create_app(cfg, engine: Engine, tools=None) -> Gate:
+    """The ASGI application: routes inside the Gate middleware; `tools`: the /tools handlers
+    (pyllama/server/tools_builtin.py), None for llama.cpp's 403."""
     s = Server(cfg, engine)
     post, get = ["POST"], ["GET"]
     routes = [
@@ -982,7 +1023,8 @@ def create_app(cfg, engine: Engine) -> Gate:
         Route("/responses", s.responses, methods=post),
         Route("/v1/responses/input_tokens", s.responses_input_tokens, methods=post),
         Route("/responses/input_tokens", s.responses_input_tokens, methods=post),
-        Route("/v1/messages/count_tokens", s.anthropic_count_tokens, methods=post)]
+        Route("/v1/messages/count_tokens", s.anthropic_count_tokens, methods=post),
+        *tools_builtin.routes(tools)]
     if gcp.enabled():
         posts = {r.path: r.endpoint for r in routes if "POST" in (r.methods or ()) and
                  "{" not in r.path}

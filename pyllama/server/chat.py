@@ -127,6 +127,27 @@ def render_chat(template, body, kwargs: dict, strip_bos: str | None,
     return text
 
 
+def generation_prompt(template, body, kwargs: dict) -> str:
+    """common_chat_template_generation_prompt_impl: what add_generation_prompt appends to the
+    request's conversation (the text after the longest common prefix of the two renderings,
+    continuation off; a continued final message is left out). "" when the template fails."""
+    messages = normalize_messages(body.messages)
+    if _is_role(messages, -1, "assistant") and body.add_generation_prompt is not True:
+        messages = messages[:-1]
+    tools = template_tools(body.tools) if body.tools and body.tool_choice != "none" else None
+    extra = {**kwargs, **(body.chat_template_kwargs or {})}
+    extra.pop("messages", None)
+    try:
+        off = template.apply(messages, add_generation_prompt=False, tools=tools, **extra)
+        on = template.apply(messages, add_generation_prompt=True, tools=tools, **extra)
+    except Exception:  # noqa: BLE001 - only reported in generation_settings
+        return ""
+    n = 0
+    while n < min(len(on), len(off)) and on[n] == off[n]:
+        n += 1
+    return on[n:]
+
+
 def _is_role(messages: list, i: int, role: str) -> bool:
     return len(messages) >= abs(i) and messages[i]["role"] == role
 

@@ -163,7 +163,9 @@ def _validation_message(e: msgspec.ValidationError) -> str:
         if want == "int" and got == "float":
             msg = "type must be an integer, but is a float"
         else:
-            msg = f"type must be {_JSON_TYPES.get(want, want)}, but is {_JSON_TYPES.get(got, got)}"
+            # nlohmann::json's type_error as llama.cpp's field parser passes it on
+            msg = (f"[json.exception.type_error.302] type must be {_JSON_TYPES.get(want, want)}, "
+                   f"but is {_JSON_TYPES.get(got, got)}")
     return f"Field '{name}': {msg}" if name else msg
 
 
@@ -320,7 +322,8 @@ def build_params(body: CompletionBody, defaults: "RequestDefaults", *, n_vocab: 
     p.sampling = _sampler_params(defaults.sampling, values, body, n_vocab, tokenize)
     from .structured import constrain
     p.sampling = constrain(body, p.sampling, chat=chat, oai=chat)
-    p.settings = generation_settings(p, defaults)
+    p.settings = generation_settings(p, defaults, chat={
+        "reasoning_format": getattr(body, "reasoning_format", None) or defaults.reasoning_format})
     p.settings["logit_bias"] = _logit_bias_json(p.sampling, defaults.eog_ids)
     return p
 
@@ -378,14 +381,23 @@ class RequestDefaults:
     sampling: Any = None
     eog_ids: tuple = ()          # ignore_eos adds these with bias -inf (logit_bias_eog)
     verbose: bool = False        # server -v: `__verbose` in OpenAI-style responses
+    reasoning_format: str = "deepseek"   # --reasoning-format (common_params' default: deepseek)
 
 
-def generation_settings(p: TaskParams, defaults: RequestDefaults | None = None) -> dict:
-    """The `generation_settings` / `params` object llama.cpp reports for a task."""
+def generation_settings(p: TaskParams, defaults: RequestDefaults | None = None,
+                        only_metrics: bool = False, chat: dict | None = None) -> dict:
+    """The `generation_settings` / `params` object llama.cpp reports for a task
+    (task_params::to_json, server-task.cpp); `only_metrics` is the shorter form /props shows
+    (no stop, logit_bias, grammar, triggers, preserved tokens, DRY breakers). `chat` holds the
+    chat parser's fields (chat_format, reasoning_format, generation_prompt, preserved_tokens)."""
     s = p.sampling
     g = (lambda name, d=None: getattr(s, name, d)) if s is not None else (lambda n, d=None: d)
     seed = g("seed", 0xFFFFFFFF)
-    return {
+    c = {"chat_format": "Content-only", "reasoning_format": "none", "generation_prompt": "",
+         "preserved_tokens": [], **(chat or {})}
+    # reasoning_in_content: streaming with deepseek-legacy (server-schema.cpp post-processing)
+    in_content = bool(p.stream and c["reasoning_format"] == "deepseek-legacy")
+    out = {
         "seed": 0xFFFFFFFF if seed is None or seed < 0 else seed,
         "temperature": g("temp", 0.8), "dynatemp_range": g("dynatemp_range", 0.0),
         "dynatemp_exponent": g("dynatemp_exponent", 1.0), "top_k": g("top_k", 40),
@@ -395,18 +407,33 @@ def generation_settings(p: TaskParams, defaults: RequestDefaults | None = None) 
         "repeat_penalty": g("penalty_repeat", 1.0), "presence_penalty": g("penalty_present", 0.0),
         "frequency_penalty": g("penalty_freq", 0.0), "dry_multiplier": g("dry_multiplier", 0.0),
         "dry_base": g("dry_base", 1.75), "dry_allowed_length": g("dry_allowed_length", 2),
-        "dry_penalty_last_n": g("dry_penalty_last_n", 64), "mirostat": g("mirostat", 0),
+        "dry_penalty_last_n": g("dry_penalty_last_n", 64),
+        "dry_sequence_breakers": list(g("dry_sequence_breakers", None) or ["\n", ":", '"', "*"]),
+        "mirostat": g("mirostat", 0),
         "mirostat_tau": g("mirostat_tau", 5.0), "mirostat_eta": g("mirostat_eta", 0.1),
         "adaptive_target": g("adaptive_target", -1.0), "adaptive_decay": g("adaptive_decay", 0.9),
+        "stop": list(p.stop),
         "max_tokens": p.n_predict, "n_predict": p.n_predict, "n_keep": p.n_keep,
+        "n_discard": 0,      # context shift is off in 0c1e570's server; n_discard stays 0
         "ignore_eos": bool(g("ignore_eos", p.ignore_eos)), "stream": p.stream,
-        "n_probs": p.n_probs, "min_keep": g("min_keep", 0), "chat_format": "Content-only",
-        "reasoning_format": "none", "samplers": list(g("samplers", []) or []),
-        "speculative.types": ["none"], "timings_per_token": p.timings_per_token,
-        "post_sampling_probs": p.post_sampling_probs, "lora": [], "stop": list(p.stop),
+        "logit_bias": [],
+        "n_probs": p.n_probs, "min_keep": g("min_keep", 0),
         "grammar": _grammar_text(g("grammar", "")), "grammar_lazy": bool(g("grammar_lazy", False)),
         "grammar_triggers": [_trigger_json(t) for t in (g("grammar_triggers", ()) or ())],
+        "preserved_tokens": list(c["preserved_tokens"]),
+        "chat_format": c["chat_format"], "reasoning_format": c["reasoning_format"],
+        "reasoning_in_content": in_content, "generation_prompt": c["generation_prompt"],
+        "samplers": list(g("samplers", []) or []),
+        "speculative.types": "none", "timings_per_token": p.timings_per_token,
+        "post_sampling_probs": p.post_sampling_probs,
+        "backend_sampling": False,   # pyllama samples on the host (llama.cpp's default)
+        "lora": [],
     }
+    if only_metrics:
+        for k in ("dry_sequence_breakers", "stop", "logit_bias", "grammar", "grammar_lazy",
+                  "grammar_triggers", "preserved_tokens"):
+            del out[k]
+    return out
 
 
 def _grammar_text(grammar) -> str:

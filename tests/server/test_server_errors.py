@@ -48,7 +48,7 @@ JSON_CASES = [
      "Field 'n_predict': Value must be between -1 <= value <= 2147483647, but got -5"),
     ("/completion", {"prompt": "x", "n_predict": 2**40}, 400, "invalid_request_error", None),
     ("/completion", {"prompt": "x", "n_predict": "abc"}, 400, "invalid_request_error",
-     "Field 'n_predict': type must be number, but is string"),
+     "Field 'n_predict': [json.exception.type_error.302] type must be number, but is string"),
     ("/completion", {"prompt": "x", "temperature": "hot"}, 400, "invalid_request_error", None),
     ("/completion", {"prompt": "x", "stop": 5}, 400, "invalid_request_error", None),
     ("/completion", {"prompt": "x", "n": 3}, 400, "invalid_request_error",

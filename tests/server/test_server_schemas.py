@@ -34,7 +34,7 @@ def test_wrong_type_names_the_field():
     with pytest.raises(S.ServerError) as e:
         S.decode_body(b'{"n_predict": "abc"}', S.CompletionBody)
     assert e.value.code == 400 and e.value.type == "invalid_request_error"
-    assert e.value.message == "Field 'n_predict': type must be number, but is string"
+    assert e.value.message == "Field 'n_predict': [json.exception.type_error.302] type must be number, but is string"
     with pytest.raises(S.ServerError) as e:
         S.decode_body(b'{"n_predict": 1e10}', S.CompletionBody)
     assert e.value.message == "Field 'n_predict': type must be an integer, but is a float"

@@ -107,6 +107,32 @@ class CpuBackend(Backend):
         from . import compat
         return compat.matvec_k(w, x, self.n_threads)
 
+    def matvec_float(self, w: Weight, x: np.ndarray) -> np.ndarray:
+        """Backend.matvec_float natively (_compat.matvec_float, same bits)."""
+        from . import _compat
+        if not _compat.vecdot_native():
+            return Backend.matvec_float(self, w, x)
+        x = _c32(x)
+        raw = w.raw.reshape(w.shape[-2], -1).view(np.uint8)
+        raw = np.ascontiguousarray(raw)
+        n = x.shape[0]
+        out = np.empty((n, raw.shape[0]), np.float32)
+        xs = np.empty_like(x)
+        _compat.matvec_float(int(w.type), raw, x, xs, out, max(1, self.n_threads or 1))
+        return out
+
+    def moe_route(self, logits: np.ndarray, k: int, norm: bool, scale: float):
+        """Backend.moe_route in one native call (_ops.moe_route, same bits)."""
+        if not _ops.route_native():
+            return Backend.moe_route(self, logits, k, norm, scale)
+        x = _c32(logits)
+        n, e = x.shape
+        probs = np.empty((n, e), np.float32)
+        ids = np.empty((n, k), np.int32)
+        w = np.empty((n, k), np.float32)
+        _ops.moe_route(x, k, bool(norm), float(scale), probs, ids, w)
+        return ids, w
+
     def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray,
                    one_token: bool = False) -> np.ndarray:
         """Backend.mul_mat_id with the experts of few rows in one native call (cpu/mmid.py)."""

@@ -363,3 +363,92 @@ def set_rows(cache, const int64_t[::1] cells, const float[:, ::1] rows, int n_th
             for i in range(n):
                 memcpy(&c32[cells[i], 0], &rows[i, 0], d * sizeof(float))
     return True
+
+
+# -- MoE router ----------------------------------------------------------------------------------
+# build_moe_ffn's softmax gating in one call per ubatch: p = ggml_soft_max(logits) (ggml_v_expf
+# over the 8-blocks, each block's hsum8 added to a double sum, the n % 8 tail by exp in double
+# rounded to f32 and added one by one, p = e * (float)(1 / sum)); ids = the k largest of p,
+# largest first, ties to the lower index (a stable argsort of -p); w = p[ids], divided by their
+# sum when norm (ggml_sum_rows: a double sum in slot order, clamped to >= 6.103515625e-5), times
+# scale when scale is not 0 or 1. Backend.moe_route is the numpy oracle (same bits).
+cdef extern from *:
+    """
+    #include <math.h>
+    static inline int pyl_route_simd(void) { return PYL_PARITY_SIMD; }
+    #if PYL_PARITY_SIMD
+    static inline float pyl_route_hsum8(__m256 v) {
+        __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        float b0 = _mm_cvtss_f32(a) + _mm_cvtss_f32(_mm_shuffle_ps(a, a, 2));
+        float b1 = _mm_cvtss_f32(_mm_shuffle_ps(a, a, 1)) + _mm_cvtss_f32(_mm_shuffle_ps(a, a, 3));
+        return b0 + b1;
+    }
+    /* one row: p[E] (scratch, the softmax), ids[k], w[k] */
+    static void pyl_route_row(const float *x, int E, int k, int norm, float scale, float *p,
+                              int *ids, float *w) {
+        float mx = -INFINITY;
+        for (int i = 0; i < E; i++) mx = x[i] > mx ? x[i] : mx;
+        const int nb = E - E % 8;
+        double tot = 0.0;
+        for (int i = 0; i < nb; i += 8) {
+            __m256 e = pyl_gexp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(mx)));
+            _mm256_storeu_ps(p + i, e);
+            tot += (double)pyl_route_hsum8(e);
+        }
+        for (int i = nb; i < E; i++) {
+            float d = x[i] - mx;
+            p[i] = (float)exp((double)d);
+            tot += (double)p[i];
+        }
+        const float inv = (float)(1.0 / tot);
+        for (int i = 0; i < E; i++) p[i] = p[i] * inv;
+        for (int j = 0; j < k; j++) {          /* selection: largest first, ties to lower index */
+            int best = -1;
+            for (int i = 0; i < E; i++) {
+                int taken = 0;
+                for (int q = 0; q < j; q++) taken |= ids[q] == i;
+                if (taken) continue;
+                if (best < 0 || p[i] > p[best]) best = i;
+            }
+            ids[j] = best;
+            w[j] = p[best];
+        }
+        if (norm) {
+            double s = 0.0;
+            for (int j = 0; j < k; j++) s += (double)w[j];
+            float sf = (float)s;
+            if (sf < 6.103515625e-5f) sf = 6.103515625e-5f;     /* np.maximum: NaN stays */
+            for (int j = 0; j < k; j++) w[j] = w[j] / sf;
+        }
+        if (scale != 0.0f && scale != 1.0f)
+            for (int j = 0; j < k; j++) w[j] = w[j] * scale;
+    }
+    #else
+    static void pyl_route_row(const float *x, int E, int k, int norm, float scale, float *p,
+                              int *ids, float *w) { (void)x; (void)E; (void)k; (void)norm;
+        (void)scale; (void)p; (void)ids; (void)w; }
+    #endif
+    """
+    int pyl_route_simd() noexcept nogil
+    void pyl_route_row(const float *x, int E, int k, int norm, float scale, float *p, int *ids,
+                       float *w) noexcept nogil
+
+
+def route_native():
+    """Whether moe_route runs here (ggml_v_expf needs AVX2/FMA for its bits)."""
+    return bool(pyl_route_simd())
+
+
+def moe_route(const float[:, ::1] logits, int k, bint norm, float scale, float[:, ::1] probs,
+              int[:, ::1] ids, float[:, ::1] w):
+    """Router of each row of logits [n, E] -> probs [n, E], ids [n, k], w [n, k] (see above)."""
+    cdef Py_ssize_t n = logits.shape[0], t
+    cdef int E = logits.shape[1]
+    if (probs.shape[0] < n or probs.shape[1] != E or ids.shape[0] < n or ids.shape[1] != k
+            or w.shape[0] < n or w.shape[1] != k or k < 1 or k > E):
+        raise ValueError("moe_route: shape mismatch")
+    if not pyl_route_simd():
+        raise RuntimeError("moe_route: no AVX2/FMA build")
+    with nogil:
+        for t in range(n):
+            pyl_route_row(&logits[t, 0], E, k, norm, scale, &probs[t, 0], &ids[t, 0], &w[t, 0])
