@@ -73,7 +73,7 @@ def plain_matmuls(ws, x: np.ndarray) -> bool:
     if x.ndim != 2:
         return True
     for w in ws:
-        if n == 1 and w.type in (GGMLType.F32, GGMLType.F16, GGMLType.BF16):
+        if w.type in _FLOATS and (n == 1 or not tinyblas_float(w)):
             return False
         if vec_row_start(w.type, w.shape[0], n) < n:
             return False
