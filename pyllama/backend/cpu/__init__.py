@@ -94,6 +94,11 @@ class CpuBackend(Backend):
     def matmul(self, w: Weight, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         return self._matmul_mod().matmul(w, _c32(x), out=out)
 
+    def matmul_many(self, ws, x: np.ndarray) -> list:
+        """[matmul(w, x) for w in ws] in one native call (one activation quantization, one
+        parallel region) when the weights share their activation kind and k; same bits."""
+        return self._matmul_mod().matmul_many(ws, _c32(x))
+
     def supports_type(self, wtype) -> bool:
         from . import _matmul
         return _matmul.family(int(wtype)) >= 0
