@@ -59,14 +59,35 @@ class Graph:
         if len(w.shape) == 1:                 # a vector weight: the [1, cols] matrix (qwen2moe)
             w = as_matrix(w)
         y = llama_cpp_numerics.matmul(self.be, w, x) if self.llama_cpp else self.be.matmul(w, x)
-        for ad, s in self.loras:          # build_lora_mm: y + scale * (B (A x)), before the bias
+        y = self._lora_add(y, w, x)       # build_lora_mm: the adapters before the bias
+        if bias is not None:
+            y = self.be.add(y, self.be.vec(bias))
+        return y
+
+    def matmuls(self, ws, x: np.ndarray, biases=None) -> list:
+        """[matmul(w, x, b) for w, b in zip(ws, biases)]: weights that read the same
+        activations (q/k/v, gate/up) in one backend call when the numerics allow it (same bits
+        as separate matmuls)."""
+        if biases is None:
+            biases = (None,) * len(ws)
+        if self.llama_cpp and not llama_cpp_numerics.plain_matmuls(ws, x):
+            return [self.matmul(w, x, b) for w, b in zip(ws, biases)]
+        if any(len(w.shape) == 1 for w in ws):
+            return [self.matmul(w, x, b) for w, b in zip(ws, biases)]
+        ys = self.be.matmul_many(ws, x)
+        return [self._bias(self._lora_add(y, w, x), b) for y, w, b in zip(ys, ws, biases)]
+
+    def _lora_add(self, y: np.ndarray, w: Weight, x: np.ndarray) -> np.ndarray:
+        """build_lora_mm after W x: y + scale * (B (A x)) for each adapter on w."""
+        for ad, s in self.loras:
             lw = ad.ab.get(w.name)
             if lw is not None:
                 ab = self._lora_mm(lw.b, self._lora_mm(lw.a, x))
                 y = self.be.add(y, self.be.scale(ab, lw.scale(ad.alpha, s)))
-        if bias is not None:
-            y = self.be.add(y, self.be.vec(bias))
         return y
+
+    def _bias(self, y: np.ndarray, bias: Weight | None) -> np.ndarray:
+        return y if bias is None else self.be.add(y, self.be.vec(bias))
 
     def _lora_mm(self, w: Weight, x: np.ndarray) -> np.ndarray:
         """A LoRA factor times x (in the llama.cpp numerics F32/F16 factors that tinyBLAS
