@@ -974,21 +974,29 @@ OPTIONS += [
        "enable MCP CORS proxy - do not enable in untrusted environments (default: disabled)",
        neg="--no-ui-mcp-proxy --no-webui-mcp-proxy", env="LLAMA_ARG_UI_MCP_PROXY", tools={S},
        **_EX),
-    _O("--tools", "str", "server_tools", "experimental: built-in tools for AI agents (default: no "
-       "tools)", hint="TOOL1,TOOL2,...", env="LLAMA_ARG_TOOLS", tools={S}, status=UNSUP,
-       note=_TOOLS_NOTE, **_EX),
+    _O("--tools", "str", "server_tools", "experimental: whether to enable built-in tools for AI "
+       "agents - do not enable in untrusted environments (default: no tools)\nspecify \"all\" to "
+       "enable all tools\navailable tools: read_file, file_glob_search, grep_search, "
+       "exec_shell_command, write_file, edit_file, get_info\nnote: for security reasons, this "
+       "will limit --cors-origins to localhost by default", hint="TOOL1,TOOL2,...",
+       env="LLAMA_ARG_TOOLS", tools={S}, **_EX),
     _O("--tools-runtime", "str", "server_tools_runtime", "experimental: run tools in a separate "
-       "runtime environment (default: none, use host environment)", hint="OPTION",
-       env="LLAMA_ARG_TOOLS_RUNTIME", tools={S}, status=UNSUP, note=_TOOLS_NOTE, **_EX),
+       "runtime environment (default: none, use host environment): 'docker:<image>', "
+       "'podman:<image>', 'docker-container:<id>', 'podman-container:<id>', 'ssh:<target>'",
+       hint="OPTION", env="LLAMA_ARG_TOOLS_RUNTIME", tools={S}, **_EX),
     _O("--mcp-servers-config", "str", "mcp_servers_config", "experimental: path to JSON file "
-       "with MCP server definitions (default: none)", hint="PATH",
-       env="LLAMA_ARG_MCP_SERVERS_CONFIG", tools={S}, status=UNSUP, note=_TOOLS_NOTE, **_EX),
+       "with MCP server definitions (Cursor-compatible format) - do not enable in untrusted "
+       "environments (default: none)\nnote: for security reasons, this will limit "
+       "--cors-origins to localhost by default", hint="PATH",
+       env="LLAMA_ARG_MCP_SERVERS_CONFIG", tools={S}, **_EX),
     _O("--mcp-servers-json", "str", "mcp_servers_json", "experimental: inline JSON with MCP "
-       "server definitions (default: none)", hint="JSON", env="LLAMA_ARG_MCP_SERVERS_JSON",
-       tools={S}, status=UNSUP, note=_TOOLS_NOTE, **_EX),
+       "server definitions (Cursor-compatible format) - do not enable in untrusted environments "
+       "(default: none)\nnote: for security reasons, this will limit --cors-origins to "
+       "localhost by default", hint="JSON", env="LLAMA_ARG_MCP_SERVERS_JSON", tools={S}, **_EX),
     _O("-ag --agent", "bool", "agent", "whether to enable CORS proxy and all built-in tools - do "
-       "not enable in untrusted environments (default: disabled)", neg="-no-ag --no-agent",
-       env="LLAMA_ARG_AGENT", tools={S}, status=UNSUP, note=_TOOLS_NOTE, **_EX),
+       "not enable in untrusted environments (default: disabled)\nnote: for security reasons, "
+       "this will limit --cors-origins to localhost by default", neg="-no-ag --no-agent",
+       env="LLAMA_ARG_AGENT", tools={S}, **_EX),
     _O("--media-path", "str", "media_path", "directory for loading local media files (default: "
        "disabled)", hint="PATH", tools={S}, status=UNSUP, note=_MTMD, **_EX),
     _O("--models-preset", "str", "models_preset", "path to INI file containing model presets "

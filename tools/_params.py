@@ -195,6 +195,11 @@ class Params:
     cors_credentials: bool = True
     ui_config_json: str = ""
     ui_mcp_proxy: bool = False
+    server_tools: str = ""           # --tools (CSV; "all"), pyllama/server/tools_builtin.py
+    server_tools_runtime: str = ""   # --tools-runtime
+    mcp_servers_config: str = ""     # --mcp-servers-config, pyllama/server/mcp.py
+    mcp_servers_json: str = ""       # --mcp-servers-json
+    agent: bool = False              # -ag: --tools all and --ui-mcp-proxy
     # embeddings, rerank, infill (server; llama-embedding)
     embedding: bool = False
     reranking: bool = False

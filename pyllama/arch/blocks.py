@@ -26,9 +26,7 @@ def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool |
         q, k = np.ascontiguousarray(qkv[:, :qd]), np.ascontiguousarray(qkv[:, qd:qd + kd])
         v = np.ascontiguousarray(qkv[:, qd + kd:])
     else:
-        q = g.matmul(L.attn_q, h, L.attn_q_b)
-        k = g.matmul(L.attn_k, h, L.attn_k_b)
-        v = g.matmul(L.attn_v, h, L.attn_v_b)
+        q, k, v = g.matmuls((L.attn_q, L.attn_k, L.attn_v), h, (L.attn_q_b, L.attn_k_b, L.attn_v_b))
     if qk_norm == "full":
         q = g.rms_norm(q, L.attn_q_norm)
         k = g.rms_norm(k, L.attn_k_norm)
@@ -50,11 +48,11 @@ def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool |
 
 
 def ffn_swiglu(g, L, x: np.ndarray) -> np.ndarray:
-    return g.matmul(L.ffn_down, g.swiglu(g.matmul(L.ffn_gate, x), g.matmul(L.ffn_up, x)))
+    return g.matmul(L.ffn_down, g.swiglu(*g.matmuls((L.ffn_gate, L.ffn_up), x)))
 
 
 def ffn_geglu(g, L, x: np.ndarray) -> np.ndarray:
-    return g.matmul(L.ffn_down, g.geglu(g.matmul(L.ffn_gate, x), g.matmul(L.ffn_up, x)))
+    return g.matmul(L.ffn_down, g.geglu(*g.matmuls((L.ffn_gate, L.ffn_up), x)))
 
 
 def moe_ffn(g, L, hp: HParams, x: np.ndarray, *, norm_w: bool = True,

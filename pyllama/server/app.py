@@ -21,7 +21,7 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..log import get_logger
-from . import cors_proxy, gcp
+from . import cors_proxy, gcp, tools_builtin
 from . import anthropic as A
 from . import control as K
 from . import embeddings as E
@@ -984,8 +984,9 @@ async def _any_error(request: Request, exc: Exception):
     return error_response(ServerError(500, str(exc) or type(exc).__name__))
 
 
-def create_app(cfg, engine: Engine) -> Gate:
-    """The ASGI application: routes inside the Gate middleware."""
+def create_app(cfg, engine: Engine, tools=None) -> Gate:
+    """The ASGI application: routes inside the Gate middleware; `tools`: the /tools handlers
+    (pyllama/server/tools_builtin.py), None for llama.cpp's 403."""
     s = Server(cfg, engine)
     post, get = ["POST"], ["GET"]
     routes = [
@@ -1025,7 +1026,8 @@ def create_app(cfg, engine: Engine) -> Gate:
         Route("/responses", s.responses, methods=post),
         Route("/v1/responses/input_tokens", s.responses_input_tokens, methods=post),
         Route("/responses/input_tokens", s.responses_input_tokens, methods=post),
-        Route("/v1/messages/count_tokens", s.anthropic_count_tokens, methods=post)]
+        Route("/v1/messages/count_tokens", s.anthropic_count_tokens, methods=post),
+        *tools_builtin.routes(tools)]
     if gcp.enabled():
         posts = {r.path: r.endpoint for r in routes if "POST" in (r.methods or ()) and
                  "{" not in r.path}

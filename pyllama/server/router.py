@@ -338,8 +338,10 @@ class Router:
             self._stop(c)
 
 
-def create_router_app(router: Router) -> Starlette:
+def create_router_app(router: Router, tools=None) -> Starlette:
     import contextlib
+
+    from . import tools_builtin
     any_method = ["GET", "POST", "DELETE", "PUT"]
 
     @contextlib.asynccontextmanager
@@ -354,28 +356,39 @@ def create_router_app(router: Router) -> Starlette:
         Route("/models/sse", router.models_sse, methods=["GET"]),
         Route("/models/load", router.load_route, methods=["POST"]),
         Route("/models/unload", router.unload_route, methods=["POST"]),
+        *tools_builtin.routes(tools),           # the router's own, as server.cpp registers them
         Route("/{path:path}", router.proxy, methods=any_method)])
 
 
 def serve_router(host: str, port: int, models_dir: str, models_max: int, autoload: bool,
-                 child_args: list[str], preset: str = "") -> int:
+                 child_args: list[str], preset: str = "", tools_cfg=None) -> int:
     import uvicorn
+
+    from .tools_builtin import setup as setup_tools
 
     from . import _quiet_signals
     if models_dir and not os.path.isdir(models_dir):
         raise SystemExit(f"error: --models-dir {models_dir!r} is not a directory")
+    tools, mcp = setup_tools(tools_cfg) if tools_cfg is not None else (None, None)
     router = Router(models_dir, models_max, autoload, child_args, preset)
     log.info(f"srv  router: {len(router.children)} model(s)")
-    config = uvicorn.Config(create_router_app(router), host=host, port=port, lifespan="on",
+    config = uvicorn.Config(create_router_app(router, tools), host=host, port=port, lifespan="on",
                             log_level="warning", access_log=False, ws="none",
                             timeout_graceful_shutdown=3)
     server = uvicorn.Server(config)
+    if mcp is not None:         # MCP calls in flight end at the signal (server.cpp)
+        exit_handler = server.handle_exit
+        server.handle_exit = lambda sig, frame: (mcp.cancel(), exit_handler(sig, frame))
     _quiet_signals()
     try:
         log.info(f"srv  llama_server: router listening on http://{host}:{port}")
         server.run()
     finally:
         router.shutdown()
+        if tools is not None:
+            tools.close()
+        if mcp is not None:
+            mcp.shutdown()
     return 0 if server.started else 1
 
 
