@@ -25,22 +25,29 @@ def test_gateway_gauges_types_and_idle_values(client):
 
 
 def test_kv_usage_counts_the_cells_of_a_request_in_flight(client):
-    """While one 200-token prompt streams on the -c 1024 server, the ratio is at least its
+    """While one prompt streams on the -c 1024 server (512-token slots), the ratio is at least its
     cells over the context's; running is 1; after the end both go back to 0."""
-    prompt = " ".join(f"w{i}" for i in range(200))
+    prompt = " ".join(f"w{i}" for i in range(40))
     n_prompt = len(client.post("/tokenize", json={"content": prompt}).json()["tokens"])
-    seen, first = [], threading.Event()
+    assert 40 <= n_prompt <= 250
+    seen, first, errors = [], threading.Event(), []
 
     def stream():
-        body = {"prompt": prompt, "n_predict": 250, "stream": True, "ignore_eos": True,
+        body = {"prompt": prompt, "n_predict": 200, "stream": True, "ignore_eos": True,
                 "cache_prompt": False}
         with client.stream("POST", "/completion", json=body) as r:
             for ln in r.iter_lines():
-                if ln.startswith("data: ") and json.loads(ln[6:]).get("content"):
+                if ln.startswith("data: "):
+                    ev = json.loads(ln[6:])
+                    if "error" in ev:
+                        errors.append(ev)
                     first.set()
+            if r.status_code != 200:
+                errors.append(r.status_code)
+                first.set()
     t = threading.Thread(target=stream)
     t.start()
-    assert first.wait(60)
+    assert first.wait(60) and not errors, errors
     while t.is_alive():
         values, _ = _gauges(client)
         if values["llamacpp:requests_processing"] == 1:
