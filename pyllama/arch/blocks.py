@@ -174,6 +174,23 @@ def phi3_decoder(g, w, hp: HParams) -> np.ndarray:
     return output(g, w, hp, x)
 
 
+def glm4_decoder(g, w, hp: HParams) -> np.ndarray:
+    """GLM-4 (glm4.cpp): x += norm(attn(norm(x))) with the post-attention RMSNorm, then
+    x += norm(ffn(norm(x))) with the post-FFN RMSNorm; fused QKV (+bias) and fused gate|up
+    (ggml_swiglu: SiLU of the first half times the second); partial NORM RoPE (hparams)."""
+    x = g.embed(w.token_embd)
+    for il, L in enumerate(w.layers):
+        a = self_attention(g, L, hp, il, g.rms_norm(x, L.attn_norm))
+        if il == hp.n_layer - 1:
+            x, a = g.select_outputs(x), g.select_outputs(a)
+        x = g.add(g.rms_norm(a, L.post_attention_norm), x)
+        up = g.matmul(L.ffn_up, g.rms_norm(x, L.ffn_norm))
+        f = up.shape[1] // 2
+        act = g.swiglu(np.ascontiguousarray(up[:, :f]), np.ascontiguousarray(up[:, f:]))
+        x = g.add(g.rms_norm(g.matmul(L.ffn_down, act), L.post_ffw_norm), x)
+    return output(g, w, hp, x)
+
+
 def post_norm_decoder(g, w, hp: HParams) -> np.ndarray:
     """OLMo 2: no pre-norms; x += norm(attn(x)) with full-width Q/K norms; x += norm(ffn(x))."""
     x = g.embed(w.token_embd)

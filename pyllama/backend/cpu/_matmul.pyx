@@ -182,10 +182,19 @@ cdef pyl_acts _acts(const _actbuf *B) noexcept nogil:
     return A
 
 
+cdef inline Py_ssize_t _chunk(Py_ssize_t ntiles, int nth) noexcept nogil:
+    """Tiles per work item of the dynamic schedule: about 8 items per thread (at least 1, at
+    most 256 tiles): a thread that starts late (waking up, or descheduled on a busy machine)
+    takes fewer items instead of the others waiting for its static share. Which thread computes
+    a tile never changes its bits."""
+    cdef Py_ssize_t c = ntiles // (8 * nth)
+    return 1 if c < 1 else (256 if c > 256 else c)
+
+
 cdef void _tiles(int wtype, const uint8_t *wp, int64_t wstride, int64_t rows, int k,
                  const pyl_acts *A, int64_t n, float *op, int64_t os, uint8_t *sp, int64_t ss,
                  int nth) noexcept nogil:
-    cdef Py_ssize_t ntiles = (rows + PYL_R - 1) // PYL_R, it
+    cdef Py_ssize_t ntiles = (rows + PYL_R - 1) // PYL_R, it, chunk
     cdef int tid = 0, nr
     cdef int64_t r0
     if ntiles < 2 or rows * wstride * n < _parallel_min_bytes:   # waking a thread costs more
@@ -196,9 +205,10 @@ cdef void _tiles(int wtype, const uint8_t *wp, int64_t wstride, int64_t rows, in
             nr = <int>(rows - r0) if rows - r0 < PYL_R else PYL_R
             pyl_rowtile(wtype, wp, wstride, r0, nr, k, A, n, sp, op, os)
         return
+    chunk = _chunk(ntiles, nth)
     with parallel(num_threads=nth):
         tid = threadid()
-        for it in prange(ntiles, schedule='static'):
+        for it in prange(ntiles, schedule='dynamic', chunksize=chunk):
             r0 = it * PYL_R
             nr = <int>(rows - r0) if rows - r0 < PYL_R else PYL_R
             pyl_rowtile(wtype, wp, wstride, r0, nr, k, A, n, sp + tid * ss, op, os)
@@ -299,7 +309,7 @@ cdef void _tiles_many(const _wjob *J, int nw, int k, const pyl_acts *A, int64_t 
     """_tiles over several weights of the same k in one parallel region: the tiles of every
     weight in one index space (weight j owns tiles J[j].tile0 .. J[j+1].tile0); each tile is
     the same pyl_rowtile call as in _tiles, so every output element keeps its bits."""
-    cdef Py_ssize_t ntiles = J[nw].tile0, it
+    cdef Py_ssize_t ntiles = J[nw].tile0, it, chunk
     cdef int tid = 0, nr, j
     cdef int64_t r0, work = 0
     for j in range(nw):
@@ -314,9 +324,10 @@ cdef void _tiles_many(const _wjob *J, int nw, int k, const pyl_acts *A, int64_t 
                 pyl_rowtile(J[j].wtype, J[j].wp, J[j].wstride, r0, nr, k, A, n, sp, J[j].op,
                             J[j].os)
         return
+    chunk = _chunk(ntiles, nth)
     with parallel(num_threads=nth):
         tid = threadid()
-        for it in prange(ntiles, schedule='static'):
+        for it in prange(ntiles, schedule='dynamic', chunksize=chunk):
             j = 0
             while it >= J[j + 1].tile0:
                 j = j + 1
