@@ -438,6 +438,17 @@ class Engine:
     def n_deferred(self) -> int:
         return len(self.pending)
 
+    @property
+    def kv_usage(self) -> float:
+        """Fraction (0-1) of the KV cache held by requests in flight: the cells of the busy
+        slots' sequences over the context's cells. An idle slot's cached prompt is not counted:
+        the engine frees it when a batch needs the room (the inference gateway's
+        KVCacheUtilization, like vLLM's kv_cache_usage_perc, counts only what is not free)."""
+        ctx, slots = getattr(self, "ctx", None), self.slots
+        if ctx is None or not ctx.n_ctx:
+            return 0.0
+        return min(1.0, sum(len(s.cache) for s in slots if s.busy) / ctx.n_ctx)
+
     # -- loading ---------------------------------------------------------------------------------
     def load(self) -> None:
         """Load the model, create the context (n_seq_max = slots) and the chat template."""
