@@ -157,13 +157,12 @@ def test_lora_and_control_vector_flags():
 
 
 def test_not_supported_exits_with_message():
-    for argv in (["--context-shift"], ["-hf", "x/y"]):
+    for argv in (["--check-tensors"], ["-hf", "x/y"], ["--log-jsonl"]):
         with pytest.raises(ArgError, match="not supported by pyllama yet"):
             P("completion", *argv)
-    p, _ = P("completion", "--no-context-shift")   # the default side of an unsupported pair
-    assert p.ctx_shift is False
+    P("completion", "--no-log-jsonl")             # the default side of an unsupported pair
     with pytest.raises(ArgError, match="not supported"):
-        P("completion", env={"LLAMA_ARG_CONTEXT_SHIFT": "1"})
+        P("completion", env={"LLAMA_ARG_LOG_JSONL": "1"})
 
 
 def test_noop_flags_warn_once():
