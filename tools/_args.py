@@ -591,6 +591,10 @@ OPTIONS += [
        "speculative decoding (default: 3)", env="LLAMA_ARG_SPEC_DRAFT_N_MAX", **_SPEC),
     _O("--spec-draft-n-min", "int", "speculative.n_min", "minimum number of draft tokens to use "
        "for speculative decoding (default: 0)", env="LLAMA_ARG_SPEC_DRAFT_N_MIN", **_SPEC),
+    _O("--spec-policy", "enum", "speculative.policy", "draft length: 'cost' (cost-aware: only as "
+       "many tokens as pay for their verification, from the acceptance seen so far) or 'fixed' "
+       "(llama.cpp's: as many as the drafter proposes, up to the limits)\n(default: cost)",
+       choices=("cost", "fixed"), hint="POLICY", env="LLAMA_ARG_SPEC_POLICY", **_SPEC),
     _O("--spec-draft-p-min --draft-p-min", "float", "speculative.p_min", "minimum speculative "
        "decoding probability (greedy) (default: 0.00)", hint="P",
        env="LLAMA_ARG_SPEC_DRAFT_P_MIN", **_SPEC),

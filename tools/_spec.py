@@ -28,8 +28,20 @@ def make_drafter(params, model, ctx, tool: str):
                                n_threads=params.n_threads if params.n_threads > 0 else None)
         draft = DraftModelDrafter(dctx, p_min=sp.p_min)
         if tool == "speculative":
-            return draft, sp.n_max
-    return drafter_chain(types, asdict(sp), draft=draft, draft_n_max=sp.n_max)
+            return _policy(sp, draft, model, dm), sp.n_max
+    d, n_max = drafter_chain(types, asdict(sp), draft=draft, draft_n_max=sp.n_max)
+    return _policy(sp, d, model, draft.ctx.model if draft is not None else None), n_max
+
+
+def _policy(sp, drafter, model, draft_model):
+    """--spec-policy cost (the default): every drafter behind the cost-aware policy, a draft
+    model's tokens costed by its weight bytes against the target's (pyllama.speculative.
+    with_policy); fixed: llama.cpp's draft lengths."""
+    if sp.policy != "cost" or drafter is None:
+        return drafter
+    from pyllama.speculative import draft_cost_ratio, with_policy
+    dc = draft_cost_ratio(model, draft_model) if draft_model is not None else 0.0
+    return with_policy(drafter, k_min=sp.n_min, draft_cost=dc)
 
 
 def run_spec(params, tool: str) -> int:

@@ -86,6 +86,7 @@ class ServerConfig:
     spec_n_max: int = 3
     spec_n_min: int = 0
     spec_p_min: float = 0.0
+    spec_policy: str = "cost"      # --spec-policy: cost-aware draft length, or llama.cpp's fixed
     spec_ngram_size_n: int = 12
     spec_ngram_size_m: int = 48
     # the n-gram drafters' settings by pyllama.speculative.drafter_chain's names

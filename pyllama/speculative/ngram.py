@@ -296,6 +296,11 @@ class NgramModDrafter(Drafter):
         self.n_draft_last = len(out)
         return out[:n_max]
 
+    def cut(self, k: int) -> None:
+        """The last draft was cut to k tokens before verification (the cost-aware policy): the
+        acceptance ratio is taken over those."""
+        self.n_draft_last = min(self.n_draft_last, k)
+
     def accept(self, n_accepted: int, n_drafted: int | None = None) -> None:
         if self.n_draft_last > 0:
             if n_accepted / self.n_draft_last < 0.25:

@@ -58,8 +58,12 @@ def reference(models):
 
 
 def spec_server(models, kind):
-    extra = {"self": ["-md", models[0]], "other": ["-md", models[1], "--spec-draft-n-max", "5"],
+    # a draft model as large as the target never pays under the default cost-aware policy
+    # (it would draft nothing): the draft-model cases use llama.cpp's fixed draft length
+    extra = {"self": ["-md", models[0], "--spec-policy", "fixed"],
+             "other": ["-md", models[1], "--spec-draft-n-max", "5", "--spec-policy", "fixed"],
              "ngram": ["--spec-type", "ngram-simple"],
+             "ngram-fixed": ["--spec-type", "ngram-simple", "--spec-policy", "fixed"],
              # several types at once (llama.cpp's priority order), one drafter state per slot
              # and ngram-mod's pool shared by the slots
              "combined": ["--spec-type", "ngram-map-k4v,ngram-mod", "--spec-ngram-map-k4v-size-n",
@@ -71,7 +75,7 @@ def spec_server(models, kind):
     return ServerProc(["-m", models[0], *BASE, *extra]).wait_ready()
 
 
-@pytest.mark.parametrize("kind", ["self", "other", "ngram", "combined", "default"])
+@pytest.mark.parametrize("kind", ["self", "other", "ngram", "ngram-fixed", "combined", "default"])
 def test_speculative_output_equals_plain(models, reference, kind):
     s = spec_server(models, kind)
     try:

@@ -12,7 +12,7 @@ from pyllama.generate import generate
 from pyllama.sampling import SamplerChain, SamplerParams
 from pyllama.speculative import (DrafterChain, NgramDrafter, NgramMapDrafter, NgramModDrafter,
                                  NgramModPool, SpecParams, SpecStats, drafter_chain,
-                                 speculative_generate)
+                                 speculative_generate, with_policy)
 from pyllama.speculative.ngram import map_hash
 
 
@@ -218,8 +218,11 @@ def plain(target):
           ngram_map_k4v_size_n=2, ngram_map_k4v_size_m=4, ngram_mod_n_match=2,
           ngram_mod_n_min=1, ngram_mod_n_max=8)),
 ])
-def test_speculative_with_each_drafter_equals_plain(target, plain, types, settings):
+@pytest.mark.parametrize("policy", ["fixed", "cost"])
+def test_speculative_with_each_drafter_equals_plain(target, plain, types, settings, policy):
     drafter, n_max = drafter_chain(types, settings)
+    if policy == "cost":
+        drafter = with_policy(drafter)
     ctx = pyllama.Context(target, n_ctx=512, n_ubatch=64)
     st = SpecStats()
     out = list(speculative_generate(ctx, _chain(target), _prompt(), drafter,
