@@ -544,7 +544,8 @@ OPTIONS += [
 _SPEC = dict(group="speculative", tools=SCSP)
 _SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
                "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-_SPEC_OK = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
+_SPEC_OK = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
+            "ngram-cache")
 _SPEC_HEADS = {"draft-eagle3": "an EAGLE3", "draft-mtp": "a multi-token-prediction (MTP)",
                "draft-dflash": "a DFlash", "draft-dspark": "a DSpark"}
 
@@ -688,10 +689,12 @@ OPTIONS += [
     _O("--spec-default", "flag", "speculative.spec_default", "enable default speculative "
        "decoding config (adds ngram-mod with n_match 24, n_min 48, n_max 64)",
        group="speculative", tools={S, C}),
-    _O("-lcs --lookup-cache-static", "str", "lookup_cache_static", "path to static lookup cache",
-       hint="FNAME", status=UNSUP, note="lookup caches", group="speculative", tools={S}),
-    _O("-lcd --lookup-cache-dynamic", "str", "lookup_cache_dynamic", "path to dynamic lookup "
-       "cache", hint="FNAME", status=UNSUP, note="lookup caches", group="speculative", tools={S}),
+    _O("-lcs --lookup-cache-static", "str", "speculative.lookup_cache_static", "path to static "
+       "lookup cache to use for lookup decoding (not updated by generation)", hint="FNAME",
+       group="speculative", tools={S, SP}),
+    _O("-lcd --lookup-cache-dynamic", "str", "speculative.lookup_cache_dynamic", "path to dynamic "
+       "lookup cache to use for lookup decoding (updated by generation)", hint="FNAME",
+       group="speculative", tools={S, SP}),
     # ---- old spellings llama.cpp removed (1.10): accepted with a note -------------------------
     _O("--draft-max --draft --draft-n", "int", "speculative.n_max", "old spelling of "
        "--spec-draft-n-max", old_env=("LLAMA_ARG_DRAFT_MAX",), status=DEPR,

@@ -96,10 +96,15 @@ class Speculation:
         # one drafter state per slot; ngram-mod's pool is shared by all slots (llama.cpp)
         st = cfg.spec_settings
         pool = NgramModPool(st.get("ngram_mod_n_match", 24)) if "ngram-mod" in types else None
+        # ngram-cache: the static and dynamic lookup caches are loaded once, read by every slot
+        lookup = None
+        if "ngram-cache" in types:
+            from pyllama.speculative.ngram_cache import load_lookup
+            lookup = load_lookup(st)
         self.drafters, self.n_max = [], cfg.spec_n_max
         for i in range(n):
             d, n_max = drafter_chain(types, st, draft=self.models[i] if self.models else None,
-                                     draft_n_max=cfg.spec_n_max, mod_pool=pool)
+                                     draft_n_max=cfg.spec_n_max, mod_pool=pool, lookup=lookup)
             if cfg.spec_policy == "cost":       # per slot: its own acceptance estimates
                 dc = (draft_cost_ratio(target, draft_ctx.model)
                       if draft_ctx is not None and target is not None else 0.0)

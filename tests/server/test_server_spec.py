@@ -117,7 +117,7 @@ def test_plain_server_reports_no_drafts(reference):
 def test_draft_budget_respects_n_predict_and_ubatch(models):
     """n_predict 1 leaves no room for a draft; --spec-draft-n-max above n_ubatch - 1 is capped
     (N + 1 <= n_ubatch) and still exact."""
-    s = ServerProc(["-m", models[0], *BASE, "-md", models[0],
+    s = ServerProc(["-m", models[0], *BASE, "-md", models[0], "--spec-policy", "fixed",
                     "--spec-draft-n-max", "40"]).wait_ready()
     try:
         one = complete(s.url, TEXT, n_predict=1, temperature=0)
@@ -168,6 +168,11 @@ def test_flags_map_to_the_config(tiny_model_path):
     assert c.spec_ngram and c.spec_types == ["ngram-mod"] and c.spec_n_max_all == 64
     assert c.spec_settings["ngram_map_k4v_min_hits"] == 3
     assert not cfg().spec_draft and not cfg().spec_ngram
+    assert cfg().spec_policy == "cost" and cfg("--spec-policy", "fixed").spec_policy == "fixed"
+    c = cfg("--spec-type", "ngram-cache", "-lcs", "st.bin", "-lcd", "dy.bin")
+    assert c.spec_ngram and c.spec_n_max_all == 8
+    assert (c.spec_settings["lookup_cache_static"], c.spec_settings["lookup_cache_dynamic"]) == \
+        ("st.bin", "dy.bin")
     c = cfg("-ctxcp", "3", "-cms", "100")
     assert (c.n_ctx_checkpoints, c.checkpoint_min_step) == (3, 100)
     assert (cfg().n_ctx_checkpoints, cfg().checkpoint_min_step) == (32, 8192)
