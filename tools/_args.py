@@ -821,12 +821,15 @@ OPTIONS += [
     _O("-cms --checkpoint-min-step", "int", "checkpoint_min_step", "minimum tokens between "
        "checkpoints (default: 8192)", env="LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT", tools={S},
        **_EX),
+    _O("-cram --cache-ram", "int", "cache_ram_mib", "maximum cache size in MiB (default: 8192, "
+       "-1 - no limit, 0 - disable)", env="LLAMA_ARG_CACHE_RAM", tools={S}, **_EX),
     _O("-cram --cache-ram", "int", "cache_ram_mib", "maximum cache size in MiB (default: 8192)",
-       env="LLAMA_ARG_CACHE_RAM", tools={S, C}, status=NOOP,
-       note="no host prompt cache: slots keep their own KV", **_EX),
-    _O("--cache-idle-slots", "bool", "cache_idle_slots", "cache idle slots (default: enabled)",
-       neg="--no-cache-idle-slots", env="LLAMA_ARG_CACHE_IDLE_SLOTS", tools={S}, status=NOOP,
-       note="no host prompt cache: slots keep their own KV", **_EX),
+       env="LLAMA_ARG_CACHE_RAM", tools={C}, status=NOOP,
+       note="llama-cli runs without a server prompt cache: one conversation keeps its own KV",
+       **_EX),
+    _O("--cache-idle-slots", "bool", "cache_idle_slots", "save idle slots to the prompt cache and "
+       "clear them (unified KV) when a new task starts (default: enabled; needs --cache-ram)",
+       neg="--no-cache-idle-slots", env="LLAMA_ARG_CACHE_IDLE_SLOTS", tools={S}, **_EX),
     _O("-sps --slot-prompt-similarity", "float", "slot_prompt_similarity", "how much the "
        "prompt of a request must match the prompt of a slot in order to use that slot "
        "(default: 0.10)", hint="SIMILARITY", tools={S}, **_EX),

@@ -186,6 +186,8 @@ class Params:
     api_prefix: str = ""
     webui: bool = True
     slot_prompt_similarity: float = 0.10
+    cache_ram_mib: int = 8192        # -cram: host-memory prompt cache (pyllama/server/prompt_cache.py)
+    cache_idle_slots: bool = True    # --cache-idle-slots
     tags: str = ""
     reasoning_format: str = "deepseek"
     reasoning_budget: int = -1

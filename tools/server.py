@@ -46,6 +46,7 @@ def to_config(params):
         reverse_prompts=list(params.antiprompt), special=params.special,
         sampling=_sampling(params),
         slot_prompt_similarity=getattr(params, "slot_prompt_similarity", 0.10),
+        cache_ram_mib=params.cache_ram_mib, cache_idle_slots=params.cache_idle_slots,
         endpoint_metrics=params.endpoint_metrics, endpoint_slots=params.endpoint_slots,
         endpoint_props=params.endpoint_props, slot_save_path=params.slot_save_path or None,
         chat_template=params.chat_template or None, jinja=params.use_jinja,

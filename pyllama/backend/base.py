@@ -198,6 +198,12 @@ class Backend(ABC):
         """y[n, rows] = x[n, cols] @ W[rows, cols]^T. Quantized W: activations are quantized per
         row (q8 blocks) as llama.cpp's vec_dot does for the weight type."""
 
+    def matmul_many(self, ws, x: np.ndarray) -> list:
+        """[matmul(w, x) for w in ws]: several weights on the same activations (q/k/v,
+        gate/up). A backend may fuse them (CpuBackend: one native call); results are those
+        of separate matmuls, bit for bit."""
+        return [self.matmul(w, x) for w in ws]
+
     @abstractmethod
     def get_rows(self, w: Weight, ids: np.ndarray) -> np.ndarray:
         """Dequantized rows W[ids] -> [len(ids), cols] float32."""

@@ -66,6 +66,20 @@ def mmid_uses_vec(wtype, n_rows_w: int, n: int) -> bool:
     return wtype in ref_compat.VEC_TYPES and n < 8
 
 
+def plain_matmuls(ws, x: np.ndarray) -> bool:
+    """Whether matmul(be, w, x) is be.matmul(w, x) for every w (no float mat-vec, no vec_dot
+    rows): then the weights may go to be.matmul_many."""
+    n = x.shape[0]
+    if x.ndim != 2:
+        return True
+    for w in ws:
+        if w.type in _FLOATS and (n == 1 or not tinyblas_float(w)):
+            return False
+        if vec_row_start(w.type, w.shape[0], n) < n:
+            return False
+    return True
+
+
 def matmul(be, w, x: np.ndarray) -> np.ndarray:
     """be.matmul(w, x) with llama.cpp's kernel choice for these n = len(x) rows."""
     n = x.shape[0]

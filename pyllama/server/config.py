@@ -42,6 +42,8 @@ class ServerConfig:
     special: bool = False           # -sp: special tokens (EOG included) appear in the text
     sampling: Any = None            # pyllama.sampling.SamplerParams or None for its defaults
     slot_prompt_similarity: float = 0.10
+    cache_ram_mib: int = 8192        # -cram: host-memory prompt cache in MiB (0 off, -1 no limit)
+    cache_idle_slots: bool = True    # --cache-idle-slots: idle slots saved (and, unified, cleared)
     # endpoints and chat
     endpoint_metrics: bool = False
     endpoint_slots: bool = True
