@@ -265,7 +265,7 @@ OPTIONS: list[Opt] = [
     _O("-n --predict --n-predict", "int", "n_predict", "number of tokens to predict (default: "
        "-1, -1 = infinity)", env="LLAMA_ARG_N_PREDICT"),
     _O("--keep", "int", "n_keep", "number of tokens to keep from the initial prompt (default: 0, "
-       "-1 = all)", status=NOOP, note="context shift is not supported, nothing is kept"),
+       "-1 = all)"),
     _O("-e --escape", "bool", "escape", "process escapes sequences (\\n, \\r, \\t, \\', \\\", "
        "\\\\) (default: true)", neg="--no-escape"),
     _O("-r --reverse-prompt", "list", "antiprompt", "halt generation at PROMPT, return control "
@@ -342,7 +342,7 @@ OPTIONS: list[Opt] = [
        "unified cache (default: 0 = unset)", env="LLAMA_ARG_KV_UNIFIED_PER_SLOT", tools={S}),
     _O("--context-shift", "bool", "ctx_shift", "whether to use context shift on infinite text "
        "generation (default: disabled)", neg="--no-context-shift", env="LLAMA_ARG_CONTEXT_SHIFT",
-       tools={S, C, CO, P}, status=UNSUP, note="context shift"),
+       tools={S, C, CO, P}),
     _O("-kvo --kv-offload", "bool", "kv_offload", "whether to enable KV cache offloading "
        "(default: enabled)", neg="-nkvo --no-kv-offload", env="LLAMA_ARG_KV_OFFLOAD",
        status=NOOP, note="the KV cache lives with the weights' backend"),
@@ -737,12 +737,12 @@ OPTIONS += [
     _O("-ptc --print-token-count", "int", "n_print", "print token count every N tokens "
        "(default: -1)", tools={CO}, **_EX, status=UNSUP, note="token count printing"),
     _O("--prompt-cache", "str", "path_prompt_cache", "file to cache prompt state for faster "
-       "startup (default: none)", hint="FNAME", tools={CO}, status=UNSUP, note="prompt caches",
+       "startup (default: none)", hint="FNAME", tools={CO},
        **_EX),
     _O("--prompt-cache-all", "flag", "prompt_cache_all", "if specified, saves user input and "
-       "generations to cache as well", tools={CO}, status=UNSUP, note="prompt caches", **_EX),
+       "generations to cache as well", tools={CO}, **_EX),
     _O("--prompt-cache-ro", "flag", "prompt_cache_ro", "if specified, uses the prompt cache but "
-       "does not update it", tools={CO}, status=UNSUP, note="prompt caches", **_EX),
+       "does not update it", tools={CO}, **_EX),
     _O("-gan --grp-attn-n", "int", "grp_attn_n", "group-attention factor (default: 1)",
        env="LLAMA_ARG_GRP_ATTN_N", tools={CO}, status=UNSUP, note="self-extend", **_EX),
     _O("-gaw --grp-attn-w", "int", "grp_attn_w", "group-attention width (default: 512)",

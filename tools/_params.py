@@ -110,6 +110,9 @@ class Params:
     kv_unified: bool = False
     kv_unified_per_slot: int = 0
     ctx_shift: bool = False
+    path_prompt_cache: str = ""     # llama-completion --prompt-cache
+    prompt_cache_all: bool = False
+    prompt_cache_ro: bool = False
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     flash_attn: str = "auto"

@@ -931,6 +931,9 @@ def _metrics_text(engine: Engine) -> str:
         ("requests_processing", "Number of requests processing", engine.n_busy),
         ("requests_deferred", "Number of requests deferred", engine.n_deferred),
         ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call", busy),
+        # pyllama's extension (the name and help of llama.cpp's earlier metric, removed before
+        # 0c1e570): the inference gateway's KVCacheUtilization gauge (deploy/README.md)
+        ("kv_cache_usage_ratio", "KV-cache usage. 1 means 100 percent usage.", engine.kv_usage),
     ]
     lines = []
     for kind, rows in (("counter", counters), ("gauge", gauges)):

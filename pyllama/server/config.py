@@ -37,6 +37,7 @@ class ServerConfig:
     # request defaults
     n_predict: int = -1
     n_keep: int = 0
+    ctx_shift: bool = False         # --context-shift (turned off when the memory cannot shift)
     cache_prompt: bool = True
     reverse_prompts: list[str] = field(default_factory=list)
     special: bool = False           # -sp: special tokens (EOG included) appear in the text

@@ -189,6 +189,7 @@ class Slot:
         self.checkpoints = [c for c in self.checkpoints if c.n_tokens <= n_past]
         self.ckpt_marks = e.checkpoint_marks(n_past, len(task.prompt))
         self.drafts = []
+        self.truncated = False
         if e.spec is not None:
             e.spec.begin(self.id, list(task.prompt))
         self.n_draft, self.n_draft_accepted, self.n_verif = 0, 0, 0
@@ -447,6 +448,17 @@ class Engine:
     def n_deferred(self) -> int:
         return len(self.pending)
 
+    @property
+    def kv_usage(self) -> float:
+        """Fraction (0-1) of the KV cache held by requests in flight: the cells of the busy
+        slots' sequences over the context's cells. An idle slot's cached prompt is not counted:
+        the engine frees it when a batch needs the room (the inference gateway's
+        KVCacheUtilization, like vLLM's kv_cache_usage_perc, counts only what is not free)."""
+        ctx, slots = getattr(self, "ctx", None), self.slots
+        if ctx is None or not ctx.n_ctx:
+            return 0.0
+        return min(1.0, sum(len(s.cache) for s in slots if s.busy) / ctx.n_ctx)
+
     # -- loading ---------------------------------------------------------------------------------
     def load(self) -> None:
         """Load the model, create the context (n_seq_max = slots) and the chat template."""
@@ -493,6 +505,11 @@ class Engine:
         if cfg.kv_unified_per_slot > 0:
             self.n_ctx_slot = min(self.n_ctx_slot, cfg.kv_unified_per_slot)
         self.slots = [Slot(self, i, self.n_ctx_slot) for i in range(n)]
+        if cfg.ctx_shift and not self.memory.can_shift():
+            # common_init_from_params, before the server's own check
+            log.warning("cmn  common_init_: KV cache shifting is not supported for this "
+                        "context, disabling KV cache shifting")
+            cfg.ctx_shift = False
         self._setup_prompt_cache()
         self.sampling_defaults = self._sampling_defaults()
         if cfg.warmup:
@@ -654,6 +671,7 @@ class Engine:
         """One round: admit tasks, build one batch over all slots, decode, sample, emit."""
         self._drop_cancelled()
         self._admit()
+        self._context_shift()
         import pyllama
         n_batch = self.ctx.n_batch
         while True:
@@ -682,6 +700,35 @@ class Engine:
         self.metrics.n_busy_slots_total += self.n_busy
         self.metrics.n_tokens_max = max(self.metrics.n_tokens_max, len(tokens))
         self._after_decode(plan)
+
+    def _context_shift(self) -> None:
+        """llama.cpp's pre_decode: a generating slot whose cache would reach n_ctx with its next
+        token drops n_discard tokens after n_keep (the request's n_keep, -1 the prompt, plus the
+        BOS; at most n_ctx - 4; n_discard the request's or half of the rest) and moves the
+        later ones back (K-shift). Only with --context-shift; without it generation stopped
+        with "length" in _process_token."""
+        if not self.cfg.ctx_shift:
+            return
+        add_bos = bool(getattr(self.vocab, "add_bos", False))
+        for s in self.slots:
+            if not (s.busy and not s.prompting and s.sampled is not None
+                    and len(s.cache) + 1 >= s.n_ctx):
+                continue
+            p = s.params
+            n_keep = len(s.prompt) if p.n_keep < 0 else p.n_keep
+            n_keep = min(s.n_ctx - 4, n_keep + add_bos)
+            n_left = len(s.cache) - n_keep
+            n_discard = getattr(p, "n_discard", 0) or n_left // 2
+            n_discard = max(0, min(n_discard, max(0, n_left - 1)))
+            log.warning(f"slot {s.id}: slot context shift, n_keep = {n_keep}, n_left = {n_left}, "
+                        f"n_discard = {n_discard}")
+            self.memory.seq_rm(s.id, n_keep, n_keep + n_discard)
+            self.memory.seq_add(s.id, n_keep + n_discard, len(s.cache), -n_discard)
+            del s.cache[n_keep:n_keep + n_discard]
+            s.checkpoints.clear()
+            if self.spec is not None:
+                self.spec.rollback(s.id, n_keep)
+            s.truncated = True
 
     def _clear_idle_slots(self) -> bool:
         """llama.cpp's try_clear_idle_slots: drop the cached tokens of idle slots to make room;
@@ -766,9 +813,8 @@ class Engine:
             stop = "eos"
         if stop is None and 0 <= p.n_predict <= slot.n_decoded:
             stop = "limit"
-        slot.truncated = stop is None and n_cache + 1 >= slot.n_ctx
-        if slot.truncated:
-            stop = "limit"
+        if stop is None and not self.cfg.ctx_shift and n_cache + 1 >= slot.n_ctx:
+            slot.truncated, stop = True, "limit"
         if stop is None and self._timed_out(slot):
             stop = "limit"
         if stop is None:
