@@ -100,3 +100,24 @@ def test_drafter_appends_only_new_tokens_and_drafts_at_most_8():
     d.draft(h + [1], 8)                   # only the new token: n-grams across the boundary
     assert d.nc_context[(1, N, N, N)] == before     # are not counted (as in llama.cpp)
     assert d.nc_context[(2, N, N, N)] == {1: 19} and d.cache_size == len(h) + 1
+
+
+def test_lookup_merge_tool(tmp_path):
+    """llama-lookup-merge a.bin b.bin out.bin: llama.cpp's messages, the merged counts."""
+    import subprocess
+    import sys
+    a, b, out = (str(tmp_path / n) for n in ("a.bin", "b.bin", "out.bin"))
+    cache_save({(1, 2, N, N): {3: 2}}, a)
+    cache_save({(1, 2, N, N): {3: 1, 4: 1}, (5, N, N, N): {6: 1}}, b)
+    r = subprocess.run([sys.executable, "-m", "pyllama", "lookup-merge", a, b, out],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == (f"lookup-merge: loading file {a}\nlookup-merge: loading file {b}\n"
+                        f"lookup-merge: saving file {out}\n")
+    assert cache_load(out) == {(1, 2, N, N): {3: 3, 4: 1}, (5, N, N, N): {6: 1}}
+    r = subprocess.run([sys.executable, "-m", "pyllama", "lookup-merge", a],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stderr.startswith("Merges multiple lookup cache files")
+    r = subprocess.run([sys.executable, "-m", "pyllama", "lookup-merge", a, str(tmp_path / "x"),
+                        out], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Unable to open file" in r.stderr.splitlines()[-1]
