@@ -586,7 +586,8 @@ OPTIONS += [
 _SPEC = dict(group="speculative", tools=SCSP)
 _SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
                "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-_SPEC_OK = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
+_SPEC_OK = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
+            "ngram-cache")
 _SPEC_HEADS = {"draft-eagle3": "an EAGLE3", "draft-mtp": "a multi-token-prediction (MTP)",
                "draft-dflash": "a DFlash", "draft-dspark": "a DSpark"}
 
@@ -633,6 +634,10 @@ OPTIONS += [
        "speculative decoding (default: 3)", env="LLAMA_ARG_SPEC_DRAFT_N_MAX", **_SPEC),
     _O("--spec-draft-n-min", "int", "speculative.n_min", "minimum number of draft tokens to use "
        "for speculative decoding (default: 0)", env="LLAMA_ARG_SPEC_DRAFT_N_MIN", **_SPEC),
+    _O("--spec-policy", "enum", "speculative.policy", "draft length: 'cost' (cost-aware: only as "
+       "many tokens as pay for their verification, from the acceptance seen so far) or 'fixed' "
+       "(llama.cpp's: as many as the drafter proposes, up to the limits)\n(default: cost)",
+       choices=("cost", "fixed"), hint="POLICY", env="LLAMA_ARG_SPEC_POLICY", **_SPEC),
     _O("--spec-draft-p-min --draft-p-min", "float", "speculative.p_min", "minimum speculative "
        "decoding probability (greedy) (default: 0.00)", hint="P",
        env="LLAMA_ARG_SPEC_DRAFT_P_MIN", **_SPEC),
@@ -726,10 +731,12 @@ OPTIONS += [
     _O("--spec-default", "flag", "speculative.spec_default", "enable default speculative "
        "decoding config (adds ngram-mod with n_match 24, n_min 48, n_max 64)",
        group="speculative", tools={S, C}),
-    _O("-lcs --lookup-cache-static", "str", "lookup_cache_static", "path to static lookup cache",
-       hint="FNAME", status=UNSUP, note="lookup caches", group="speculative", tools={S}),
-    _O("-lcd --lookup-cache-dynamic", "str", "lookup_cache_dynamic", "path to dynamic lookup "
-       "cache", hint="FNAME", status=UNSUP, note="lookup caches", group="speculative", tools={S}),
+    _O("-lcs --lookup-cache-static", "str", "speculative.lookup_cache_static", "path to static "
+       "lookup cache to use for lookup decoding (not updated by generation)", hint="FNAME",
+       group="speculative", tools={S, SP}),
+    _O("-lcd --lookup-cache-dynamic", "str", "speculative.lookup_cache_dynamic", "path to dynamic "
+       "lookup cache to use for lookup decoding (updated by generation)", hint="FNAME",
+       group="speculative", tools={S, SP}),
     # ---- old spellings llama.cpp removed (1.10): accepted with a note -------------------------
     _O("--draft-max --draft --draft-n", "int", "speculative.n_max", "old spelling of "
        "--spec-draft-n-max", old_env=("LLAMA_ARG_DRAFT_MAX",), status=DEPR,

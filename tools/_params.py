@@ -76,6 +76,9 @@ class SpeculativeArgs:
     ngram_map_k4v_size_m: int = 48
     ngram_map_k4v_min_hits: int = 1
     spec_default: bool = False                  # --spec-default: adds ngram-mod
+    policy: str = "cost"                        # --spec-policy: cost-aware or fixed draft length
+    lookup_cache_static: str = ""               # -lcs (ngram-cache)
+    lookup_cache_dynamic: str = ""              # -lcd (ngram-cache)
 
 
 @dataclass

@@ -129,9 +129,10 @@ def _spec_and_checkpoints(params) -> dict:
     sp = params.speculative
     return dict(
         draft_model=models.resolve(sp.model) if sp.model else None, spec_types=list(sp.types),
-        spec_n_max=sp.n_max, spec_n_min=sp.n_min, spec_p_min=sp.p_min,
+        spec_n_max=sp.n_max, spec_n_min=sp.n_min, spec_p_min=sp.p_min, spec_policy=sp.policy,
         spec_ngram_size_n=sp.ngram_simple_size_n, spec_ngram_size_m=sp.ngram_simple_size_m,
-        spec_ngram_settings={k: v for k, v in vars(sp).items() if k.startswith("ngram_")},
+        spec_ngram_settings={k: v for k, v in vars(sp).items()
+                             if k.startswith(("ngram_", "lookup_cache_"))},
         draft_type_k=sp.cache_type_k, draft_type_v=sp.cache_type_v,
         n_ctx_checkpoints=getattr(params, "n_ctx_checkpoints", 32),
         checkpoint_min_step=getattr(params, "checkpoint_min_step", 8192))

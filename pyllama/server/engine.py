@@ -82,8 +82,9 @@ class Speculation:
     n-gram lookup and/or a draft model whose context holds one sequence per slot (same n_ctx,
     n_seq_max, kv_unified, n_batch/n_ubatch as the target) and follows the target's tokens."""
 
-    def __init__(self, cfg, draft_ctx=None, n_seq: int = 1):
-        from pyllama.speculative import DraftModelDrafter, NgramModPool, drafter_chain
+    def __init__(self, cfg, draft_ctx=None, n_seq: int = 1, target=None):
+        from pyllama.speculative import (DraftModelDrafter, NgramModPool, draft_cost_ratio,
+                                         drafter_chain, with_policy)
         self.n_min = cfg.spec_n_min
         self.draft_ctx = draft_ctx
         n = draft_ctx.n_seq_max if draft_ctx is not None else n_seq
@@ -95,10 +96,19 @@ class Speculation:
         # one drafter state per slot; ngram-mod's pool is shared by all slots (llama.cpp)
         st = cfg.spec_settings
         pool = NgramModPool(st.get("ngram_mod_n_match", 24)) if "ngram-mod" in types else None
+        # ngram-cache: the static and dynamic lookup caches are loaded once, read by every slot
+        lookup = None
+        if "ngram-cache" in types:
+            from pyllama.speculative.ngram_cache import load_lookup
+            lookup = load_lookup(st)
         self.drafters, self.n_max = [], cfg.spec_n_max
         for i in range(n):
             d, n_max = drafter_chain(types, st, draft=self.models[i] if self.models else None,
-                                     draft_n_max=cfg.spec_n_max, mod_pool=pool)
+                                     draft_n_max=cfg.spec_n_max, mod_pool=pool, lookup=lookup)
+            if cfg.spec_policy == "cost":       # per slot: its own acceptance estimates
+                dc = (draft_cost_ratio(target, draft_ctx.model)
+                      if draft_ctx is not None and target is not None else 0.0)
+                d = with_policy(d, k_min=cfg.spec_n_min, draft_cost=dc)
             self.drafters.append(d)
             self.n_max = n_max
 
@@ -499,7 +509,7 @@ class Engine:
                 draft_model, n_ctx=self.ctx.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch,
                 n_seq_max=n, swa_full=cfg.swa_full, swa_extra=extra, kv_unified=cfg.unified,
                 type_k=cfg.draft_type_k, type_v=cfg.draft_type_v, n_threads=cfg.n_threads)
-            self.spec = Speculation(cfg, dctx, n)
+            self.spec = Speculation(cfg, dctx, n, target=self.model)
         self.use_checkpoints = (cfg.n_ctx_checkpoints > 0 and not cfg.swa_full
                                 and self.ctx.hp.is_swa_any())
         # llama.cpp's n_ctx_slot(): the context's n_ctx_seq (all of n_ctx when unified),
