@@ -1,6 +1,7 @@
 """pp512 / tg128 / load time: pyllama vs llama.cpp (through llama-cpp-python), side by side.
 
     python bench/side_by_side.py [--models gemma-3-270m,qwen2.5-coder-0.5b] [--pairs 5] [-t 2]
+        [--depth 4096]                            # also tg128 after a 4096-token prompt
         [--llama-cpp-python /path/to/python]      # --models also takes GGUF paths
 
 Runs the two runtimes interleaved (A B A B ...) in fresh subprocesses, reports medians and per-pair
@@ -23,12 +24,13 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-N_CTX = 1024
+N_CTX = 1024      # raised to depth + 256 with --depth
 
 WORKER = r'''
 import json, os, sys, time
 import numpy as np
 runtime, path, n_threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+depth = int(sys.argv[4]) if len(sys.argv) > 4 else 0
 rng = np.random.default_rng(0)
 out = {}
 t0, c0 = time.perf_counter(), time.process_time()
@@ -87,6 +89,15 @@ if runtime == "pyllama":
     from pyllama import omp
     out["poll"] = omp.current()              # the OpenMP wait policy the run got (--poll level)
 out["tg_cpu_ms"] = (time.process_time() - c) / 128 * 1e3
+if depth:                                    # tg128 after a depth-token prompt (llama-bench -d)
+    ctx = new_ctx()
+    dtoks = [int(t) for t in rng.integers(100, min(n_vocab, 30000), depth)]
+    for j in range(0, depth, 512):
+        decode(ctx, dtoks[j:j + 512], j)
+    t = time.perf_counter()
+    for i in range(128):
+        decode(ctx, [toks[i + 1]], depth + i)
+    out[f"tg128_d{depth}"] = 128 / (time.perf_counter() - t)
 print(json.dumps(out))
 '''.replace("N_CTX", str(N_CTX))
 
@@ -94,10 +105,16 @@ print(json.dumps(out))
 LLAMA_CPP_PYTHON = None      # --llama-cpp-python: another interpreter for the llama.cpp worker
 
 
+DEPTH = 0          # --depth
+
+
 def run(runtime: str, path: str, threads: int) -> dict:
     env = dict(os.environ)
     exe = LLAMA_CPP_PYTHON if runtime == "llama.cpp" and LLAMA_CPP_PYTHON else sys.executable
-    r = subprocess.run([exe, "-c", WORKER, runtime, path, str(threads)],
+    worker = WORKER if not DEPTH else WORKER.replace(
+        "n_ctx=1024", f"n_ctx={DEPTH + 256}").replace(
+        "cp.n_ctx = 1024", f"cp.n_ctx = {DEPTH + 256}")
+    r = subprocess.run([exe, "-c", worker, runtime, path, str(threads), str(DEPTH)],
                        capture_output=True, text=True, env=env, timeout=1800)
     if r.returncode != 0:
         raise RuntimeError(f"{runtime} failed: {r.stderr[-2000:]}")
@@ -130,11 +147,14 @@ def main() -> int:
     ap.add_argument("--models", default="gemma-3-270m,qwen2.5-coder-0.5b")
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--depth", type=int, default=0,
+                    help="also tg128 after a prompt of this many tokens (e.g. 4096)")
     ap.add_argument("--llama-cpp-python", default=None,
                     help="python with llama-cpp-python for the llama.cpp side (default: this one)")
     args = ap.parse_args()
-    global LLAMA_CPP_PYTHON
+    global LLAMA_CPP_PYTHON, DEPTH
     LLAMA_CPP_PYTHON = args.llama_cpp_python
+    DEPTH = args.depth
     sys.path.insert(0, os.path.dirname(HERE))
     from pyllama.models import resolve
     runtimes = ["pyllama"] + (["llama.cpp"] if have_llama_cpp() else [])
@@ -159,7 +179,8 @@ def write_report(report: dict, runtimes: list) -> None:
              "| model | test | pyllama | llama.cpp | ratio (median of pair ratios) |",
              "|---|---|---|---|---|"]
     for alias, rows in report["results"].items():
-        for test in ("pp512", "tg128", "load_s", "pp512_cpu_s", "tg_cpu_ms", "load_cpu_s"):
+        tests = ["pp512", "tg128"] + [t for t in rows["pyllama"][0] if t.startswith("tg128_d")]
+        for test in tests + ["load_s", "pp512_cpu_s", "tg_cpu_ms", "load_cpu_s"]:
             a = [r[test] for r in rows["pyllama"]]
             if "llama.cpp" in rows:
                 b = [r[test] for r in rows["llama.cpp"]]

@@ -53,6 +53,19 @@ class Graph:
             y = self.be.add(y, self.be.vec(bias))
         return y
 
+    def matmuls(self, ws, x: np.ndarray, biases=None) -> list:
+        """[matmul(w, x, b) for w, b in zip(ws, biases)]: weights that read the same
+        activations (q/k/v, gate/up) in one backend call when the numerics allow it (same bits
+        as separate matmuls)."""
+        if biases is None:
+            biases = (None,) * len(ws)
+        if self.llama_cpp and not llama_cpp_numerics.plain_matmuls(ws, x):
+            return [self.matmul(w, x, b) for w, b in zip(ws, biases)]
+        if any(len(w.shape) == 1 for w in ws):
+            return [self.matmul(w, x, b) for w, b in zip(ws, biases)]
+        ys = self.be.matmul_many(ws, x)
+        return [y if b is None else self.be.add(y, self.be.vec(b)) for y, b in zip(ys, biases)]
+
     def add(self, a, b):
         return self.be.add(a, b)
 

@@ -78,7 +78,8 @@ def write_tiny_gguf(path: str, arch: str = "llama", seed: int = 0, overrides: di
     hp = cls.load_hparams(md)
     hp.n_vocab = len(tokens)
     rng = np.random.default_rng(seed)
-    for i, spec in enumerate(s for s in cls.tensor_specs(hp) if s.required):
+    extra = cls.tiny_optional(hp)
+    for i, spec in enumerate(s for s in cls.tensor_specs(hp) if s.required or s.name in extra):
         data = _random_tensor(rng, spec.name, spec.shape, embd_std)
         if quantizer is not None:
             q = quantizer(spec.name, data)

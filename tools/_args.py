@@ -814,12 +814,15 @@ OPTIONS += [
     _O("-cms --checkpoint-min-step", "int", "checkpoint_min_step", "minimum tokens between "
        "checkpoints (default: 8192)", env="LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT", tools={S},
        **_EX),
+    _O("-cram --cache-ram", "int", "cache_ram_mib", "maximum cache size in MiB (default: 8192, "
+       "-1 - no limit, 0 - disable)", env="LLAMA_ARG_CACHE_RAM", tools={S}, **_EX),
     _O("-cram --cache-ram", "int", "cache_ram_mib", "maximum cache size in MiB (default: 8192)",
-       env="LLAMA_ARG_CACHE_RAM", tools={S, C}, status=NOOP,
-       note="no host prompt cache: slots keep their own KV", **_EX),
-    _O("--cache-idle-slots", "bool", "cache_idle_slots", "cache idle slots (default: enabled)",
-       neg="--no-cache-idle-slots", env="LLAMA_ARG_CACHE_IDLE_SLOTS", tools={S}, status=NOOP,
-       note="no host prompt cache: slots keep their own KV", **_EX),
+       env="LLAMA_ARG_CACHE_RAM", tools={C}, status=NOOP,
+       note="llama-cli runs without a server prompt cache: one conversation keeps its own KV",
+       **_EX),
+    _O("--cache-idle-slots", "bool", "cache_idle_slots", "save idle slots to the prompt cache and "
+       "clear them (unified KV) when a new task starts (default: enabled; needs --cache-ram)",
+       neg="--no-cache-idle-slots", env="LLAMA_ARG_CACHE_IDLE_SLOTS", tools={S}, **_EX),
     _O("-sps --slot-prompt-similarity", "float", "slot_prompt_similarity", "how much the "
        "prompt of a request must match the prompt of a slot in order to use that slot "
        "(default: 0.10)", hint="SIMILARITY", tools={S}, **_EX),
@@ -974,21 +977,29 @@ OPTIONS += [
        "enable MCP CORS proxy - do not enable in untrusted environments (default: disabled)",
        neg="--no-ui-mcp-proxy --no-webui-mcp-proxy", env="LLAMA_ARG_UI_MCP_PROXY", tools={S},
        **_EX),
-    _O("--tools", "str", "server_tools", "experimental: built-in tools for AI agents (default: no "
-       "tools)", hint="TOOL1,TOOL2,...", env="LLAMA_ARG_TOOLS", tools={S}, status=UNSUP,
-       note=_TOOLS_NOTE, **_EX),
+    _O("--tools", "str", "server_tools", "experimental: whether to enable built-in tools for AI "
+       "agents - do not enable in untrusted environments (default: no tools)\nspecify \"all\" to "
+       "enable all tools\navailable tools: read_file, file_glob_search, grep_search, "
+       "exec_shell_command, write_file, edit_file, get_info\nnote: for security reasons, this "
+       "will limit --cors-origins to localhost by default", hint="TOOL1,TOOL2,...",
+       env="LLAMA_ARG_TOOLS", tools={S}, **_EX),
     _O("--tools-runtime", "str", "server_tools_runtime", "experimental: run tools in a separate "
-       "runtime environment (default: none, use host environment)", hint="OPTION",
-       env="LLAMA_ARG_TOOLS_RUNTIME", tools={S}, status=UNSUP, note=_TOOLS_NOTE, **_EX),
+       "runtime environment (default: none, use host environment): 'docker:<image>', "
+       "'podman:<image>', 'docker-container:<id>', 'podman-container:<id>', 'ssh:<target>'",
+       hint="OPTION", env="LLAMA_ARG_TOOLS_RUNTIME", tools={S}, **_EX),
     _O("--mcp-servers-config", "str", "mcp_servers_config", "experimental: path to JSON file "
-       "with MCP server definitions (default: none)", hint="PATH",
-       env="LLAMA_ARG_MCP_SERVERS_CONFIG", tools={S}, status=UNSUP, note=_TOOLS_NOTE, **_EX),
+       "with MCP server definitions (Cursor-compatible format) - do not enable in untrusted "
+       "environments (default: none)\nnote: for security reasons, this will limit "
+       "--cors-origins to localhost by default", hint="PATH",
+       env="LLAMA_ARG_MCP_SERVERS_CONFIG", tools={S}, **_EX),
     _O("--mcp-servers-json", "str", "mcp_servers_json", "experimental: inline JSON with MCP "
-       "server definitions (default: none)", hint="JSON", env="LLAMA_ARG_MCP_SERVERS_JSON",
-       tools={S}, status=UNSUP, note=_TOOLS_NOTE, **_EX),
+       "server definitions (Cursor-compatible format) - do not enable in untrusted environments "
+       "(default: none)\nnote: for security reasons, this will limit --cors-origins to "
+       "localhost by default", hint="JSON", env="LLAMA_ARG_MCP_SERVERS_JSON", tools={S}, **_EX),
     _O("-ag --agent", "bool", "agent", "whether to enable CORS proxy and all built-in tools - do "
-       "not enable in untrusted environments (default: disabled)", neg="-no-ag --no-agent",
-       env="LLAMA_ARG_AGENT", tools={S}, status=UNSUP, note=_TOOLS_NOTE, **_EX),
+       "not enable in untrusted environments (default: disabled)\nnote: for security reasons, "
+       "this will limit --cors-origins to localhost by default", neg="-no-ag --no-agent",
+       env="LLAMA_ARG_AGENT", tools={S}, **_EX),
     _O("--media-path", "str", "media_path", "directory for loading local media files (default: "
        "disabled)", hint="PATH", tools={S}, status=UNSUP, note=_MTMD, **_EX),
     _O("--models-preset", "str", "models_preset", "path to INI file containing model presets "

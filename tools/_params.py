@@ -183,6 +183,8 @@ class Params:
     api_prefix: str = ""
     webui: bool = True
     slot_prompt_similarity: float = 0.10
+    cache_ram_mib: int = 8192        # -cram: host-memory prompt cache (pyllama/server/prompt_cache.py)
+    cache_idle_slots: bool = True    # --cache-idle-slots
     tags: str = ""
     reasoning_format: str = "deepseek"
     reasoning_budget: int = -1
@@ -195,6 +197,11 @@ class Params:
     cors_credentials: bool = True
     ui_config_json: str = ""
     ui_mcp_proxy: bool = False
+    server_tools: str = ""           # --tools (CSV; "all"), pyllama/server/tools_builtin.py
+    server_tools_runtime: str = ""   # --tools-runtime
+    mcp_servers_config: str = ""     # --mcp-servers-config, pyllama/server/mcp.py
+    mcp_servers_json: str = ""       # --mcp-servers-json
+    agent: bool = False              # -ag: --tools all and --ui-mcp-proxy
     # embeddings, rerank, infill (server; llama-embedding)
     embedding: bool = False
     reranking: bool = False

@@ -46,23 +46,47 @@ def to_config(params):
         reverse_prompts=list(params.antiprompt), special=params.special,
         sampling=_sampling(params),
         slot_prompt_similarity=getattr(params, "slot_prompt_similarity", 0.10),
+        cache_ram_mib=params.cache_ram_mib, cache_idle_slots=params.cache_idle_slots,
         endpoint_metrics=params.endpoint_metrics, endpoint_slots=params.endpoint_slots,
         endpoint_props=params.endpoint_props, slot_save_path=params.slot_save_path or None,
         chat_template=params.chat_template or None, jinja=params.use_jinja,
         chat_template_kwargs=kwargs, api_prefix=params.api_prefix, ui=params.webui,
-        cors_origins=params.cors_origins, cors_methods=params.cors_methods,
+        cors_origins=cors_origins(params), cors_methods=params.cors_methods,
         cors_headers=params.cors_headers, cors_credentials=params.cors_credentials,
         public_path=_static_dir(params.public_path), ssl_key_file=params.ssl_file_key,
         ssl_cert_file=params.ssl_file_cert, reuse_port=params.reuse_port,
         sleep_idle_seconds=_sleep_seconds(params.sleep_idle_seconds),
         ui_config=_ui_config(params.ui_config_json),
-        prefill_assistant=params.prefill_assistant, verbose=params.verbosity > 9, ui_mcp_proxy=params.ui_mcp_proxy, flash_attn=params.flash_attn != "off",
+        prefill_assistant=params.prefill_assistant, verbose=params.verbosity > 9,
+        ui_mcp_proxy=params.ui_mcp_proxy or params.agent, flash_attn=params.flash_attn != "off",
+        server_tools=server_tools(params), server_tools_runtime=params.server_tools_runtime,
+        mcp_servers_config=params.mcp_servers_config, mcp_servers_json=params.mcp_servers_json,
         warmup=params.warmup, sse_ping_interval=float(params.sse_ping_interval),
         embeddings=params.embedding or params.reranking,
         pooling="rank" if params.reranking else (params.pooling or None),
         embd_normalize=params.embd_normalize, spm_infill=params.spm_infill,
         reasoning_format=params.reasoning_format, reasoning_budget=params.reasoning_budget,
         model_params=model_kw, rope=params.rope_kwargs(), **_spec_and_checkpoints(params))
+
+
+def server_tools(params) -> list[str]:
+    """--tools a,b (llama.cpp parse_csv_row) or "all" from --agent."""
+    if params.agent:
+        return ["all"]
+    return [t.strip() for t in (params.server_tools or "").split(",") if t.strip()]
+
+
+def cors_origins(params) -> str:
+    """llama.cpp's common_params_parse: with built-in tools or MCP servers and no explicit
+    --cors-origins (flag or LLAMA_ARG_CORS_ORIGINS), only localhost origins are allowed."""
+    if "cors_origins" in params.set_fields:
+        return params.cors_origins
+    if server_tools(params) or params.mcp_servers_config or params.mcp_servers_json:
+        from pyllama.log import get_logger
+        get_logger("server").warning("server tools or MCP servers are enabled, using localhost as "
+                                     "default CORS origin (change via --cors-origins)")
+        return "localhost"
+    return params.cors_origins
 
 
 def _ui_config(text: str):
@@ -123,10 +147,15 @@ def _sampling(params):
 def run(argv) -> int:
     params = parse_or_exit("server", argv)
     if not params.model and (params.models_dir or params.models_preset):   # router mode
-        from pyllama.server import router      # (pyllama/server/router.py)
+        from pyllama.server import ServerConfig, router      # (pyllama/server/router.py)
+        tools_cfg = ServerConfig(server_tools=server_tools(params),   # /tools on the router
+                                 server_tools_runtime=params.server_tools_runtime,
+                                 mcp_servers_config=params.mcp_servers_config,
+                                 mcp_servers_json=params.mcp_servers_json)
         return router.serve_router(params.hostname, params.port, params.models_dir,
                                    params.models_max, params.models_autoload,
-                                   router.child_args(list(argv)), params.models_preset)
+                                   router.child_args(list(argv)), params.models_preset,
+                                   tools_cfg=tools_cfg)
     from pyllama.server import serve
     return serve(to_config(params))
 

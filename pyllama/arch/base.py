@@ -53,6 +53,13 @@ class Arch:
         """Metadata (without the `<arch>.` prefix) of a tiny random model for the test suite."""
         raise NotImplementedError
 
+    @classmethod
+    def tiny_optional(cls, hp: HParams) -> set[str]:
+        """Optional tensors (required=False specs) a tiny random model carries besides the
+        required ones: where an architecture loads one of two layouts (glm4: attn_qkv or
+        attn_q/k/v), the one its tiny model uses."""
+        return set()
+
     # shared by the files
     @staticmethod
     def attn_specs(hp: HParams, il: int, bias: bool = False, qk_norm: bool = False,

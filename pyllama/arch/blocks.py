@@ -26,9 +26,7 @@ def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool |
         q, k = np.ascontiguousarray(qkv[:, :qd]), np.ascontiguousarray(qkv[:, qd:qd + kd])
         v = np.ascontiguousarray(qkv[:, qd + kd:])
     else:
-        q = g.matmul(L.attn_q, h, L.attn_q_b)
-        k = g.matmul(L.attn_k, h, L.attn_k_b)
-        v = g.matmul(L.attn_v, h, L.attn_v_b)
+        q, k, v = g.matmuls((L.attn_q, L.attn_k, L.attn_v), h, (L.attn_q_b, L.attn_k_b, L.attn_v_b))
     if qk_norm == "full":
         q = g.rms_norm(q, L.attn_q_norm)
         k = g.rms_norm(k, L.attn_k_norm)
@@ -50,11 +48,11 @@ def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool |
 
 
 def ffn_swiglu(g, L, x: np.ndarray) -> np.ndarray:
-    return g.matmul(L.ffn_down, g.swiglu(g.matmul(L.ffn_gate, x), g.matmul(L.ffn_up, x)))
+    return g.matmul(L.ffn_down, g.swiglu(*g.matmuls((L.ffn_gate, L.ffn_up), x)))
 
 
 def ffn_geglu(g, L, x: np.ndarray) -> np.ndarray:
-    return g.matmul(L.ffn_down, g.geglu(g.matmul(L.ffn_gate, x), g.matmul(L.ffn_up, x)))
+    return g.matmul(L.ffn_down, g.geglu(*g.matmuls((L.ffn_gate, L.ffn_up), x)))
 
 
 def moe_ffn(g, L, hp: HParams, x: np.ndarray, *, norm_w: bool = True,
@@ -173,6 +171,23 @@ def phi3_decoder(g, w, hp: HParams) -> np.ndarray:
         f = up.shape[1] // 2
         act = g.swiglu(np.ascontiguousarray(up[:, :f]), np.ascontiguousarray(up[:, f:]))
         x = g.add(x, g.matmul(L.ffn_down, act))
+    return output(g, w, hp, x)
+
+
+def glm4_decoder(g, w, hp: HParams) -> np.ndarray:
+    """GLM-4 (glm4.cpp): x += norm(attn(norm(x))) with the post-attention RMSNorm, then
+    x += norm(ffn(norm(x))) with the post-FFN RMSNorm; fused QKV (+bias) and fused gate|up
+    (ggml_swiglu: SiLU of the first half times the second); partial NORM RoPE (hparams)."""
+    x = g.embed(w.token_embd)
+    for il, L in enumerate(w.layers):
+        a = self_attention(g, L, hp, il, g.rms_norm(x, L.attn_norm))
+        if il == hp.n_layer - 1:
+            x, a = g.select_outputs(x), g.select_outputs(a)
+        x = g.add(g.rms_norm(a, L.post_attention_norm), x)
+        up = g.matmul(L.ffn_up, g.rms_norm(x, L.ffn_norm))
+        f = up.shape[1] // 2
+        act = g.swiglu(np.ascontiguousarray(up[:, :f]), np.ascontiguousarray(up[:, f:]))
+        x = g.add(g.rms_norm(g.matmul(L.ffn_down, act), L.post_ffw_norm), x)
     return output(g, w, hp, x)
 
 

@@ -198,6 +198,12 @@ class Backend(ABC):
         """y[n, rows] = x[n, cols] @ W[rows, cols]^T. Quantized W: activations are quantized per
         row (q8 blocks) as llama.cpp's vec_dot does for the weight type."""
 
+    def matmul_many(self, ws, x: np.ndarray) -> list:
+        """[matmul(w, x) for w in ws]: several weights on the same activations (q/k/v,
+        gate/up). A backend may fuse them (CpuBackend: one native call); results are those
+        of separate matmuls, bit for bit."""
+        return [self.matmul(w, x) for w in ws]
+
     @abstractmethod
     def get_rows(self, w: Weight, ids: np.ndarray) -> np.ndarray:
         """Dequantized rows W[ids] -> [len(ids), cols] float32."""
@@ -294,6 +300,17 @@ class Backend(ABC):
         from .ref import ggml_soft_max_rows
         return ggml_soft_max_rows(x)
 
+    def matvec_float(self, w: Weight, x: np.ndarray) -> np.ndarray:
+        """y [n, rows] = x [n, k] @ W^T for an F32/F16/BF16 weight by ggml_vec_dot_<type> per
+        element (x rounded to f16 / bf16 first): llama.cpp's arithmetic for one row and for
+        weights tinyBLAS refuses. Numpy oracle (ref_compat.matvec_float), in row chunks."""
+        from .ref_compat import matvec_float
+        x = np.asarray(x, np.float32)
+        raw = np.asarray(w.raw).reshape(w.shape[-2], -1)
+        step = max(1, (1 << 22) // max(1, raw.shape[0] * 32))      # bounded scratch
+        return np.concatenate([matvec_float(w.type, raw, x[i:i + step])
+                               for i in range(0, x.shape[0], step)])
+
     def moe_route(self, logits: np.ndarray, k: int, norm: bool,
                   scale: float) -> tuple[np.ndarray, np.ndarray]:
         """build_moe_ffn's softmax gating: probs = softmax(logits [n, n_expert]); ids int32 [n, k]
@@ -330,5 +347,8 @@ class Backend(ABC):
             xe = np.ascontiguousarray(x[t, j % m])
             we = expert_weight(w, int(e))
             vec = one_token and mmid_uses_vec(we.type, we.shape[0], len(sel))
-            out[t, j] = self.matmul_vec(we, xe) if vec else self.matmul(we, xe)
+            if vec and we.type in (GGMLType.F32, GGMLType.F16, GGMLType.BF16):
+                out[t, j] = self.matvec_float(we, xe)
+            else:
+                out[t, j] = self.matmul_vec(we, xe) if vec else self.matmul(we, xe)
         return out

@@ -46,20 +46,45 @@ def vec_row_start(wtype, n_rows_w: int, n: int) -> int:
     return n
 
 
+_FLOATS = (GGMLType.F32, GGMLType.F16, GGMLType.BF16)
+
+
+def tinyblas_float(w) -> bool:
+    """Whether llamafile_sgemm takes this F32/F16/BF16 weight from 2 activation rows (AVX2:
+    tinyBLAS<8> needs rows % 4 == 0 and k % 8 == 0); otherwise llama.cpp computes every element
+    by ggml_vec_dot_<type> (ggml_compute_forward_mul_mat_one_chunk), as for one row."""
+    return w.shape[-2] % 4 == 0 and w.shape[-1] % 8 == 0
+
+
 def mmid_uses_vec(wtype, n_rows_w: int, n: int) -> bool:
     """Whether llama.cpp's CPU mul_mat_id computes the n rows routed to one expert with its
     one-token kernel: a repacked Q4_K always (repack.cpp forward_mul_mat_id: gemv row by row),
-    the other K-quants below 8 rows (tiled.cpp takes an expert from 8 rows, vec_dot below)."""
-    if wtype == GGMLType.Q4_K and n_rows_w % 8 == 0:
+    the other K-quants below 8 rows (tiled.cpp takes an expert from 8 rows, vec_dot below),
+    F32/F16/BF16 always (mul_mat_id_one_chunk: vec_dot, no tinyBLAS)."""
+    if (wtype == GGMLType.Q4_K and n_rows_w % 8 == 0) or wtype in _FLOATS:
         return True
     return wtype in ref_compat.VEC_TYPES and n < 8
+
+
+def plain_matmuls(ws, x: np.ndarray) -> bool:
+    """Whether matmul(be, w, x) is be.matmul(w, x) for every w (no float mat-vec, no vec_dot
+    rows): then the weights may go to be.matmul_many."""
+    n = x.shape[0]
+    if x.ndim != 2:
+        return True
+    for w in ws:
+        if w.type in _FLOATS and (n == 1 or not tinyblas_float(w)):
+            return False
+        if vec_row_start(w.type, w.shape[0], n) < n:
+            return False
+    return True
 
 
 def matmul(be, w, x: np.ndarray) -> np.ndarray:
     """be.matmul(w, x) with llama.cpp's kernel choice for these n = len(x) rows."""
     n = x.shape[0]
-    if n == 1 and x.ndim == 2 and w.type in (GGMLType.F32, GGMLType.F16, GGMLType.BF16):
-        return ref_compat.matvec_float(w.type, w.raw, x)
+    if x.ndim == 2 and w.type in _FLOATS and (n == 1 or not tinyblas_float(w)):
+        return be.matvec_float(w, x)
     s = vec_row_start(w.type, w.shape[0], n) if x.ndim == 2 else n
     if s >= n:
         return be.matmul(w, x)

@@ -19,10 +19,12 @@ def serve(cfg: ServerConfig) -> int:
     from ..log import get_logger
     from .app import create_app
     from .engine import Engine
+    from .tools_builtin import setup as setup_tools
 
     log = get_logger("server")
+    tools, mcp = setup_tools(cfg)    # --tools / --mcp-servers-*: before the model, as server.cpp
     engine = Engine(cfg)
-    app = create_app(cfg, engine)
+    app = create_app(cfg, engine, tools)
     hosts = [h.strip() for h in cfg.host.split(",") if h.strip()] or ["127.0.0.1"]
     uds = hosts[0] if len(hosts) == 1 and hosts[0].endswith(".sock") else None  # a UNIX socket
     # our own sockets for several addresses, and for --reuse-port (uvicorn sets no SO_REUSEPORT)
@@ -34,7 +36,8 @@ def serve(cfg: ServerConfig) -> int:
                             lifespan="off", ws="none", server_header=False,
                             date_header=False,   # cpp-httplib sends no Date either
                             http=read_timeout_protocol(cfg.timeout))
-    server = _Uvicorn(config, app.server.drain, engine)
+    server = _Uvicorn(config, app.server.drain, engine,
+                      on_signal=mcp.cancel if mcp is not None else None)
     engine.on_fatal = lambda: setattr(server, "should_exit", True)
     if cfg.port == 8080:
         log.warning("srv  llama_server: the default port of llama.cpp will change to 9931")
@@ -46,6 +49,10 @@ def serve(cfg: ServerConfig) -> int:
         server.run(sockets=sockets)
     finally:
         engine.stop()
+        if tools is not None:
+            tools.close()
+        if mcp is not None:
+            mcp.shutdown()
         for path in [uds] + [h for h in hosts if h.endswith(".sock")]:
             if path and os.path.exists(path):
                 os.unlink(path)
@@ -116,7 +123,7 @@ def _quiet_signals() -> None:
 class _Uvicorn:
     """uvicorn.Server that logs llama.cpp's `listening on` line with the real port."""
 
-    def __new__(cls, config, drain=None, engine=None):
+    def __new__(cls, config, drain=None, engine=None, on_signal=None):
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -134,6 +141,8 @@ class _Uvicorn:
                 import signal
                 import sys
                 from ..log import get_logger
+                if on_signal is not None:      # MCP calls in flight end now (server.cpp)
+                    on_signal()
                 if (self.should_exit or (drain and drain.active)) and sig == signal.SIGINT:
                     print("Received second interrupt, terminating immediately.", file=sys.stderr)
                     os._exit(1)

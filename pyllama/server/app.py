@@ -21,9 +21,9 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..log import get_logger
-from . import cors_proxy, gcp
 from pyllama.vocab.template_caps import template_caps
 
+from . import cors_proxy, gcp, tools_builtin
 from . import anthropic as A
 from . import control as K
 from . import embeddings as E
@@ -953,6 +953,9 @@ def _metrics_text(engine: Engine) -> str:
         ("requests_processing", "Number of requests processing", engine.n_busy),
         ("requests_deferred", "Number of requests deferred", engine.n_deferred),
         ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call", busy),
+        # pyllama's extension (the name and help of llama.cpp's earlier metric, removed before
+        # 0c1e570): the inference gateway's KVCacheUtilization gauge (deploy/README.md)
+        ("kv_cache_usage_ratio", "KV-cache usage. 1 means 100 percent usage.", engine.kv_usage),
     ]
     lines = []
     for kind, rows in (("counter", counters), ("gauge", gauges)):
@@ -1003,8 +1006,9 @@ async def _any_error(request: Request, exc: Exception):
     return error_response(ServerError(500, str(exc) or type(exc).__name__))
 
 
-def create_app(cfg, engine: Engine) -> Gate:
-    """The ASGI application: routes inside the Gate middleware."""
+def create_app(cfg, engine: Engine, tools=None) -> Gate:
+    """The ASGI application: routes inside the Gate middleware; `tools`: the /tools handlers
+    (pyllama/server/tools_builtin.py), None for llama.cpp's 403."""
     s = Server(cfg, engine)
     post, get = ["POST"], ["GET"]
     routes = [
@@ -1044,7 +1048,8 @@ def create_app(cfg, engine: Engine) -> Gate:
         Route("/responses", s.responses, methods=post),
         Route("/v1/responses/input_tokens", s.responses_input_tokens, methods=post),
         Route("/responses/input_tokens", s.responses_input_tokens, methods=post),
-        Route("/v1/messages/count_tokens", s.anthropic_count_tokens, methods=post)]
+        Route("/v1/messages/count_tokens", s.anthropic_count_tokens, methods=post),
+        *tools_builtin.routes(tools)]
     if gcp.enabled():
         posts = {r.path: r.endpoint for r in routes if "POST" in (r.methods or ()) and
                  "{" not in r.path}

@@ -42,6 +42,8 @@ class ServerConfig:
     special: bool = False           # -sp: special tokens (EOG included) appear in the text
     sampling: Any = None            # pyllama.sampling.SamplerParams or None for its defaults
     slot_prompt_similarity: float = 0.10
+    cache_ram_mib: int = 8192        # -cram: host-memory prompt cache in MiB (0 off, -1 no limit)
+    cache_idle_slots: bool = True    # --cache-idle-slots: idle slots saved (and, unified, cleared)
     # endpoints and chat
     endpoint_metrics: bool = False
     endpoint_slots: bool = True
@@ -56,6 +58,10 @@ class ServerConfig:
     cors_credentials: bool = True
     verbose: bool = False            # -v (verbosity > 9): `__verbose` in OpenAI responses
     ui_mcp_proxy: bool = False       # --ui-mcp-proxy: /cors-proxy forwards (else 403)
+    server_tools: list = field(default_factory=list)  # --tools names ("all"); none: /tools is 403
+    server_tools_runtime: str = ""   # --tools-runtime (tools_builtin.make_runtime)
+    mcp_servers_config: str = ""     # --mcp-servers-config: a JSON file (pyllama/server/mcp.py)
+    mcp_servers_json: str = ""       # --mcp-servers-json: the same inline
     ui_config: dict | None = None    # --ui-config(-file): default Web UI settings, in /props
     prefill_assistant: bool = True   # a trailing assistant message is continued, not closed
     flash_attn: bool = True          # -fa: llama.cpp's flash-attention arithmetic (auto = on)

@@ -437,6 +437,17 @@ class Engine:
     def n_deferred(self) -> int:
         return len(self.pending)
 
+    @property
+    def kv_usage(self) -> float:
+        """Fraction (0-1) of the KV cache held by requests in flight: the cells of the busy
+        slots' sequences over the context's cells. An idle slot's cached prompt is not counted:
+        the engine frees it when a batch needs the room (the inference gateway's
+        KVCacheUtilization, like vLLM's kv_cache_usage_perc, counts only what is not free)."""
+        ctx, slots = getattr(self, "ctx", None), self.slots
+        if ctx is None or not ctx.n_ctx:
+            return 0.0
+        return min(1.0, sum(len(s.cache) for s in slots if s.busy) / ctx.n_ctx)
+
     # -- loading ---------------------------------------------------------------------------------
     def load(self) -> None:
         """Load the model, create the context (n_seq_max = slots) and the chat template."""
@@ -483,6 +494,7 @@ class Engine:
         if cfg.kv_unified_per_slot > 0:
             self.n_ctx_slot = min(self.n_ctx_slot, cfg.kv_unified_per_slot)
         self.slots = [Slot(self, i, self.n_ctx_slot) for i in range(n)]
+        self._setup_prompt_cache()
         self.sampling_defaults = self._sampling_defaults()
         if cfg.warmup:
             self._warmup()
@@ -868,6 +880,8 @@ class Engine:
                     self._embed(slot, task)
                 else:
                     self._slot_action(slot, task)
+                if task.kind == "completion" and self.cache_idle_slots:
+                    self._cache_idle_slots()
             except Exception as e:  # noqa: BLE001
                 if slot.task is task:
                     slot.release()
@@ -875,6 +889,9 @@ class Engine:
         self.pending = keep
 
     def _pick_slot(self, task: Task) -> Slot | None:
+        """llama.cpp's get_available_slot: the requested slot, else the most similar idle one,
+        else the least recently used; with the prompt cache, a slot taken by LRU or about to
+        lose more than half of its tokens saves them and loads the best cached prompt."""
         want = task.params.id_slot if task.kind == "completion" else task.id_slot
         if want is not None and want >= 0:
             if want >= len(self.slots):   # checked by the handler; never wait forever
@@ -882,16 +899,108 @@ class Engine:
                 task.cancelled = True
                 return None
             s = self.slots[want]
-            return None if s.busy else s
-        idle = [s for s in self.slots if not s.busy]
-        if not idle:
-            return None
+            if s.busy:
+                return None
+            candidates, chosen = [s], s
+        else:
+            candidates = [s for s in self.slots if not s.busy]
+            if not candidates:
+                return None
+            chosen = None
         best, best_n = None, 0
-        for s in idle:
-            n = _lcp(s.cache, task.prompt)
-            if n > best_n and n / max(len(task.prompt), 1) > self.cfg.slot_prompt_similarity:
-                best, best_n = s, n
-        return best or min(idle, key=lambda s: s.t_last_used)
+        if self.cfg.slot_prompt_similarity != 0:
+            for s in candidates:
+                n = _lcp(s.cache, task.prompt)
+                if n > best_n and n / max(len(task.prompt), 1) > self.cfg.slot_prompt_similarity:
+                    best, best_n = s, n
+        update = False
+        if best is not None:
+            chosen = best
+            update = best_n / len(best.cache) < 0.5
+        elif chosen is None:
+            chosen = min(candidates, key=lambda s: s.t_last_used)
+            update = True
+        if update and self.prompt_cache is not None and task.kind == "completion":
+            self._update_prompt_cache(chosen, task.prompt)
+        return chosen
+
+    # -- host-memory prompt cache (pyllama/server/prompt_cache.py) --------------------------------
+    def _setup_prompt_cache(self) -> None:
+        from .prompt_cache import PromptCache
+        cfg = self.cfg
+        self.prompt_cache = None
+        if cfg.cache_ram_mib != 0:
+            limit = "no limit" if cfg.cache_ram_mib < 0 else f"{cfg.cache_ram_mib} MiB"
+            log.debug(f"srv  load_model: prompt cache is enabled, size limit: {limit}")
+            log.debug("srv  load_model: use `--cache-ram 0` to disable the prompt cache")
+            self.prompt_cache = PromptCache(cfg.cache_ram_mib, self.ctx.n_ctx)
+        else:
+            log.debug("srv  load_model: prompt cache is disabled - use `--cache-ram N` to "
+                      "enable it")
+        self.cache_idle_slots = cfg.cache_idle_slots
+        if self.cache_idle_slots:
+            if self.prompt_cache is None:
+                log.warning("srv  load_model: --cache-idle-slots requires --cache-ram, disabling")
+                self.cache_idle_slots = False
+            else:
+                log.debug("srv  load_model: idle slots will be saved to prompt cache"
+                          + (" and cleared" if self.cfg.unified else "")
+                          + " upon starting a new task")
+                log.debug("srv  load_model: __TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__")
+
+    def _seq_state(self, seq: int) -> tuple:
+        dctx = self.spec.draft_ctx if self.spec is not None else None
+        return (self.ctx.state_seq_get(seq),
+                dctx.state_seq_get(seq) if dctx is not None else b"")
+
+    def _set_seq_state(self, seq: int, data: tuple) -> bool:
+        self.memory.seq_rm(seq, -1, -1)
+        if self.ctx.state_seq_set(data[0], seq) != len(data[0]):
+            return False
+        dctx = self.spec.draft_ctx if self.spec is not None else None
+        if data[1] and dctx is not None:
+            dctx.memory.seq_rm(seq, -1, -1)
+            if dctx.state_seq_set(data[1], seq) != len(data[1]):
+                return False
+        return True
+
+    def _prompt_save(self, slot: Slot) -> bool:
+        return self.prompt_cache.save(slot.cache, slot.checkpoints,
+                                      lambda: self._seq_state(slot.id))
+
+    def _prompt_clear(self, slot: Slot) -> None:
+        log.debug(f"slot {slot.id}: clearing prompt with {len(slot.cache)} tokens")
+        self.memory.seq_rm(slot.id, -1, -1)
+        slot.cache.clear()
+        slot.checkpoints.clear()
+
+    def _update_prompt_cache(self, slot: Slot, prompt: list[int]) -> None:
+        log.debug("srv  get_available_slot: updating prompt cache")
+        t0 = time.perf_counter()
+        self._prompt_save(slot)
+        ok, entry = self.prompt_cache.load(slot.cache, prompt,
+                                           lambda data: self._set_seq_state(slot.id, data))
+        if not ok:
+            log.warning(f"slot {slot.id}: failed to load prompt from cache")
+            self._prompt_clear(slot)
+        elif entry is not None:
+            slot.cache[:] = entry.tokens
+            slot.checkpoints = list(entry.checkpoints)
+        self.prompt_cache.update()
+        log.debug(f"srv  get_available_slot: prompt cache update took "
+                  f"{(time.perf_counter() - t0) * 1000:.2f} ms")
+
+    def _cache_idle_slots(self) -> None:
+        """After a launch: every idle slot's prompt into the cache; with a unified KV cache the
+        slot is cleared too, its room going to the running ones."""
+        for s in self.slots:
+            if not s.busy:
+                log.debug(f"slot {s.id}: saving idle slot to prompt cache")
+                if self._prompt_save(s):
+                    log.debug(f"slot {s.id}: __TEST_TAG_CACHE_IDLE_SLOT__")
+                    self.prompt_cache.update()
+                if self.cfg.unified:
+                    self._prompt_clear(s)
 
     def _fail_busy(self, err: ServerError) -> None:
         self._fail_slots([s for s in self.slots if s.busy], err)

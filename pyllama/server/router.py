@@ -2,8 +2,13 @@
 tools/server/server-models.cpp): one front process, each model in its own llama-server child
 process on a loopback port, requests routed by their `model` field (GET: `?model=`).
 
-GET /models (/v1/models) lists the models of --models-dir (`<name>.gguf` -> `name`) with
-`status.value` unloaded | loading | loaded (+ `failed`, `exit_code` after a crash);
+GET /models (/v1/models) lists the models of --models-dir (`<name>.gguf` -> `name`, and each
+subdirectory -> a model named after it: its first shard `*-00001-of-*` or its .gguf, with an
+`*mmproj*` file as --mmproj and an `mtp-`/`dspark-`/`dflash-` file as the draft model, as
+common/preset.cpp's load_from_models_dir does) with `status.value` unloaded | loading | loaded
+(+ `failed: true` and `exit_code` after a crash); GET /models/sse streams the changes as
+llama.cpp's router does (`data: {"model", "event": "model_status" | "status_change", "data":
+{"status", "exit_code"}}`);
 POST /models/load and /models/unload {"model": name}. With --models-autoload (default) a
 request for a model not running starts it; past --models-max running models the least
 recently used one is unloaded. A child that exits on its own is reported (`failed`, its exit
@@ -11,8 +16,9 @@ code, one log line) and started again by the next request for it; the router kee
 --models-preset: llama.cpp's INI presets (`[*]` for all, `[name]` per model or a new one with
 `model = PATH`; keys are flag names without dashes or LLAMA_ARG_* names; `load-on-startup`,
 `stop-timeout`); the router's own command line wins over the preset. Children inherit the
-router's arguments and environment. Not here: subdirectories (multi-file models), the Hugging
-Face cache as a source, the /models SSE feed.
+router's arguments and environment. Not here: the Hugging
+Face cache as a source (no downloads here). A child that refuses its files (pyllama runs no
+split GGUF and no multimodal projector) exits with its one error line and is reported failed.
 """
 from __future__ import annotations
 
@@ -66,6 +72,7 @@ class Child:
         self.exit_code: int | None = None
         self.last_used = 0.0
         self.stopping = False
+        self.failed = False                # exited on its own (llama.cpp's meta.is_failed())
 
     @property
     def running(self) -> bool:
@@ -77,14 +84,26 @@ class Router:
                  preset: str = ""):
         self.models_max, self.autoload, self.child_args = models_max, autoload, child_args
         self.children: dict[str, Child] = {}
-        for f in sorted(os.listdir(models_dir)) if models_dir else []:
-            if f.endswith(".gguf"):
-                name = f[:-len(".gguf")]
-                self.children[name] = Child(name, os.path.join(models_dir, f))
+        for name, path, env in scan_models_dir(models_dir) if models_dir else []:
+            self.children[name] = Child(name, path)
+            self.children[name].env.update(env)
         if preset:
             self._apply_preset(read_preset(preset))
         self.lock = asyncio.Lock()
         self.http = httpx.AsyncClient(timeout=None)
+        self.listeners: set[asyncio.Queue] = set()       # GET /models/sse clients
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def notify(self, event: str, name: str, data: dict | None = None) -> None:
+        """server_models::notify_sse: one event to every /models/sse client (thread-safe: the
+        children are stopped in worker threads)."""
+        msg = {"model": name, "event": event}
+        if data is not None:
+            msg["data"] = data
+        if self.loop is None:
+            return
+        for q in list(self.listeners):
+            self.loop.call_soon_threadsafe(q.put_nowait, msg)
 
     def _apply_preset(self, sections: dict[str, dict[str, str]]) -> None:
         """llama.cpp's model presets: `[*]` for every model, `[name]` for one (a new model
@@ -115,31 +134,48 @@ class Router:
                     c.args += [flag, value]
 
     async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._monitor_task = self.loop.create_task(self._monitor())
         for c in self.children.values():
             if c.load_on_startup:
                 async with self.lock:
                     await self.load(c)
 
+    async def _monitor(self) -> None:
+        """llama.cpp's child monitor thread: a child that exits on its own is reported without
+        waiting for the next request."""
+        while True:
+            await asyncio.sleep(0.5)
+            self.check()
+
     # -- children ----------------------------------------------------------------------------
     def _spawn(self, c: Child) -> None:
         c.port, c.status, c.exit_code, c.stopping = _free_port(), "loading", None, False
+        c.failed = False
         c.last_used = time.monotonic()
         log.info(f"srv  load: spawning instance name={c.name} on port {c.port}")
         # the router's own arguments come last: they win over the preset (llama.cpp's order)
         c.proc = subprocess.Popen(
             [sys.executable, "-m", "pyllama", "server", "-m", c.path, *c.args, *self.child_args,
              "--host", "127.0.0.1", "--port", str(c.port)], env={**os.environ, **c.env})
+        self.notify("model_status", c.name, {"status": "loading"})
 
     def _stop(self, c: Child) -> None:
-        if c.proc is not None and c.proc.poll() is None:
-            c.stopping = True
-            c.proc.send_signal(signal.SIGTERM)
-            try:
-                c.proc.wait(c.stop_timeout)
-            except subprocess.TimeoutExpired:
-                c.proc.kill()
-                c.proc.wait()
+        code = None
+        if c.proc is not None:
+            if c.proc.poll() is None:
+                c.stopping = True
+                c.proc.send_signal(signal.SIGTERM)
+                try:
+                    c.proc.wait(c.stop_timeout)
+                except subprocess.TimeoutExpired:
+                    c.proc.kill()
+                    c.proc.wait()
+            code = c.proc.returncode
+        was = c.running
         c.proc, c.status = None, "unloaded"
+        if was:
+            self.notify("status_change", c.name, {"status": "unloaded", "exit_code": code})
 
     def check(self) -> None:
         """Children that exited on their own: reported failed (llama.cpp's on_child_exit)."""
@@ -148,7 +184,9 @@ class Router:
                 c.exit_code = c.proc.returncode
                 log.warning(f"srv  router: instance name={c.name} exited with status "
                             f"{c.exit_code}")
-                c.proc, c.status = None, "failed"
+                c.proc, c.status, c.failed = None, "unloaded", True
+                self.notify("status_change", c.name, {"status": "unloaded",
+                                                      "exit_code": c.exit_code})
 
     async def load(self, c: Child) -> None:
         running = [x for x in self.children.values() if x.running and x is not c]
@@ -171,7 +209,7 @@ class Router:
         t0 = time.monotonic()
         while True:
             self.check()
-            if c.status == "failed":
+            if c.failed:
                 raise ServerError(500, f"model '{c.name}' failed to load "
                                        f"(exit code {c.exit_code})")
             if c.status == "unloaded":
@@ -179,7 +217,9 @@ class Router:
             try:
                 r = await self.http.get(f"http://127.0.0.1:{c.port}/health", timeout=2)
                 if r.status_code == 200:
-                    c.status = "loaded"
+                    if c.status != "loaded":
+                        c.status = "loaded"
+                        self.notify("status_change", c.name, {"status": "loaded"})
                     return
             except httpx.HTTPError:
                 pass
@@ -193,7 +233,7 @@ class Router:
         data = []
         for c in self.children.values():
             status = {"value": c.status, "args": [c.path, *c.args, *self.child_args]}
-            if c.status == "failed":
+            if c.failed:
                 status.update(exit_code=c.exit_code, failed=True)
             data.append({"id": c.name, "aliases": [], "tags": [], "object": "model",
                          "owned_by": "llamacpp", "created": int(time.time()),
@@ -229,6 +269,20 @@ class Router:
                 return _err(400, "model is not running")
             await asyncio.to_thread(self._stop, c)
         return _json({"success": True})
+
+    async def models_sse(self, request: Request):
+        """GET /models/sse: `data: {json}` per status change, until the client goes."""
+        q: asyncio.Queue = asyncio.Queue()
+        self.listeners.add(q)
+
+        async def events():
+            try:
+                while True:
+                    msg = await q.get()
+                    yield b"data: " + msgspec.json.encode(msg) + b"\n\n"
+            finally:
+                self.listeners.discard(q)
+        return StreamingResponse(events(), media_type="text/event-stream")
 
     async def health(self, request: Request):
         return _json({"status": "ok"})
@@ -284,8 +338,10 @@ class Router:
             self._stop(c)
 
 
-def create_router_app(router: Router) -> Starlette:
+def create_router_app(router: Router, tools=None) -> Starlette:
     import contextlib
+
+    from . import tools_builtin
     any_method = ["GET", "POST", "DELETE", "PUT"]
 
     @contextlib.asynccontextmanager
@@ -297,31 +353,82 @@ def create_router_app(router: Router) -> Starlette:
         Route("/v1/health", router.health, methods=["GET"]),
         Route("/models", router.models, methods=["GET"]),
         Route("/v1/models", router.models, methods=["GET"]),
+        Route("/models/sse", router.models_sse, methods=["GET"]),
         Route("/models/load", router.load_route, methods=["POST"]),
         Route("/models/unload", router.unload_route, methods=["POST"]),
+        *tools_builtin.routes(tools),           # the router's own, as server.cpp registers them
         Route("/{path:path}", router.proxy, methods=any_method)])
 
 
 def serve_router(host: str, port: int, models_dir: str, models_max: int, autoload: bool,
-                 child_args: list[str], preset: str = "") -> int:
+                 child_args: list[str], preset: str = "", tools_cfg=None) -> int:
     import uvicorn
+
+    from .tools_builtin import setup as setup_tools
 
     from . import _quiet_signals
     if models_dir and not os.path.isdir(models_dir):
         raise SystemExit(f"error: --models-dir {models_dir!r} is not a directory")
+    tools, mcp = setup_tools(tools_cfg) if tools_cfg is not None else (None, None)
     router = Router(models_dir, models_max, autoload, child_args, preset)
     log.info(f"srv  router: {len(router.children)} model(s)")
-    config = uvicorn.Config(create_router_app(router), host=host, port=port, lifespan="on",
+    config = uvicorn.Config(create_router_app(router, tools), host=host, port=port, lifespan="on",
                             log_level="warning", access_log=False, ws="none",
                             timeout_graceful_shutdown=3)
     server = uvicorn.Server(config)
+    if mcp is not None:         # MCP calls in flight end at the signal (server.cpp)
+        exit_handler = server.handle_exit
+        server.handle_exit = lambda sig, frame: (mcp.cancel(), exit_handler(sig, frame))
     _quiet_signals()
     try:
         log.info(f"srv  llama_server: router listening on http://{host}:{port}")
         server.run()
     finally:
         router.shutdown()
+        if tools is not None:
+            tools.close()
+        if mcp is not None:
+            mcp.shutdown()
     return 0 if server.started else 1
+
+
+_DRAFT_PREFIXES = ("mtp-", "dspark-", "dflash-")
+
+
+def scan_models_dir(models_dir: str) -> list[tuple[str, str, dict[str, str]]]:
+    """(name, model path, env) per model of --models-dir, as common/preset.cpp's
+    load_from_models_dir: `NAME.gguf` files (not mmproj or draft sidecars), and per
+    subdirectory NAME its first shard (`-00001-of-`) or else its .gguf, with its `mmproj` file
+    (LLAMA_ARG_MMPROJ) and its first draft file (LLAMA_ARG_SPEC_DRAFT_MODEL)."""
+    def sidecar(f: str) -> bool:
+        return "mmproj" in f or f.startswith(_DRAFT_PREFIXES)
+    out = []
+    for f in sorted(os.listdir(models_dir)):
+        path = os.path.join(models_dir, f)
+        if os.path.isdir(path):
+            model = shard = mmproj = draft = ""
+            for g in sorted(os.listdir(path)):
+                gp = os.path.join(path, g)
+                if not g.endswith(".gguf") or not os.path.isfile(gp):
+                    continue
+                if "mmproj" in g:
+                    mmproj = gp
+                elif g.startswith(_DRAFT_PREFIXES):
+                    draft = draft or gp
+                elif "-00001-of-" in g:
+                    shard = gp
+                else:
+                    model = gp
+            if shard or model:
+                env = {}
+                if mmproj:
+                    env["LLAMA_ARG_MMPROJ"] = mmproj
+                if draft:
+                    env["LLAMA_ARG_SPEC_DRAFT_MODEL"] = draft
+                out.append((f, shard or model, env))
+        elif f.endswith(".gguf") and os.path.isfile(path) and not sidecar(f):
+            out.append((f.replace(".gguf", ""), path, {}))
+    return out
 
 
 _TRUE, _FALSE = ("true",), ("false",)    # flag values (others, e.g. `fa = on`, are values)

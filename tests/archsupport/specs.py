@@ -304,6 +304,25 @@ def _phi3(s: Spec):                       # phi3.cpp: fused QKV and gate|up, Lon
         s.t(tn(T.FFN_UP, il), 2 * f, e)
 
 
+def _glm4(s: Spec):                       # glm4.cpp: fused QKV + bias, half RoPE, post norms
+    c = s.c
+    s.common_kv()
+    s.kv(K.Rope.DIMENSION_COUNT, c["head"] // 2)
+    s.io()
+    e, f = c["n_embd"], c["n_ff"]
+    qd, kd = c["n_head"] * c["head"], c["n_head_kv"] * c["head"]
+    for il in range(c["n_layer"]):
+        s.t(tn(T.ATTN_NORM, il), e)
+        s.t(tn(T.ATTN_QKV, il), qd + 2 * kd, e)
+        s.t(tn(T.ATTN_QKV, il, "bias"), qd + 2 * kd)
+        s.t(tn(T.ATTN_OUT, il), e, qd)
+        s.t(tn(T.ATTN_POST_NORM, il), e)
+        s.t(tn(T.FFN_NORM, il), e)
+        s.t(tn(T.FFN_DOWN, il), e, f)
+        s.t(tn(T.FFN_UP, il), 2 * f, e)
+        s.t(tn(T.FFN_POST_NORM, il), e)
+
+
 ARCHS = {
     # name: (general.architecture, builder, config overrides)
     "llama": ("llama", _llama, {}),
@@ -333,6 +352,7 @@ ARCHS = {
                                       "n_expert_used": 4, "n_ff_exp": 256, "head": 64}),
     "granite": ("granite", _granite, {"logit_scale": 8.0, "residual_scale": 0.22,
                                       "embedding_scale": 12.0, "attention_scale": 0.015625}),
+    "glm4": ("glm4", _glm4, {"eps": 1e-5, "rope_base": 10000.0}),
 }
 
 

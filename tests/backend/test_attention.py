@@ -239,3 +239,26 @@ def test_validation(cpu):
         cpu.attention(q, k, v.view(np.int16), np.array([0], np.int32), *one, 0.1)
     with pytest.raises(BackendError):
         cpu.attention(q[:, :, :48], k, v, np.array([0], np.int32), *one, 0.1)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("n_q,n_head,n_kv,d", [(1, 8, 2, 64), (5, 8, 8, 64), (9, 6, 2, 40)])
+def test_sinks_native_matches_ref(dtype, n_q, n_head, n_kv, d):
+    """gpt-oss's attention sinks (ggml_soft_max_add_sinks) in the CPU kernel: the bits of the numpy
+    reference (Backend.attention_sinks: ref.attention_lanes with sinks), whatever the thread count
+    and head grouping; sinks large enough to dominate some heads."""
+    from pyllama.backend.base import Backend
+    from pyllama.backend.cpu import CpuBackend
+    rng = np.random.default_rng([n_q, n_head, d])
+    k, v = make_kv(rng, 70, n_kv, d, dtype)
+    lists = [np.sort(rng.permutation(70)[:rng.integers(1, 70)]) for _ in range(n_q)]
+    cells, qs, qe = pack(lists)
+    q = rng.standard_normal((n_q, n_head, d)).astype(np.float32)
+    sinks = (rng.standard_normal(n_head) * 3).astype(np.float32)
+    sinks[0] = 40.0
+    want = Backend.attention_sinks(CpuBackend(1), q, k, v, cells, qs, qe, 0.125, sinks)
+    for nt, hb in ((1, 1), (2, 4), (2, 2)):
+        be = CpuBackend(nt)
+        be.attn_heads_per_task = hb
+        got = be.attention_sinks(q, k, v, cells, qs, qe, 0.125, sinks)
+        np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))

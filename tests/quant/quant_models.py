@@ -9,7 +9,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 DIMS = {"embedding_length": 256, "feed_forward_length": 256, "block_count": 1,
         "attention.head_count": 4, "attention.head_count_kv": 2}
-TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q5_K", "Q6_K", "IQ4_NL"]
+TYPES = ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q5_K", "Q6_K",
+         "IQ4_NL"]
 N_PROMPT = 24
 TOKENS = np.random.default_rng(3).integers(0, 276, N_PROMPT + 8).astype(np.int32)
 

@@ -1,5 +1,5 @@
 """Whole-model logits vs llama.cpp for the weight types pyllama quantizes exactly as llama.cpp
-(the legacy and K types, IQ4_NL): the stored llama.cpp results (tests/data/quant/
+(F16, BF16, the legacy and K types, IQ4_NL): the stored llama.cpp results (tests/data/quant/
 models-llamacpp.npz, recorded by make_quant_model_fixture.py from llama.cpp quantizing this model
 with llama_model_quantize) against pyllama on a rebuild of the same file with pyllama's ggml
 quantizers (every tensor's sha256 checked against llama.cpp's file). The full sweep over every
@@ -57,8 +57,7 @@ def test_sweep_every_type(tmp_path):
     if not os.path.exists(qs.ORACLE):
         pytest.skip(f"llama-cpp-python interpreter {qs.ORACLE} not present")
     res = qs.sweep(qs.TYPES, "llama.cpp", str(tmp_path))
-    exact = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q5_K", "Q6_K"]
-    for t in exact:
+    for t in qs.TYPES:                   # every type: llama.cpp's bits (docs/numerics.md)
         assert res[t].get("bitexact"), (t, res[t])
     for t, r in res.items():
         if "error" not in r:

@@ -3,12 +3,15 @@ llama-cpp-python 0.3.36 source distribution) against pyllama's llama-server, the
 place of the suite's downloads (bench/server_suite/pyllama_suite_patch.py).
 
 The fast test runs a fixed subset (model-independent checks: start-up, /props, /models aliases
-and tags, several --host addresses, CORS, /cors-proxy, ignore_eos, Vertex AI). The slow test runs
+and tags, several --host addresses, CORS, /cors-proxy, ignore_eos, built-in tools, an MCP server,
+localhost CORS with tools on): 15 tests, each its own server start, about 80 s of CPU time
+(bench/results/llama_server_suite.md), so under 2 minutes on an idle 2-core machine. The slow test runs
 every file issue 21 owns (bench/llama_server_suite.sh) and requires each test llama.cpp's own
 server passed in the same setup (bench/results/llama_server_suite_llamacpp_passes.txt, written by
 the runner with PASSES_OUT) to pass here too."""
 import os
 import subprocess
+from pathlib import Path
 import sys
 
 import pytest
@@ -29,7 +32,10 @@ FAST = [
     "unit/test_security.py::test_cors_origins_localhost_rejects[http://localhost.evil.com]",
     "unit/test_security.py::test_cors_proxy_only_forwards_explicit_proxy_headers",
     "unit/test_ignore_eos.py",
-    "unit/test_compat_gcp.py",
+    "unit/test_tools_builtin.py::test_tools_builtin_write_then_edit_file",
+    "unit/test_tools_builtin.py::test_tools_builtin_runtime_header_rejects_ssh_option_injection",
+    "unit/test_mcp_servers.py::test_mcp_tool_invocation",
+    "unit/test_security.py::test_cors_origins_defaults_to_localhost_with_tools_enabled",
 ]
 
 
@@ -69,8 +75,10 @@ def test_every_llamacpp_pass_passes(qwen_path, tmp_path):
         pytest.skip("no recorded list of llama.cpp's passes")
     with open(PASSES) as f:
         wanted = [ln.strip() for ln in f if ln.strip()]
-    out = tmp_path / "suite"
-    env = {**_env(qwen_path), "OUT": str(out), "ONLY": "pyllama"}
+    # PYLLAMA_SUITE_OUT keeps the per-file logs and junit files (bench/results/ tables)
+    out = Path(os.environ.get("PYLLAMA_SUITE_OUT") or tmp_path / "suite")
+    # PYTHON: the runner's pytest must be this interpreter (the suite needs the [test] extra)
+    env = {**_env(qwen_path), "OUT": str(out), "ONLY": "pyllama", "PYTHON": sys.executable}
     subprocess.run(["bash", RUNNER], env=env, timeout=4 * 3600, check=False)
     sys.path.insert(0, os.path.join(REPO, "bench", "server_suite"))
     from report import outcomes

@@ -57,8 +57,8 @@ def test_every_llamacpp_flag_has_a_disposition(tool):
 
 def test_unsupported_flag_names_the_feature():
     import io
-    with pytest.raises(A.ArgError, match="built-in agent tools"):
-        A.parse("server", ["--tools", "all"], env={}, stream=io.StringIO(), config=[])
+    with pytest.raises(A.ArgError, match="multimodal projectors"):
+        A.parse("server", ["--media-path", "x"], env={}, stream=io.StringIO(), config=[])
     with pytest.raises(A.ArgError, match="downloads"):
         A.parse("server", ["--fim-qwen-7b-default"], env={}, stream=io.StringIO(), config=[])
 

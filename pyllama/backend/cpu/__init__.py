@@ -94,6 +94,11 @@ class CpuBackend(Backend):
     def matmul(self, w: Weight, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         return self._matmul_mod().matmul(w, _c32(x), out=out)
 
+    def matmul_many(self, ws, x: np.ndarray) -> list:
+        """[matmul(w, x) for w in ws] in one native call (one activation quantization, one
+        parallel region) when the weights share their activation kind and k; same bits."""
+        return self._matmul_mod().matmul_many(ws, _c32(x))
+
     def supports_type(self, wtype) -> bool:
         from . import _matmul
         return _matmul.family(int(wtype)) >= 0
@@ -101,6 +106,20 @@ class CpuBackend(Backend):
     def matmul_vec(self, w: Weight, x: np.ndarray) -> np.ndarray:
         from . import compat
         return compat.matvec_k(w, x, self.n_threads)
+
+    def matvec_float(self, w: Weight, x: np.ndarray) -> np.ndarray:
+        """Backend.matvec_float natively (_compat.matvec_float, same bits)."""
+        from . import _compat
+        if not _compat.vecdot_native():
+            return Backend.matvec_float(self, w, x)
+        x = _c32(x)
+        raw = w.raw.reshape(w.shape[-2], -1).view(np.uint8)
+        raw = np.ascontiguousarray(raw)
+        n = x.shape[0]
+        out = np.empty((n, raw.shape[0]), np.float32)
+        xs = np.empty_like(x)
+        _compat.matvec_float(int(w.type), raw, x, xs, out, max(1, self.n_threads or 1))
+        return out
 
     def moe_route(self, logits: np.ndarray, k: int, norm: bool, scale: float):
         """Backend.moe_route in one native call (_ops.moe_route, same bits)."""
@@ -241,8 +260,24 @@ class CpuBackend(Backend):
         if not _attn_q.set_rows(_bytes(cache), _KV_GGML[name], cells, rows, self._nt(rows.size)):
             raise BackendError("set_rows: cell index out of range")
 
-    def attention(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
+    def attention_sinks(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, sinks,
+                        one_token: bool = False):
+        """Backend.attention_sinks by the native kernel (_attn with sinks, the same bits as the
+        numpy reference ref.attention_lanes); a one-query ubatch in the llama.cpp numerics (its
+        ggml_vec_dot_f16 path) stays on the numpy reference."""
+        if ((one_token and q.shape[0] == 1 and k_cache.dtype == np.float16)
+                or k_cache.dtype != v_cache.dtype
+                or k_cache.dtype not in (np.float16, np.float32) or not _attn.simd()):
+            return Backend.attention_sinks(self, q, k_cache, v_cache, kv_cells, q_start, q_end,
+                                           scale, sinks, one_token)
+        return self.attention(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, 0.0,
+                              sinks=_c32(np.asarray(sinks, np.float32).reshape(-1)))
+
+    def attention(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0,
+                  sinks=None):
         if k_cache.dtype != v_cache.dtype or k_cache.dtype not in (np.float16, np.float32):
+            if sinks is not None:
+                raise BackendError("attention sinks need f16 or f32 K/V caches")
             return self._attention_q(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
                                      softcap)
         q = _c32(q)
@@ -256,7 +291,7 @@ class CpuBackend(Backend):
         nt = self._nt_attn(total * n_head * (d_k + d_v))
         hb = self.attn_heads_per_task or _heads_per_task(n_q, n_kv, n_head // n_kv, nt)
         _attn.attention(q, _bytes(k_cache), _bytes(v_cache), f16, n_kv, cells, qs, qe,
-                        float(scale), float(softcap), out, max_len, hb, nt)
+                        float(scale), float(softcap), out, max_len, hb, nt, sinks)
         return out
 
 

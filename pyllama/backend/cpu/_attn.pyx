@@ -67,7 +67,7 @@ cdef extern from *:
     /* ggml_soft_max_f32 after the max: p = exp(s - mx) (ggml_v_expf) over 8-blocks of the list
        (padded with -inf -> 0), block sums (ggml's hsum) accumulated in double, then
        p *= (float)(1 / sum), rounded to f16 when V is f16 (mul_mat(v_f16, kq) converts kq). */
-    static inline void pyl_softmax_p(float *s, int n, float mx, int f16) {
+    static inline void pyl_softmax_p(float *s, int n, float mx, int f16, const float *sink) {
         double sum = 0.0;
         float inv;
         int j;
@@ -78,6 +78,8 @@ cdef extern from *:
             _mm256_storeu_ps(s + j, p);
             sum += (double)pyl_ghsum8(p);
         }
+        if (sink)       /* ggml_soft_max_add_sinks: the sink's exp joins the sum (mx counts it) */
+            sum += (double)(float)exp((double)(*sink - mx));
         inv = (float)(1.0 / sum);
         for (j = 0; j < n; j += 8) {
             __m256 p = _mm256_mul_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(inv));
@@ -196,7 +198,7 @@ cdef extern from *:
     static inline __attribute__((always_inline)) void pyl_attn_group_t(
             const float *const *q, const uint8_t *k, const uint8_t *v, int64_t kst, int64_t vst,
             const int f16, const int32_t *cells, int n, int dk, int dv, float scale, float cap,
-            float *s, int64_t ns, float *const *out) {
+            float *s, int64_t ns, float *const *out, const float *sk) {
         float mx[4], r[8], inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
         __m128 vmx = _mm_set1_ps(-INFINITY);
         int j, t, m, d0, e;
@@ -240,9 +242,12 @@ cdef extern from *:
                     s[t * ns + j + 1] = r[4 + t];
         }
         _mm_storeu_ps(mx, vmx);
+        if (sk)
+            for (t = 0; t < 4; t++)
+                mx[t] = mx[t] > sk[t] ? mx[t] : sk[t];
     #if PYL_ATTN512
         for (t = 0; t < 4; t++) {
-            pyl_softmax_p(s + t * ns, n, mx[t], f16);
+            pyl_softmax_p(s + t * ns, n, mx[t], f16, sk ? sk + t : NULL);
             for (j = 0; j < n; j++)
                 _mm256_storeu_ps(P2 + 32 * (int64_t)j + 8 * t, _mm256_set1_ps(s[t * ns + j]));
         }
@@ -254,7 +259,7 @@ cdef extern from *:
     #else
         for (t = 0; t < 4; t++) {
             float *p = s + t * ns;
-            pyl_softmax_p(p, n, mx[t], f16);
+            pyl_softmax_p(p, n, mx[t], f16, sk ? sk + t : NULL);
             for (d0 = 0; d0 + 8 <= dv; d0 += 8)
                 pyl_pv_8(p, v, vst, f16, cells, n, d0, out[t]);
             for (e = d0; e < dv; e++)
@@ -267,7 +272,7 @@ cdef extern from *:
     static inline void pyl_attn_group_t(
             const float *const *q, const uint8_t *k, const uint8_t *v, int64_t kst, int64_t vst,
             const int f16, const int32_t *cells, int n, int dk, int dv, float scale, float cap,
-            float *s, int64_t ns, float *const *out) {
+            float *s, int64_t ns, float *const *out, const float *sk) {
         float inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
         int j, t, e, l;
         (void)ns;
@@ -291,12 +296,16 @@ cdef extern from *:
                 s[j] = x;
                 mx = x > mx ? x : mx;
             }
+            if (sk)
+                mx = mx > sk[t] ? mx : sk[t];
             for (j = 0; j < n; j += 8) {
                 float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
                 for (l = 0; l < 8 && j + l < n; l++)
                     a[l] = s[j + l] = expf(s[j + l] - mx);
                 sum += (double)(((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])));
             }
+            if (sk)
+                sum += (double)(float)exp((double)(sk[t] - mx));
             inv = (float)(1.0 / sum);
             for (j = 0; j < n; j++) {
                 s[j] *= inv;
@@ -328,14 +337,17 @@ cdef extern from *:
     static void pyl_attn_task(const float *q_row, int h0, int nh, const uint8_t *k,
                               const uint8_t *v, int64_t kst, int64_t vst, int f16,
                               const int32_t *cells, int n, int dk, int dv, float scale,
-                              float cap, float *s, int64_t ns, float *out_row) {
+                              float cap, float *s, int64_t ns, float *out_row,
+                              const float *sinks) {
         const float *q[4];
-        float *out[4];
+        float *out[4], skv[4];
+        const float *sk = sinks ? skv : NULL;
         int t;
         for (t = 0; t < 4; t++) {
             int h = h0 + (t < nh ? t : nh - 1);
             q[t] = q_row + (int64_t)h * dk;
             out[t] = out_row + (int64_t)h * dv;
+            skv[t] = sinks ? sinks[h] : 0.0f;
         }
         if (n <= 0) {
             for (t = 0; t < nh; t++)
@@ -343,9 +355,9 @@ cdef extern from *:
             return;
         }
         if (f16)
-            pyl_attn_group_t(q, k, v, kst, vst, 1, cells, n, dk, dv, scale, cap, s, ns, out);
+            pyl_attn_group_t(q, k, v, kst, vst, 1, cells, n, dk, dv, scale, cap, s, ns, out, sk);
         else
-            pyl_attn_group_t(q, k, v, kst, vst, 0, cells, n, dk, dv, scale, cap, s, ns, out);
+            pyl_attn_group_t(q, k, v, kst, vst, 0, cells, n, dk, dv, scale, cap, s, ns, out, sk);
     }
     """
     int PYL_VM_SIMD
@@ -354,7 +366,7 @@ cdef extern from *:
     void pyl_attn_task(const float* q_row, int h0, int nh, const uint8_t* k, const uint8_t* v,
                        int64_t kst, int64_t vst, int f16, const int32_t* cells, int n, int dk,
                        int dv, float scale, float cap, float* s, int64_t ns,
-                       float* out_row) noexcept nogil
+                       float* out_row, const float* sinks) noexcept nogil
 
 
 def simd():
@@ -365,12 +377,18 @@ def simd():
 def attention(const float[:, :, ::1] q, const uint8_t[:, ::1] kb, const uint8_t[:, ::1] vb,
               bint f16, int n_head_kv, const int32_t[::1] cells, const int64_t[::1] q_start,
               const int64_t[::1] q_end, float scale, float softcap, float[:, :, ::1] out,
-              int max_len, int heads_per_task, int n_threads):
+              int max_len, int heads_per_task, int n_threads, const float[::1] sinks=None):
     """q [n_q, n_head, dk]; kb/vb the caches as bytes [n_cells, row_bytes]; out [n_q, n_head, dv].
 
     heads_per_task (1..4) only changes how work is split, never a result. The caller validated
-    cells (in range) and q_start/q_end (0 <= start <= end <= len(cells)).
+    cells (in range) and q_start/q_end (0 <= start <= end <= len(cells)). sinks: [n_head]
+    attention sinks (gpt-oss; ggml_soft_max_add_sinks: each head's max and sum count exp(sink)).
     """
+    cdef const float* sp = NULL
+    if sinks is not None:
+        if sinks.shape[0] != q.shape[1]:
+            raise ValueError("attention: sinks must have one value per head")
+        sp = &sinks[0]
     cdef int n_q = q.shape[0], n_head = q.shape[1], dk = q.shape[2], dv = out.shape[2]
     cdef int group = n_head // n_head_kv, esz = 2 if f16 else 4
     cdef int hb = max(1, min(heads_per_task, PYL_HB, group))
@@ -394,7 +412,7 @@ def attention(const float[:, :, ::1] q, const uint8_t[:, ::1] kb, const uint8_t[
                 b = t % blocks
                 _task(q, kb, vb, cp, q_start, q_end, out, i, g * group + b * hb,
                       min(hb, group - b * hb), g, dk, dv, esz, kst, vst, f16, scale, softcap,
-                      &scratch[0, 0], ns)
+                      &scratch[0, 0], ns, sp)
         return
     for t in prange(n_tasks, nogil=True, num_threads=n_threads, schedule="dynamic", chunksize=1):
         i = t // (n_head_kv * blocks)
@@ -402,18 +420,19 @@ def attention(const float[:, :, ::1] q, const uint8_t[:, ::1] kb, const uint8_t[
         b = t % blocks
         _task(q, kb, vb, cp, q_start, q_end, out, i, g * group + b * hb,
               min(hb, group - b * hb), g, dk, dv, esz, kst, vst, f16, scale, softcap,
-              &scratch[threadid(), 0], ns)
+              &scratch[threadid(), 0], ns, sp)
 
 
 cdef inline void _task(const float[:, :, ::1] q, const uint8_t[:, ::1] kb,
                        const uint8_t[:, ::1] vb, const int32_t* cp, const int64_t[::1] q_start,
                        const int64_t[::1] q_end, float[:, :, ::1] out, int i, int h0, int nh,
                        int g, int dk, int dv, int esz, int64_t kst, int64_t vst, bint f16,
-                       float scale, float softcap, float* scratch, int64_t ns) noexcept nogil:
+                       float scale, float softcap, float* scratch, int64_t ns,
+                       const float* sp) noexcept nogil:
     """Query i, heads h0 .. h0 + nh - 1 (sharing kv head g)."""
     pyl_attn_task(&q[i, 0, 0], h0, nh, &kb[0, 0] + g * dk * esz, &vb[0, 0] + g * dv * esz,
                   kst, vst, f16, cp + q_start[i], <int>(q_end[i] - q_start[i]), dk, dv, scale,
-                  softcap, scratch, ns, &out[i, 0, 0])
+                  softcap, scratch, ns, &out[i, 0, 0], sp)
 
 
 def check_lists(const int32_t[::1] cells, const int64_t[::1] q_start, const int64_t[::1] q_end,

@@ -195,3 +195,92 @@ def attention_fa_q(const int8_t[:, :, ::1] qq, const float[:, :, ::1] qd,
                              &v_cache[0, _kv_bytes(vt, (h // g) * dv)], v_cache.shape[1],
                              &cells[q_start[i]], <int>(q_end[i] - q_start[i]), scale, softcap,
                              &wk[threadid(), 0], &out[i, h, 0])
+
+
+# -- float weights by ggml_vec_dot_{f32,f16,bf16} -------------------------------------------------
+# llama.cpp computes F32/F16/BF16 weights with tinyBLAS from 2 activation rows when it can (rows %
+# 4 == 0 and k % 8 == 0, llamafile_sgemm), else - one row, or a weight tinyBLAS refuses (e.g. a
+# 279-row tied output) - by ggml_vec_dot_* per element (the activation rounded to f16 / bf16 first,
+# type_traits_cpu vec_dot_type). Numpy oracle: ref_compat.matvec_float.
+cdef extern from *:
+    """
+    #if PYL_C_SIMD
+    static inline float pyl_vd_hsum8(__m256 x) {    /* hsum_float_8 / ggml_hsum8 */
+        __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+        r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+        r = _mm_add_ss(r, _mm_movehdup_ps(r));
+        return _mm_cvtss_f32(r);
+    }
+    #endif
+    static inline float pyl_vd_bf16r(float f) {     /* ggml_compute_fp32_to_bf16, back to f32 */
+        uint32_t u; memcpy(&u, &f, 4);
+        uint32_t h = (u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 64u)
+                                                      : ((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+        h <<= 16; memcpy(&f, &h, 4); return f;
+    }
+    static inline float pyl_vd_bf2f(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+    /* one element: t 0 = F32, 1 = F16, 30 = BF16; x already in the vec_dot type (as f32) */
+    static float pyl_vd_float(int t, const uint8_t *w, const float *x, int k) {
+        int np = k - k % 32, i, j;
+        float a[32];
+    #if PYL_C_SIMD
+        __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        if (t == 0) {
+            const float *wf = (const float *)w;
+            for (i = 0; i < np; i += 32)
+                for (j = 0; j < 4; j++)
+                    v[j] = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i + 8 * j), _mm256_loadu_ps(x + i + 8 * j), v[j]);
+            for (j = 0; j < 4; j++) _mm256_storeu_ps(a + 8 * j, v[j]);
+            float s = pyl_c_reduce32(a);
+            for (i = np; i < k; i++) s = fmaf(wf[i], x[i], s);
+            return s;
+        }
+        if (t == 1) return pyl_c_vdot_f16(x, (const uint16_t *)w, k);
+        const uint16_t *wb = (const uint16_t *)w;
+        for (i = 0; i < np; i += 32)
+            for (j = 0; j < 4; j++) {
+                __m256 wv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(
+                    _mm_loadu_si128((const __m128i *)(wb + i + 8 * j))), 16));
+                v[j] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i + 8 * j), v[j]);
+            }
+        double s = (double)pyl_vd_hsum8(_mm256_add_ps(_mm256_add_ps(v[0], v[2]), _mm256_add_ps(v[1], v[3])));
+        for (i = np; i < k; i++) s += (double)(pyl_vd_bf2f(wb[i]) * x[i]);
+        return (float)s;
+    #else
+        (void)a; (void)np; (void)i; (void)j; (void)w; (void)x; (void)k; (void)t;
+        return 0.0f;
+    #endif
+    }
+    static inline int pyl_vd_native(void) { return PYL_C_SIMD; }
+    """
+    float pyl_vd_float(int t, const uint8_t *w, const float *x, int k) noexcept nogil
+    float pyl_vd_bf16r(float f) noexcept nogil
+    float pyl_c_f16r(float f) noexcept nogil
+    int pyl_vd_native() noexcept nogil
+
+
+def vecdot_native():
+    """Whether matvec_float runs here (AVX2/FMA/F16C: the lanes of llama.cpp's AVX2 build)."""
+    return bool(pyl_vd_native())
+
+
+def matvec_float(int wtype, const uint8_t[:, ::1] raw, const float[:, ::1] x, float[:, ::1] xs,
+                 float[:, ::1] out, int nth):
+    """out[t, r] = ggml_vec_dot_<type>(W[r], x[t]) for an F32 (0), F16 (1) or BF16 (30) weight
+    raw [rows, row_bytes]; xs [n, k] scratch for x in the vec_dot type."""
+    cdef Py_ssize_t n = x.shape[0], rows = raw.shape[0], k = x.shape[1], r, t, i
+    cdef int es = 4 if wtype == 0 else 2
+    if wtype not in (0, 1, 30) or raw.shape[1] != k * es or out.shape[0] < n or out.shape[1] < rows:
+        raise ValueError("matvec_float: shape mismatch")
+    if xs.shape[0] < n or xs.shape[1] != k:
+        raise ValueError("matvec_float: shape mismatch")
+    if not pyl_vd_native():
+        raise RuntimeError("matvec_float: no AVX2/FMA/F16C build")
+    with nogil:
+        for t in range(n):
+            for i in range(k):
+                xs[t, i] = (x[t, i] if wtype == 0 else pyl_c_f16r(x[t, i]) if wtype == 1
+                            else pyl_vd_bf16r(x[t, i]))
+        for r in prange(rows, num_threads=nth, schedule="static"):
+            for t in range(n):
+                out[t, r] = pyl_vd_float(wtype, &raw[r, 0], &xs[t, 0], <int>k)

@@ -182,10 +182,19 @@ cdef pyl_acts _acts(const _actbuf *B) noexcept nogil:
     return A
 
 
+cdef inline Py_ssize_t _chunk(Py_ssize_t ntiles, int nth) noexcept nogil:
+    """Tiles per work item of the dynamic schedule: about 8 items per thread (at least 1, at
+    most 256 tiles): a thread that starts late (waking up, or descheduled on a busy machine)
+    takes fewer items instead of the others waiting for its static share. Which thread computes
+    a tile never changes its bits."""
+    cdef Py_ssize_t c = ntiles // (8 * nth)
+    return 1 if c < 1 else (256 if c > 256 else c)
+
+
 cdef void _tiles(int wtype, const uint8_t *wp, int64_t wstride, int64_t rows, int k,
                  const pyl_acts *A, int64_t n, float *op, int64_t os, uint8_t *sp, int64_t ss,
                  int nth) noexcept nogil:
-    cdef Py_ssize_t ntiles = (rows + PYL_R - 1) // PYL_R, it
+    cdef Py_ssize_t ntiles = (rows + PYL_R - 1) // PYL_R, it, chunk
     cdef int tid = 0, nr
     cdef int64_t r0
     if ntiles < 2 or rows * wstride * n < _parallel_min_bytes:   # waking a thread costs more
@@ -196,9 +205,10 @@ cdef void _tiles(int wtype, const uint8_t *wp, int64_t wstride, int64_t rows, in
             nr = <int>(rows - r0) if rows - r0 < PYL_R else PYL_R
             pyl_rowtile(wtype, wp, wstride, r0, nr, k, A, n, sp, op, os)
         return
+    chunk = _chunk(ntiles, nth)
     with parallel(num_threads=nth):
         tid = threadid()
-        for it in prange(ntiles, schedule='static'):
+        for it in prange(ntiles, schedule='dynamic', chunksize=chunk):
             r0 = it * PYL_R
             nr = <int>(rows - r0) if rows - r0 < PYL_R else PYL_R
             pyl_rowtile(wtype, wp, wstride, r0, nr, k, A, n, sp + tid * ss, op, os)
@@ -281,3 +291,86 @@ def vecdot_iq(int wtype, const uint8_t[:, ::1] w, const int8_t[:, ::1] q, const 
         for r in prange(rows, num_threads=nth, schedule="static"):
             for t in range(n):
                 out[t, r] = pyl_vecdot_iq(wtype, &w[r, 0], nsb, &q[t, 0], &d[t, 0])
+
+
+cdef enum:
+    _MAXW = 4       # weights per matmul_plan_many call
+
+cdef struct _wjob:
+    int wtype
+    const uint8_t *wp
+    int64_t wstride, rows, tile0
+    float *op
+    int64_t os
+
+
+cdef void _tiles_many(const _wjob *J, int nw, int k, const pyl_acts *A, int64_t n, uint8_t *sp,
+                      int64_t ss, int nth) noexcept nogil:
+    """_tiles over several weights of the same k in one parallel region: the tiles of every
+    weight in one index space (weight j owns tiles J[j].tile0 .. J[j+1].tile0); each tile is
+    the same pyl_rowtile call as in _tiles, so every output element keeps its bits."""
+    cdef Py_ssize_t ntiles = J[nw].tile0, it, chunk
+    cdef int tid = 0, nr, j
+    cdef int64_t r0, work = 0
+    for j in range(nw):
+        work += J[j].rows * J[j].wstride
+    if ntiles < 2 or work * n < _parallel_min_bytes:
+        nth = 1
+    if nth == 1:
+        for j in range(nw):
+            for it in range(J[j + 1].tile0 - J[j].tile0):
+                r0 = it * PYL_R
+                nr = <int>(J[j].rows - r0) if J[j].rows - r0 < PYL_R else PYL_R
+                pyl_rowtile(J[j].wtype, J[j].wp, J[j].wstride, r0, nr, k, A, n, sp, J[j].op,
+                            J[j].os)
+        return
+    chunk = _chunk(ntiles, nth)
+    with parallel(num_threads=nth):
+        tid = threadid()
+        for it in prange(ntiles, schedule='dynamic', chunksize=chunk):
+            j = 0
+            while it >= J[j + 1].tile0:
+                j = j + 1
+            r0 = (it - J[j].tile0) * PYL_R
+            nr = <int>(J[j].rows - r0) if J[j].rows - r0 < PYL_R else PYL_R
+            pyl_rowtile(J[j].wtype, J[j].wp, J[j].wstride, r0, nr, k, A, n, sp + tid * ss,
+                        J[j].op, J[j].os)
+
+
+def matmul_plan_many(tuple wtypes, tuple ws, const float[:, ::1] x, tuple outs, Plan p):
+    """matmul_plan for up to 4 weights of the same activation kind and k on the same x: the
+    activations are quantized once and all the weights' row tiles run in one parallel region
+    (one thread wake-up instead of one per weight); each output is bit-identical to
+    matmul_plan's."""
+    cdef int nw = len(ws), j, kind = -1
+    if nw < 1 or nw > _MAXW or len(wtypes) != nw or len(outs) != nw:
+        raise ValueError("matmul_plan_many takes 1 to 4 weights with one out each")
+    if x.shape[1] != p.k or x.shape[0] > p.n:
+        raise ValueError("x does not fit the plan")
+    cdef _wjob J[_MAXW + 1]
+    cdef const uint8_t[:, ::1] wv
+    cdef float[:, :] ov
+    cdef int64_t t0 = 0
+    for j in range(nw):
+        wv = ws[j]
+        ov = outs[j]
+        J[j].wtype = wtypes[j]
+        if kind < 0:
+            kind = pyl_act_kind(J[j].wtype)
+        elif pyl_act_kind(J[j].wtype) != kind:
+            raise ValueError("matmul_plan_many: weights of different activation kinds")
+        if ov.strides[1] != 4 or ov.shape[1] < wv.shape[0] or ov.shape[0] != x.shape[0]:
+            raise ValueError("out must be [n, >= rows] float32 with contiguous rows")
+        J[j].wp = &wv[0, 0]
+        J[j].wstride = wv.strides[0]
+        J[j].rows = wv.shape[0]
+        J[j].op = &ov[0, 0]
+        J[j].os = ov.strides[0] // 4
+        J[j].tile0 = t0
+        t0 += (wv.shape[0] + PYL_R - 1) // PYL_R
+    J[nw].tile0 = t0
+    cdef pyl_acts A = _acts(&p.B)
+    cdef int k = <int>p.k, nth = <int>p.nth
+    with nogil:
+        _quantize(kind, &x[0, 0], x.shape[1], x.shape[0], k, &p.B, nth)
+        _tiles_many(J, nw, k, &A, x.shape[0], p.sp, p.ss, nth)

@@ -159,6 +159,27 @@ def matmul(w, x: np.ndarray, out: np.ndarray | None = None, ktype: int | None = 
     return out
 
 
+def matmul_many(ws, x: np.ndarray, outs=None) -> list:
+    """[matmul(w, x) for w in ws] with one activation quantization and one parallel region when
+    the weights (at most 4) share the activation kind and k (q/k/v, gate/up); the same bits
+    as separate calls. Otherwise separate calls."""
+    es = [_weight(w) for w in ws]
+    kind, k = es[0][5], es[0][3]
+    x2 = x if (x.dtype == np.float32 and x.flags.c_contiguous) else \
+        np.ascontiguousarray(x, dtype=np.float32)
+    if x2.ndim != 2:
+        x2 = x2.reshape(-1, x2.shape[-1])
+    n = x2.shape[0]
+    if outs is None:
+        outs = [np.empty(x.shape[:-1] + (e[2].shape[0],), np.float32) for e in es]
+    if len(es) > 4 or any(e[5] != kind or e[3] != k for e in es) or x2.shape[1] != k:
+        return [matmul(w, x, o) for w, o in zip(ws, outs)]
+    _matmul.matmul_plan_many(tuple([e[4] for e in es]), tuple([e[2] for e in es]), x2,
+                             tuple([o if o.ndim == 2 else o.reshape(n, -1) for o in outs]),
+                             _plan_obj(kind, n, k, _state["threads"]))
+    return outs
+
+
 def _plan_obj(kind: int, n: int, k: int, nth: int):
     """The cached _matmul.Plan over _plan's arrays."""
     objs = _cache()["objs"]

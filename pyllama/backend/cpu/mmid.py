@@ -40,10 +40,59 @@ def _vec_kernel(wtype, rows: int):
     return _VEC_KERNEL.get(wtype)
 
 
+def _decode_plan(w: Weight, m: int, n_used: int, one_token: bool, nth: int):
+    """For one token (every selected expert gets one row, all fused): the fused call's constant
+    arguments, cached per thread (matmul's per-thread buffers) while w and its buffers live; None
+    when this weight takes the per-expert path."""
+    objs = mm._cache()["objs"]
+    key = ("mmid1", id(w), m, n_used, one_token, nth)
+    e = objs.get(key)
+    if e is not None and e[0] is w and e[1] is w.raw:
+        return e[2]
+    n_exp, rows, cols = w.shape
+    kernel = _vec_kernel(w.type, rows) if one_token else None
+    plan = None
+    if kernel is not None or not ((one_token and mmid_uses_vec(w.type, rows, 1))
+                                  or _matmul.family(int(w.type)) < 0):
+        raw = _raw(w)
+        th = 1 if n_used * rows * raw.shape[1] < PARALLEL_MIN_BYTES else nth
+        slots = np.arange(n_used, dtype=np.int32)
+        if kernel is not None:
+            q = mm._view("mmid_q", (m, cols), np.int8)
+            d = mm._view("mmid_d", (m, cols // 256), np.float32)
+            bs = mm._view("mmid_bs", (m, cols // 16), np.int16)
+            plan = (kernel, raw, rows, cols, slots, th, (q, d, bs))
+        else:
+            kt = mm.kernel_type(w.type, rows)
+            q, d, sm, bs, f, _ = mm._plan(_matmul.act_kind(kt), m, cols, 1)
+            scratch = mm._view("mmid_scratch", (th, _matmul.row_scratch_bytes(cols)), np.uint8)
+            plan = (None, raw, rows, cols, slots, th, (kt, q, d, sm, bs, f, scratch))
+    objs = mm._cache()["objs"]          # the views above may have cleared it
+    objs[key] = (w, w.raw, plan)
+    return plan
+
+
 def mul_mat_id(be, w: Weight, x: np.ndarray, ids: np.ndarray, one_token: bool = False,
                nth: int = 1) -> np.ndarray:
     """Backend.mul_mat_id (same shapes, same bits) with the few-row experts fused."""
     n, n_used = ids.shape
+    if n == 1 and x.dtype == np.float32 and x.flags.c_contiguous:
+        flat = np.ascontiguousarray(ids, dtype=np.int32).reshape(-1)
+        m = x.shape[1]
+        if len(set(flat.tolist())) == n_used:       # distinct: one row per expert (top-k)
+            plan = _decode_plan(w, m, n_used, one_token, nth)
+            if plan is not None:
+                kernel, raw, rows, cols, slots, th, a = plan
+                out = np.empty((1, n_used, rows), np.float32)
+                x2, o2 = x.reshape(m, cols), out.reshape(n_used, rows)
+                if kernel is not None:
+                    _mmid.vec_slots(kernel, raw, rows, cols, x2, flat, slots, n_used, m, o2,
+                                    a[0], a[1], a[2], th)
+                else:
+                    kt, q, d, sm, bs, f, scratch = a
+                    _mmid.tile_slots(kt, raw, rows, cols, x2, flat, slots, n_used, m, o2, q, d,
+                                     sm, bs, f, scratch, th)
+                return out
     n_exp, rows, cols = w.shape
     m = x.shape[1]
     flat = np.ascontiguousarray(ids, dtype=np.int32).reshape(-1)
