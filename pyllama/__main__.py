@@ -13,7 +13,7 @@ import sys
 TOOLS = {
     "server": "server", "cli": "cli", "completion": "completion", "simple": "simple",
     "speculative": "speculative", "speculative-simple": "speculative_simple", "bench": "bench",
-    "perplexity": "perplexity", "tokenize": "tokenize", "embedding": "embedding",
+    "perplexity": "perplexity", "tokenize": "tokenize", "embedding": "embedding", "lookup-merge": "lookup_merge",
 }
 
 

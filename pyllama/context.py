@@ -27,6 +27,8 @@ back with set_embeddings(False) to generate.
 """
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 from .batch import Batch, validate
@@ -273,6 +275,65 @@ class Context:
     def state_seq_set(self, data: bytes, seq_id: int, flags: int = 0) -> int:
         """Restore a state written by state_seq_get; returns the number of bytes it used."""
         return self.memory.state_read(data, seq_id, flags)
+
+
+    # -- session files (llama_state_save_file / llama_state_load_file) ---------------------------
+    def state_save_file(self, path: str, tokens) -> int:
+        """llama.cpp's session file: u32 'ggsn' magic, u32 version 10, u32 token count, the
+        tokens (i32), then llama_context::state_write_data: the architecture name (u32 length,
+        bytes) and the whole memory's state. Returns the bytes written."""
+        data = session_bytes(self.model.arch_name, tokens, self.memory.state_write(-1))
+        with open(path, "wb") as f:
+            f.write(data)
+        return len(data)
+
+    def state_load_file(self, path: str, n_token_capacity: int) -> list[int]:
+        """Restore a session file written by state_save_file or llama.cpp; returns its tokens.
+        Raises ContextError with llama.cpp's reason (bad magic/version, more tokens than
+        n_token_capacity, another architecture, state not consumed exactly)."""
+        with open(path, "rb") as f:
+            data = f.read()
+        if len(data) < 12:
+            raise ContextError(f"session file is too short ({len(data)} bytes)")
+        magic, version, n = struct.unpack_from("<III", data)
+        if magic != SESSION_MAGIC or version != SESSION_VERSION:
+            raise ContextError(f"unknown (magic, version) for session file: {magic:08x}, "
+                               f"{version:08x}")
+        if n > n_token_capacity:
+            raise ContextError(f"token count in session file exceeded capacity! {n} > "
+                               f"{n_token_capacity}")
+        if 12 + 4 * n + 4 > len(data):
+            raise ContextError("session file is truncated")
+        tokens = np.frombuffer(data, np.int32, n, 12).tolist()
+        off = 12 + 4 * n
+        (n_arch,) = struct.unpack_from("<I", data, off)
+        arch = bytes(data[off + 4:off + 4 + n_arch]).decode("utf-8", "replace")
+        if arch != self.model.arch_name:
+            raise ContextError(f"error loading session file: wrong model arch: '{arch}' "
+                               f"instead of '{self.model.arch_name}'")
+        state = data[off + 4 + n_arch:]
+        try:
+            used = self.memory.state_read(state, -1)
+        except (ContextError, struct.error, ValueError, IndexError) as e:
+            self.memory.clear()
+            raise ContextError(f"error loading session file: {e}") from None
+        if used != len(state):
+            self.memory.clear()
+            raise ContextError("did not read all of the session file data! size "
+                               f"{len(state) + 4 + n_arch}, got {used + 4 + n_arch}")
+        if n and (min(tokens) < 0 or max(tokens) >= self.hp.n_vocab):
+            self.memory.clear()
+            raise ContextError("session file holds token ids outside the vocabulary")
+        return tokens
+
+
+SESSION_MAGIC, SESSION_VERSION = 0x6767736E, 10      # LLAMA_SESSION_MAGIC ('ggsn'), _VERSION
+
+
+def session_bytes(arch: str, tokens, state: bytes) -> bytes:
+    a = arch.encode()
+    return (struct.pack("<III", SESSION_MAGIC, SESSION_VERSION, len(tokens)) +
+            np.asarray(tokens, np.int32).tobytes() + struct.pack("<I", len(a)) + a + state)
 
 
 NUMERICS = ("invariant", "llama.cpp")

@@ -33,6 +33,12 @@ def cached_tokens(ctx, seq_id: int) -> list[int]:
     return toks
 
 
+def set_cached_tokens(ctx, seq_id: int, tokens: list[int]) -> None:
+    """Tell this module which tokens seq_id's cache holds (positions 0..len-1), e.g. after a
+    state or session file was restored into it."""
+    _HISTORY.setdefault(ctx, {})[seq_id] = list(tokens)
+
+
 def window_ok(ctx, seq_id: int, n_keep: int) -> bool:
     """Can decoding continue at position n_keep after seq_rm(seq_id, n_keep, -1) with every
     position of its window present?"""
@@ -81,16 +87,46 @@ def decode_tokens(ctx, tokens: list[int], seq_id: int = 0, logits_last: bool = T
         toks.extend(int(t) for t in chunk)
 
 
+def context_shift(ctx, seq_id: int, n_keep: int, n_discard: int | None = None) -> int:
+    """llama.cpp's context shift (tools/completion: "infinite text generation via context
+    shifting"): drop n_discard cached tokens after the first n_keep (half of the rest by
+    default) and move the later ones back by n_discard positions (their K rows are re-roped at
+    the next decode). Returns n_discard."""
+    toks = cached_tokens(ctx, seq_id)
+    n_past = len(toks)
+    if n_discard is None:
+        n_discard = (n_past - n_keep) // 2
+    ctx.memory.seq_rm(seq_id, n_keep, n_keep + n_discard)
+    ctx.memory.seq_add(seq_id, n_keep + n_discard, n_past, -n_discard)
+    del toks[n_keep:n_keep + n_discard]
+    return n_discard
+
+
 def generate(ctx, prompt_tokens: list[int], sampler, n_predict: int = -1, seq_id: int = 0,
              stop_tokens: Iterable[int] | None = None,
-             on_token: Callable[[int], None] | None = None) -> Iterator[int]:
+             on_token: Callable[[int], None] | None = None, ctx_shift: bool = False,
+             n_keep: int = 0, on_shift: Callable[[int], None] | None = None,
+             prompt_decoded: bool = False) -> Iterator[int]:
     """Yield sampled tokens continuing prompt_tokens until a stop token (the model's EOG set
-    by default; it is yielded), n_predict tokens (-1: until the context is full)."""
+    by default; it is yielded), n_predict tokens (-1: until the context is full).
+
+    As llama.cpp's completion loop, a sampled token is decoded only while the cache then stays
+    below n_ctx_seq: once it would reach it, generation stops (the last token is still yielded)
+    or, with ctx_shift, context_shift(n_keep) makes room first (on_shift(n_discard) is called;
+    the memory must be able to shift: `ctx.memory.can_shift()`). prompt_decoded: the cache
+    already holds exactly prompt_tokens and the context's last logits are its last token's
+    (a prompt cache restored and replayed): sampling starts at once."""
     if not prompt_tokens:
         raise ContextError("empty prompt")
+    if ctx_shift and not ctx.memory.can_shift():
+        raise ContextError("context shift is not supported by this context")
     stops = set(ctx.model.vocab.eog_ids if stop_tokens is None else stop_tokens)
-    n_cached = prepare_prompt(ctx, prompt_tokens, seq_id)
-    decode_tokens(ctx, prompt_tokens[n_cached:], seq_id)
+    if prompt_decoded:
+        if cached_tokens(ctx, seq_id) != list(prompt_tokens):
+            raise ContextError("prompt_decoded: the cache does not hold the prompt")
+    else:
+        n_cached = prepare_prompt(ctx, prompt_tokens, seq_id)
+        decode_tokens(ctx, prompt_tokens[n_cached:], seq_id)
     n_ctx_seq = ctx.n_ctx_seq
     n_gen = 0
     while n_predict < 0 or n_gen < n_predict:
@@ -100,10 +136,14 @@ def generate(ctx, prompt_tokens: list[int], sampler, n_predict: int = -1, seq_id
         if on_token is not None:
             on_token(tok)
         yield tok
-        if tok in stops or len(cached_tokens(ctx, seq_id)) >= n_ctx_seq:
+        if tok in stops or (n_predict >= 0 and n_gen >= n_predict):
             return
-        if n_predict >= 0 and n_gen >= n_predict:
-            return
+        if len(cached_tokens(ctx, seq_id)) + 1 >= n_ctx_seq:
+            if not ctx_shift:
+                return
+            n_discard = context_shift(ctx, seq_id, n_keep)
+            if on_shift is not None:
+                on_shift(n_discard)
         decode_tokens(ctx, [tok], seq_id)
 
 

@@ -265,7 +265,7 @@ OPTIONS: list[Opt] = [
     _O("-n --predict --n-predict", "int", "n_predict", "number of tokens to predict (default: "
        "-1, -1 = infinity)", env="LLAMA_ARG_N_PREDICT"),
     _O("--keep", "int", "n_keep", "number of tokens to keep from the initial prompt (default: 0, "
-       "-1 = all)", status=NOOP, note="context shift is not supported, nothing is kept"),
+       "-1 = all)"),
     _O("-e --escape", "bool", "escape", "process escapes sequences (\\n, \\r, \\t, \\', \\\", "
        "\\\\) (default: true)", neg="--no-escape"),
     _O("-r --reverse-prompt", "list", "antiprompt", "halt generation at PROMPT, return control "
@@ -342,7 +342,7 @@ OPTIONS: list[Opt] = [
        "unified cache (default: 0 = unset)", env="LLAMA_ARG_KV_UNIFIED_PER_SLOT", tools={S}),
     _O("--context-shift", "bool", "ctx_shift", "whether to use context shift on infinite text "
        "generation (default: disabled)", neg="--no-context-shift", env="LLAMA_ARG_CONTEXT_SHIFT",
-       tools={S, C, CO, P}, status=UNSUP, note="context shift"),
+       tools={S, C, CO, P}),
     _O("-kvo --kv-offload", "bool", "kv_offload", "whether to enable KV cache offloading "
        "(default: enabled)", neg="-nkvo --no-kv-offload", env="LLAMA_ARG_KV_OFFLOAD",
        status=NOOP, note="the KV cache lives with the weights' backend"),
@@ -544,7 +544,8 @@ OPTIONS += [
 _SPEC = dict(group="speculative", tools=SCSP)
 _SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
                "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-_SPEC_OK = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
+_SPEC_OK = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
+            "ngram-cache")
 _SPEC_HEADS = {"draft-eagle3": "an EAGLE3", "draft-mtp": "a multi-token-prediction (MTP)",
                "draft-dflash": "a DFlash", "draft-dspark": "a DSpark"}
 
@@ -591,6 +592,10 @@ OPTIONS += [
        "speculative decoding (default: 3)", env="LLAMA_ARG_SPEC_DRAFT_N_MAX", **_SPEC),
     _O("--spec-draft-n-min", "int", "speculative.n_min", "minimum number of draft tokens to use "
        "for speculative decoding (default: 0)", env="LLAMA_ARG_SPEC_DRAFT_N_MIN", **_SPEC),
+    _O("--spec-policy", "enum", "speculative.policy", "draft length: 'cost' (cost-aware: only as "
+       "many tokens as pay for their verification, from the acceptance seen so far) or 'fixed' "
+       "(llama.cpp's: as many as the drafter proposes, up to the limits)\n(default: cost)",
+       choices=("cost", "fixed"), hint="POLICY", env="LLAMA_ARG_SPEC_POLICY", **_SPEC),
     _O("--spec-draft-p-min --draft-p-min", "float", "speculative.p_min", "minimum speculative "
        "decoding probability (greedy) (default: 0.00)", hint="P",
        env="LLAMA_ARG_SPEC_DRAFT_P_MIN", **_SPEC),
@@ -684,10 +689,12 @@ OPTIONS += [
     _O("--spec-default", "flag", "speculative.spec_default", "enable default speculative "
        "decoding config (adds ngram-mod with n_match 24, n_min 48, n_max 64)",
        group="speculative", tools={S, C}),
-    _O("-lcs --lookup-cache-static", "str", "lookup_cache_static", "path to static lookup cache",
-       hint="FNAME", status=UNSUP, note="lookup caches", group="speculative", tools={S}),
-    _O("-lcd --lookup-cache-dynamic", "str", "lookup_cache_dynamic", "path to dynamic lookup "
-       "cache", hint="FNAME", status=UNSUP, note="lookup caches", group="speculative", tools={S}),
+    _O("-lcs --lookup-cache-static", "str", "speculative.lookup_cache_static", "path to static "
+       "lookup cache to use for lookup decoding (not updated by generation)", hint="FNAME",
+       group="speculative", tools={S, SP}),
+    _O("-lcd --lookup-cache-dynamic", "str", "speculative.lookup_cache_dynamic", "path to dynamic "
+       "lookup cache to use for lookup decoding (updated by generation)", hint="FNAME",
+       group="speculative", tools={S, SP}),
     # ---- old spellings llama.cpp removed (1.10): accepted with a note -------------------------
     _O("--draft-max --draft --draft-n", "int", "speculative.n_max", "old spelling of "
        "--spec-draft-n-max", old_env=("LLAMA_ARG_DRAFT_MAX",), status=DEPR,
@@ -730,12 +737,12 @@ OPTIONS += [
     _O("-ptc --print-token-count", "int", "n_print", "print token count every N tokens "
        "(default: -1)", tools={CO}, **_EX, status=UNSUP, note="token count printing"),
     _O("--prompt-cache", "str", "path_prompt_cache", "file to cache prompt state for faster "
-       "startup (default: none)", hint="FNAME", tools={CO}, status=UNSUP, note="prompt caches",
+       "startup (default: none)", hint="FNAME", tools={CO},
        **_EX),
     _O("--prompt-cache-all", "flag", "prompt_cache_all", "if specified, saves user input and "
-       "generations to cache as well", tools={CO}, status=UNSUP, note="prompt caches", **_EX),
+       "generations to cache as well", tools={CO}, **_EX),
     _O("--prompt-cache-ro", "flag", "prompt_cache_ro", "if specified, uses the prompt cache but "
-       "does not update it", tools={CO}, status=UNSUP, note="prompt caches", **_EX),
+       "does not update it", tools={CO}, **_EX),
     _O("-gan --grp-attn-n", "int", "grp_attn_n", "group-attention factor (default: 1)",
        env="LLAMA_ARG_GRP_ATTN_N", tools={CO}, status=UNSUP, note="self-extend", **_EX),
     _O("-gaw --grp-attn-w", "int", "grp_attn_w", "group-attention width (default: 512)",

@@ -76,6 +76,9 @@ class SpeculativeArgs:
     ngram_map_k4v_size_m: int = 48
     ngram_map_k4v_min_hits: int = 1
     spec_default: bool = False                  # --spec-default: adds ngram-mod
+    policy: str = "cost"                        # --spec-policy: cost-aware or fixed draft length
+    lookup_cache_static: str = ""               # -lcs (ngram-cache)
+    lookup_cache_dynamic: str = ""              # -lcd (ngram-cache)
 
 
 @dataclass
@@ -107,6 +110,9 @@ class Params:
     kv_unified: bool = False
     kv_unified_per_slot: int = 0
     ctx_shift: bool = False
+    path_prompt_cache: str = ""     # llama-completion --prompt-cache
+    prompt_cache_all: bool = False
+    prompt_cache_ro: bool = False
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     flash_attn: str = "auto"

@@ -86,12 +86,15 @@ class GenStats:
 
 def stream(ctx, model, prompt_ids: list[int], sampler, n_predict: int, on_piece: Callable,
            special: bool = False, antiprompts=(), ignore_eos: bool = False,
-           print_eog: bool = False, n_seen: int = 0) -> GenStats:
+           print_eog: bool = False, n_seen: int = 0, ctx_shift: bool = False,
+           n_keep: int = 0, on_shift: Callable | None = None,
+           prompt_decoded: bool = False) -> GenStats:
     """Generate after prompt_ids, calling on_piece with each token's piece as raw bytes (what
     llama.cpp writes; st.text is their UTF-8 decoding). The EOG token's piece is passed only with
     print_eog; stops on a reverse prompt. The prompt tokens after the first n_seen (those the
     sampler has not seen yet) are accepted into the sampler first, as llama.cpp's completion
-    loop and server slots (init_sampler) do, so penalties and DRY count them."""
+    loop and server slots (init_sampler) do, so penalties and DRY count them. With ctx_shift a
+    full context is shifted (keeping the first n_keep cached tokens) instead of stopping."""
     import codecs
     from pyllama.generate import generate
     st = GenStats(n_prompt=len(prompt_ids))
@@ -102,7 +105,9 @@ def stream(ctx, model, prompt_ids: list[int], sampler, n_predict: int, on_piece:
     t = time.perf_counter()
     t_smpl = getattr(sampler, "t_total", 0.0)    # a TimedSampler's time is not decode time
     for i, tok in enumerate(generate(ctx, prompt_ids, sampler, n_predict=n_predict,
-                                     stop_tokens=() if ignore_eos else eog)):
+                                     stop_tokens=() if ignore_eos else eog,
+                                     ctx_shift=ctx_shift, n_keep=n_keep, on_shift=on_shift,
+                                     prompt_decoded=prompt_decoded)):
         now = time.perf_counter()
         t_smpl, spent = getattr(sampler, "t_total", 0.0), t_smpl
         spent = t_smpl - spent
@@ -139,6 +144,7 @@ class ChatSession:
         self.template = ChatTemplate.for_model(model.vocab, override=params.chat_template or None)
         self.messages: list[dict] = []
         self.n_seen = 0     # conversation tokens the sampler has accepted (llama-completion)
+        self.n_keep = None  # llama-completion's n_keep, from the first prompt
         if params.system_prompt:
             self.messages.append({"role": "system", "content": params.system_prompt})
 
@@ -160,10 +166,26 @@ class ChatSession:
             self.n_seen = 0
         st = stream(self.ctx, self.model, ids, self.sampler, n_predict, on_text,
                     special=self.params.special, antiprompts=self.params.antiprompt,
-                    n_seen=min(self.n_seen, len(ids)))
+                    n_seen=min(self.n_seen, len(ids)), **self.shift_kw(ids))
         self.n_seen = len(ids) + len(st.tokens)
         self.messages.append({"role": "assistant", "content": st.text})
         return st
+
+    def shift_kw(self, ids) -> dict:
+        """Context shift settings for this turn. llama-cli (the server's pre_decode): --keep
+        (-1: the whole prompt) plus the BOS, at most n_ctx - 4. llama-completion: n_keep is
+        fixed from its first prompt as completion.cpp does (tools/completion.py)."""
+        p = self.params
+        if not p.ctx_shift:
+            return {}
+        if p.tool == "cli":
+            n_keep = len(ids) if p.n_keep < 0 else p.n_keep
+            n_keep = min(self.ctx.n_ctx_seq - 4, n_keep + bool(self.model.vocab.add_bos))
+            return {"ctx_shift": True, "n_keep": n_keep}
+        if self.n_keep is None:
+            add_bos = bool(self.model.vocab.add_bos) and not p.use_jinja
+            self.n_keep = len(ids) if p.n_keep < 0 or p.n_keep > len(ids) else p.n_keep + add_bos
+        return {"ctx_shift": p.n_predict != -2, "n_keep": self.n_keep}
 
     def regen(self, on_text: Callable, n_predict: int) -> GenStats | None:
         if len(self.messages) < 2 or self.messages[-1]["role"] != "assistant":

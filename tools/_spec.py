@@ -8,7 +8,7 @@ import time
 from ._common import Output, load_model, log, print_perf
 
 
-def make_drafter(params, model, ctx, tool: str):
+def make_drafter(params, model, ctx, tool: str, lookup=None):
     """(drafter, longest draft) for the flags, or (None, 0) (llama.cpp: failed to initialize).
     Several --spec-type values combine as common_speculative_init does (pyllama.speculative.
     drafter_chain); llama-speculative always drafts with its -md model."""
@@ -28,8 +28,21 @@ def make_drafter(params, model, ctx, tool: str):
                                n_threads=params.n_threads if params.n_threads > 0 else None)
         draft = DraftModelDrafter(dctx, p_min=sp.p_min)
         if tool == "speculative":
-            return draft, sp.n_max
-    return drafter_chain(types, asdict(sp), draft=draft, draft_n_max=sp.n_max)
+            return _policy(sp, draft, model, dm), sp.n_max
+    d, n_max = drafter_chain(types, asdict(sp), draft=draft, draft_n_max=sp.n_max,
+                             lookup=lookup)
+    return _policy(sp, d, model, draft.ctx.model if draft is not None else None), n_max
+
+
+def _policy(sp, drafter, model, draft_model):
+    """--spec-policy cost (the default): every drafter behind the cost-aware policy, a draft
+    model's tokens costed by its weight bytes against the target's (pyllama.speculative.
+    with_policy); fixed: llama.cpp's draft lengths."""
+    if sp.policy != "cost" or drafter is None:
+        return drafter
+    from pyllama.speculative import draft_cost_ratio, with_policy
+    dc = draft_cost_ratio(model, draft_model) if draft_model is not None else 0.0
+    return with_policy(drafter, k_min=sp.n_min, draft_cost=dc)
 
 
 def run_spec(params, tool: str) -> int:
@@ -50,7 +63,14 @@ def run_spec(params, tool: str) -> int:
     from ._session import make_context, make_sampler
     ctx = make_context(model, params)
     try:
-        drafter, n_max = make_drafter(params, model, ctx, tool)
+        from pyllama.speculative.ngram_cache import load_lookup
+        lookup = load_lookup(vars(params.speculative)) \
+            if "ngram-cache" in params.speculative.types else None
+    except PyllamaError as e:
+        lg.error(str(e))
+        return 1
+    try:
+        drafter, n_max = make_drafter(params, model, ctx, tool, lookup)
     except PyllamaError as e:
         lg.error(f"draft model vocab must match target model to use speculation but {e}")
         return 1

@@ -49,6 +49,9 @@ def run(argv) -> int:
         return 1
     from ._session import ChatSession, make_context, make_sampler
     ctx = make_context(model, params)
+    from .completion import check_ctx_shift
+    if not check_ctx_shift(params, ctx):
+        return 1
     chat = ChatSession(model, ctx, params, make_sampler(model, params, ctx))
     out(header(model))
     first = params.prompt if "prompt" in params.set_fields and params.prompt else None

@@ -42,7 +42,7 @@ def to_config(params):
         type_v=params.cache_type_v,
         kv_unified=params.kv_unified if "kv_unified" in params.set_fields else None,
         kv_unified_per_slot=params.kv_unified_per_slot,
-        n_predict=params.n_predict, n_keep=params.n_keep, cache_prompt=params.cache_prompt,
+        n_predict=params.n_predict, n_keep=params.n_keep, ctx_shift=params.ctx_shift, cache_prompt=params.cache_prompt,
         reverse_prompts=list(params.antiprompt), special=params.special,
         sampling=_sampling(params),
         slot_prompt_similarity=getattr(params, "slot_prompt_similarity", 0.10),
@@ -128,9 +128,10 @@ def _spec_and_checkpoints(params) -> dict:
     sp = params.speculative
     return dict(
         draft_model=models.resolve(sp.model) if sp.model else None, spec_types=list(sp.types),
-        spec_n_max=sp.n_max, spec_n_min=sp.n_min, spec_p_min=sp.p_min,
+        spec_n_max=sp.n_max, spec_n_min=sp.n_min, spec_p_min=sp.p_min, spec_policy=sp.policy,
         spec_ngram_size_n=sp.ngram_simple_size_n, spec_ngram_size_m=sp.ngram_simple_size_m,
-        spec_ngram_settings={k: v for k, v in vars(sp).items() if k.startswith("ngram_")},
+        spec_ngram_settings={k: v for k, v in vars(sp).items()
+                             if k.startswith(("ngram_", "lookup_cache_"))},
         draft_type_k=sp.cache_type_k, draft_type_v=sp.cache_type_v,
         n_ctx_checkpoints=getattr(params, "n_ctx_checkpoints", 32),
         checkpoint_min_step=getattr(params, "checkpoint_min_step", 8192))

@@ -37,6 +37,7 @@ class ServerConfig:
     # request defaults
     n_predict: int = -1
     n_keep: int = 0
+    ctx_shift: bool = False         # --context-shift (turned off when the memory cannot shift)
     cache_prompt: bool = True
     reverse_prompts: list[str] = field(default_factory=list)
     special: bool = False           # -sp: special tokens (EOG included) appear in the text
@@ -88,6 +89,7 @@ class ServerConfig:
     spec_n_max: int = 3
     spec_n_min: int = 0
     spec_p_min: float = 0.0
+    spec_policy: str = "cost"      # --spec-policy: cost-aware draft length, or llama.cpp's fixed
     spec_ngram_size_n: int = 12
     spec_ngram_size_m: int = 48
     # the n-gram drafters' settings by pyllama.speculative.drafter_chain's names
@@ -111,9 +113,9 @@ class ServerConfig:
 
     @property
     def spec_ngram(self) -> bool:
-        """A model-free drafter is listed (ngram-simple, ngram-map-k(4v), ngram-mod)."""
+        """A model-free drafter is listed (ngram-simple, ngram-map-k(4v), ngram-mod, ngram-cache)."""
         return any(t in self.spec_types for t in
-                   ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"))
+                   ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"))
 
     @property
     def spec_settings(self) -> dict:
@@ -126,7 +128,7 @@ class ServerConfig:
         from pyllama.speculative import drafter_chain
         st = self.spec_settings
         types = [t for t in self.spec_types if t != "draft-simple"]
-        n = drafter_chain(types, st)[1] if self.spec_ngram else 0
+        n = drafter_chain(types, st, lookup=({}, {}))[1] if self.spec_ngram else 0
         return max(n, self.spec_n_max if self.spec_draft else 0)
 
     @property

@@ -82,8 +82,9 @@ class Speculation:
     n-gram lookup and/or a draft model whose context holds one sequence per slot (same n_ctx,
     n_seq_max, kv_unified, n_batch/n_ubatch as the target) and follows the target's tokens."""
 
-    def __init__(self, cfg, draft_ctx=None, n_seq: int = 1):
-        from pyllama.speculative import DraftModelDrafter, NgramModPool, drafter_chain
+    def __init__(self, cfg, draft_ctx=None, n_seq: int = 1, target=None):
+        from pyllama.speculative import (DraftModelDrafter, NgramModPool, draft_cost_ratio,
+                                         drafter_chain, with_policy)
         self.n_min = cfg.spec_n_min
         self.draft_ctx = draft_ctx
         n = draft_ctx.n_seq_max if draft_ctx is not None else n_seq
@@ -95,10 +96,19 @@ class Speculation:
         # one drafter state per slot; ngram-mod's pool is shared by all slots (llama.cpp)
         st = cfg.spec_settings
         pool = NgramModPool(st.get("ngram_mod_n_match", 24)) if "ngram-mod" in types else None
+        # ngram-cache: the static and dynamic lookup caches are loaded once, read by every slot
+        lookup = None
+        if "ngram-cache" in types:
+            from pyllama.speculative.ngram_cache import load_lookup
+            lookup = load_lookup(st)
         self.drafters, self.n_max = [], cfg.spec_n_max
         for i in range(n):
             d, n_max = drafter_chain(types, st, draft=self.models[i] if self.models else None,
-                                     draft_n_max=cfg.spec_n_max, mod_pool=pool)
+                                     draft_n_max=cfg.spec_n_max, mod_pool=pool, lookup=lookup)
+            if cfg.spec_policy == "cost":       # per slot: its own acceptance estimates
+                dc = (draft_cost_ratio(target, draft_ctx.model)
+                      if draft_ctx is not None and target is not None else 0.0)
+                d = with_policy(d, k_min=cfg.spec_n_min, draft_cost=dc)
             self.drafters.append(d)
             self.n_max = n_max
 
@@ -179,6 +189,7 @@ class Slot:
         self.checkpoints = [c for c in self.checkpoints if c.n_tokens <= n_past]
         self.ckpt_marks = e.checkpoint_marks(n_past, len(task.prompt))
         self.drafts = []
+        self.truncated = False
         if e.spec is not None:
             e.spec.begin(self.id, list(task.prompt))
         self.n_draft, self.n_draft_accepted, self.n_verif = 0, 0, 0
@@ -485,7 +496,7 @@ class Engine:
                 draft_model, n_ctx=self.ctx.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch,
                 n_seq_max=n, swa_full=cfg.swa_full, swa_extra=extra, kv_unified=cfg.unified,
                 type_k=cfg.draft_type_k, type_v=cfg.draft_type_v, n_threads=cfg.n_threads)
-            self.spec = Speculation(cfg, dctx, n)
+            self.spec = Speculation(cfg, dctx, n, target=self.model)
         self.use_checkpoints = (cfg.n_ctx_checkpoints > 0 and not cfg.swa_full
                                 and self.ctx.hp.is_swa_any())
         # llama.cpp's n_ctx_slot(): the context's n_ctx_seq (all of n_ctx when unified),
@@ -494,6 +505,11 @@ class Engine:
         if cfg.kv_unified_per_slot > 0:
             self.n_ctx_slot = min(self.n_ctx_slot, cfg.kv_unified_per_slot)
         self.slots = [Slot(self, i, self.n_ctx_slot) for i in range(n)]
+        if cfg.ctx_shift and not self.memory.can_shift():
+            # common_init_from_params, before the server's own check
+            log.warning("cmn  common_init_: KV cache shifting is not supported for this "
+                        "context, disabling KV cache shifting")
+            cfg.ctx_shift = False
         self._setup_prompt_cache()
         self.sampling_defaults = self._sampling_defaults()
         if cfg.warmup:
@@ -655,6 +671,7 @@ class Engine:
         """One round: admit tasks, build one batch over all slots, decode, sample, emit."""
         self._drop_cancelled()
         self._admit()
+        self._context_shift()
         import pyllama
         n_batch = self.ctx.n_batch
         while True:
@@ -683,6 +700,35 @@ class Engine:
         self.metrics.n_busy_slots_total += self.n_busy
         self.metrics.n_tokens_max = max(self.metrics.n_tokens_max, len(tokens))
         self._after_decode(plan)
+
+    def _context_shift(self) -> None:
+        """llama.cpp's pre_decode: a generating slot whose cache would reach n_ctx with its next
+        token drops n_discard tokens after n_keep (the request's n_keep, -1 the prompt, plus the
+        BOS; at most n_ctx - 4; n_discard the request's or half of the rest) and moves the
+        later ones back (K-shift). Only with --context-shift; without it generation stopped
+        with "length" in _process_token."""
+        if not self.cfg.ctx_shift:
+            return
+        add_bos = bool(getattr(self.vocab, "add_bos", False))
+        for s in self.slots:
+            if not (s.busy and not s.prompting and s.sampled is not None
+                    and len(s.cache) + 1 >= s.n_ctx):
+                continue
+            p = s.params
+            n_keep = len(s.prompt) if p.n_keep < 0 else p.n_keep
+            n_keep = min(s.n_ctx - 4, n_keep + add_bos)
+            n_left = len(s.cache) - n_keep
+            n_discard = getattr(p, "n_discard", 0) or n_left // 2
+            n_discard = max(0, min(n_discard, max(0, n_left - 1)))
+            log.warning(f"slot {s.id}: slot context shift, n_keep = {n_keep}, n_left = {n_left}, "
+                        f"n_discard = {n_discard}")
+            self.memory.seq_rm(s.id, n_keep, n_keep + n_discard)
+            self.memory.seq_add(s.id, n_keep + n_discard, len(s.cache), -n_discard)
+            del s.cache[n_keep:n_keep + n_discard]
+            s.checkpoints.clear()
+            if self.spec is not None:
+                self.spec.rollback(s.id, n_keep)
+            s.truncated = True
 
     def _clear_idle_slots(self) -> bool:
         """llama.cpp's try_clear_idle_slots: drop the cached tokens of idle slots to make room;
@@ -767,9 +813,8 @@ class Engine:
             stop = "eos"
         if stop is None and 0 <= p.n_predict <= slot.n_decoded:
             stop = "limit"
-        slot.truncated = stop is None and n_cache + 1 >= slot.n_ctx
-        if slot.truncated:
-            stop = "limit"
+        if stop is None and not self.cfg.ctx_shift and n_cache + 1 >= slot.n_ctx:
+            slot.truncated, stop = True, "limit"
         if stop is None and self._timed_out(slot):
             stop = "limit"
         if stop is None:

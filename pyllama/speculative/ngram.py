@@ -296,6 +296,11 @@ class NgramModDrafter(Drafter):
         self.n_draft_last = len(out)
         return out[:n_max]
 
+    def cut(self, k: int) -> None:
+        """The last draft was cut to k tokens before verification (the cost-aware policy): the
+        acceptance ratio is taken over those."""
+        self.n_draft_last = min(self.n_draft_last, k)
+
     def accept(self, n_accepted: int, n_drafted: int | None = None) -> None:
         if self.n_draft_last > 0:
             if n_accepted / self.n_draft_last < 0.25:
@@ -314,13 +319,15 @@ SPEC_PRIORITY = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "n
 
 
 def drafter_chain(types, settings: dict, draft=None, draft_n_max: int = 3,
-                  mod_pool: NgramModPool | None = None):
+                  mod_pool: NgramModPool | None = None, lookup: tuple | None = None):
     """The drafter for a list of --spec-type values, combined as common_speculative_init does
     (each type once, in SPEC_PRIORITY order, "none" ignored), and the largest draft length any of
     them proposes (common_speculative_n_max). `settings` holds the common_params_speculative
     n-gram fields by their pyllama names (ngram_simple_size_n, ngram_map_k4v_min_hits,
     ngram_mod_n_match, ...; missing ones take llama.cpp's defaults); `draft` is the
-    draft-simple drafter (a DraftModelDrafter), used when "draft-simple" is listed.
+    draft-simple drafter (a DraftModelDrafter), used when "draft-simple" is listed; `lookup`
+    the (static, dynamic) lookup caches for ngram-cache (else loaded from the settings'
+    lookup_cache_static / lookup_cache_dynamic paths).
     Returns (None, 0) when no drafter is enabled."""
     from .drafters import DrafterChain, NgramDrafter
 
@@ -347,6 +354,11 @@ def drafter_chain(types, settings: dict, draft=None, draft_n_max: int = 3,
             m = max(0, g("ngram_mod_n_max", 64))
             ds.append(NgramModDrafter(g("ngram_mod_n_match", 24), g("ngram_mod_n_min", 48), m,
                                       pool=mod_pool))
+        elif t == "ngram-cache":
+            from .ngram_cache import NgramCacheDrafter, load_lookup
+            st, dy = lookup if lookup is not None else load_lookup(settings)
+            m = NgramCacheDrafter.N_DRAFT
+            ds.append(NgramCacheDrafter(st, dy))
         elif t == "draft-simple":
             if draft is None:
                 continue

@@ -111,3 +111,85 @@ class DraftPolicy:
         if k > 0:
             self.acc[key] = self.acc.get(key, 0.0) + n_acc
             self.trials[key] = self.trials.get(key, 0.0) + min(n_acc + 1, k)
+
+
+# -- the policy as the tools' and the server's default -------------------------------------------
+POLICIES = ("cost", "fixed")        # --spec-policy: cost-aware (default) or llama.cpp's fixed
+
+
+def draft_cost_ratio(target_model, draft_model) -> float:
+    """Cost of one draft-model decode in target decodes, estimated from the weight bytes each
+    decode reads (one-token decoding is memory bound). A draft as large as the target costs 1, so
+    drafting with it never pays: E(k) <= k + 1 < c(k) + k for every k >= 1."""
+    t, d = target_model.size_bytes, draft_model.size_bytes
+    return float(d) / float(t) if t > 0 else 1.0
+
+
+class CostAware:
+    """A drafter behind the cost-aware policy: its draft is cut to the length that pays for its
+    verification (DraftPolicy.length, key = (drafter name, previous draft taken whole)); the cut
+    draft is what the inner drafter is told about in accept(). Drafters with their own policy
+    hook (NgramDrafter, DraftModelDrafter: the n-gram match length as key, a draft model decides
+    before it decodes) get the policy directly instead (with_policy)."""
+
+    def __init__(self, inner, policy: DraftPolicy):
+        self.inner, self.policy, self.name = inner, policy, inner.name
+        self._k, self._n_out, self._whole = 0, 0, False
+
+    def begin(self, tokens) -> None:
+        self.inner.begin(tokens)
+
+    def rollback(self, n_keep: int) -> None:
+        self.inner.rollback(n_keep)
+
+    def draft(self, history, n_max: int):
+        out = self.inner.draft(history, n_max)
+        self._n_out = len(out)
+        if not out:
+            self._k = 0
+            return out
+        k = self._k = self.policy.length((self.name, self._whole), len(out))
+        if k == 0:                          # nothing of it is verified: the inner is not told
+            if hasattr(self.inner, "cut"):
+                self.inner.cut(0)
+            self.policy.update(None, 0, 0)
+        return out[:k]
+
+    def accept(self, n_accepted: int, n_drafted: int | None = None) -> None:
+        k = self._k if n_drafted is None else min(self._k, n_drafted)
+        self.policy.update((self.name, self._whole), k, n_accepted)
+        if k > 0:
+            self._whole = n_accepted == k
+        # a cut draft accepted whole says nothing against its rest: ngram-map's per-value limit
+        # (the last accepted length) is then left as it was instead of shrinking to the cut
+        whole_cut = k < self._n_out and n_accepted == k
+        if hasattr(self.inner, "cut"):
+            self.inner.cut(k)
+            self.inner.accept(n_accepted, k)
+        elif not whole_cut:
+            self.inner.accept(n_accepted, k)
+        self._k = 0
+
+
+def with_policy(drafter, cost: VerifyCost | None = None, k_min: int = 0,
+                draft_cost: float = 0.0):
+    """`drafter` (a drafter or a DrafterChain of them) with the cost-aware policy on each part:
+    one DraftPolicy per drafter (a draft model's with its per-token cost `draft_cost`, in target
+    decodes), k_min = --spec-draft-n-min. Returns the drafter to use (None stays None)."""
+    from .drafters import DraftModelDrafter, DrafterChain, NgramDrafter
+    if drafter is None:
+        return None
+
+    def one(d):
+        if isinstance(d, DraftModelDrafter):
+            d.policy = DraftPolicy(cost, k_min=k_min, draft_cost=draft_cost)
+            return d
+        pol = DraftPolicy(cost, k_min=k_min)
+        if isinstance(d, NgramDrafter):
+            d.policy = pol
+            return d
+        return CostAware(d, pol)
+    if isinstance(drafter, DrafterChain):
+        drafter.drafters = [one(d) for d in drafter.drafters]
+        return drafter
+    return one(drafter)

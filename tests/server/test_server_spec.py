@@ -58,8 +58,12 @@ def reference(models):
 
 
 def spec_server(models, kind):
-    extra = {"self": ["-md", models[0]], "other": ["-md", models[1], "--spec-draft-n-max", "5"],
+    # a draft model as large as the target never pays under the default cost-aware policy
+    # (it would draft nothing): the draft-model cases use llama.cpp's fixed draft length
+    extra = {"self": ["-md", models[0], "--spec-policy", "fixed"],
+             "other": ["-md", models[1], "--spec-draft-n-max", "5", "--spec-policy", "fixed"],
              "ngram": ["--spec-type", "ngram-simple"],
+             "ngram-fixed": ["--spec-type", "ngram-simple", "--spec-policy", "fixed"],
              # several types at once (llama.cpp's priority order), one drafter state per slot
              # and ngram-mod's pool shared by the slots
              "combined": ["--spec-type", "ngram-map-k4v,ngram-mod", "--spec-ngram-map-k4v-size-n",
@@ -71,7 +75,7 @@ def spec_server(models, kind):
     return ServerProc(["-m", models[0], *BASE, *extra]).wait_ready()
 
 
-@pytest.mark.parametrize("kind", ["self", "other", "ngram", "combined", "default"])
+@pytest.mark.parametrize("kind", ["self", "other", "ngram", "ngram-fixed", "combined", "default"])
 def test_speculative_output_equals_plain(models, reference, kind):
     s = spec_server(models, kind)
     try:
@@ -113,7 +117,7 @@ def test_plain_server_reports_no_drafts(reference):
 def test_draft_budget_respects_n_predict_and_ubatch(models):
     """n_predict 1 leaves no room for a draft; --spec-draft-n-max above n_ubatch - 1 is capped
     (N + 1 <= n_ubatch) and still exact."""
-    s = ServerProc(["-m", models[0], *BASE, "-md", models[0],
+    s = ServerProc(["-m", models[0], *BASE, "-md", models[0], "--spec-policy", "fixed",
                     "--spec-draft-n-max", "40"]).wait_ready()
     try:
         one = complete(s.url, TEXT, n_predict=1, temperature=0)
@@ -164,6 +168,11 @@ def test_flags_map_to_the_config(tiny_model_path):
     assert c.spec_ngram and c.spec_types == ["ngram-mod"] and c.spec_n_max_all == 64
     assert c.spec_settings["ngram_map_k4v_min_hits"] == 3
     assert not cfg().spec_draft and not cfg().spec_ngram
+    assert cfg().spec_policy == "cost" and cfg("--spec-policy", "fixed").spec_policy == "fixed"
+    c = cfg("--spec-type", "ngram-cache", "-lcs", "st.bin", "-lcd", "dy.bin")
+    assert c.spec_ngram and c.spec_n_max_all == 8
+    assert (c.spec_settings["lookup_cache_static"], c.spec_settings["lookup_cache_dynamic"]) == \
+        ("st.bin", "dy.bin")
     c = cfg("-ctxcp", "3", "-cms", "100")
     assert (c.n_ctx_checkpoints, c.checkpoint_min_step) == (3, 100)
     assert (cfg().n_ctx_checkpoints, cfg().checkpoint_min_step) == (32, 8192)

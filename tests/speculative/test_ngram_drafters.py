@@ -12,7 +12,7 @@ from pyllama.generate import generate
 from pyllama.sampling import SamplerChain, SamplerParams
 from pyllama.speculative import (DrafterChain, NgramDrafter, NgramMapDrafter, NgramModDrafter,
                                  NgramModPool, SpecParams, SpecStats, drafter_chain,
-                                 speculative_generate)
+                                 speculative_generate, with_policy)
 from pyllama.speculative.ngram import map_hash
 
 
@@ -218,8 +218,11 @@ def plain(target):
           ngram_map_k4v_size_n=2, ngram_map_k4v_size_m=4, ngram_mod_n_match=2,
           ngram_mod_n_min=1, ngram_mod_n_max=8)),
 ])
-def test_speculative_with_each_drafter_equals_plain(target, plain, types, settings):
+@pytest.mark.parametrize("policy", ["fixed", "cost"])
+def test_speculative_with_each_drafter_equals_plain(target, plain, types, settings, policy):
     drafter, n_max = drafter_chain(types, settings)
+    if policy == "cost":
+        drafter = with_policy(drafter)
     ctx = pyllama.Context(target, n_ctx=512, n_ubatch=64)
     st = SpecStats()
     out = list(speculative_generate(ctx, _chain(target), _prompt(), drafter,
@@ -227,3 +230,31 @@ def test_speculative_with_each_drafter_equals_plain(target, plain, types, settin
                                     stop_tokens=(), stats=st))
     assert out == plain
     assert st.n_drafted > 0 and st.n_accept > 0     # the drafter really drafted
+
+
+@pytest.mark.parametrize("policy", ["fixed", "cost"])
+@pytest.mark.parametrize("which", ["dynamic", "static"])
+def test_ngram_cache_with_lookup_caches_equals_plain(target, plain, which, policy):
+    """ngram-cache with a dynamic cache (1..4-grams of an earlier generation, as llama-lookup
+    saves it with -lcd) or a static one (2-grams of a corpus, llama-lookup-create): drafts are
+    taken and verified, the output is plain greedy's."""
+    from pyllama.speculative.ngram_cache import cache_update
+    corpus = _prompt() + plain
+    cache = {}
+    if which == "dynamic":
+        cache_update(cache, 1, 4, corpus, len(corpus))
+    else:
+        for _ in range(2):           # two occurrences: the static cache's minimum sample size
+            cache_update(cache, 2, 2, corpus, len(corpus))
+    lookup = ({}, cache) if which == "dynamic" else (cache, {})
+    drafter, n_max = drafter_chain(["ngram-cache"], {}, lookup=lookup)
+    assert n_max == 8
+    if policy == "cost":
+        drafter = with_policy(drafter)
+    ctx = pyllama.Context(target, n_ctx=512, n_ubatch=64)
+    st = SpecStats()
+    out = list(speculative_generate(ctx, _chain(target), _prompt(), drafter,
+                                    SpecParams(n_max=n_max), n_predict=N_PREDICT,
+                                    stop_tokens=(), stats=st))
+    assert out == plain
+    assert st.n_drafted > 0 and st.n_accept > 0

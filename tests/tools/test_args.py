@@ -179,8 +179,10 @@ def test_md_alone_enables_draft_and_lists_accumulate():
     assert p.speculative.types == ["draft-simple"] and p.speculative.model == "d.gguf"
     p, _ = P("server", "--spec-type", "ngram-simple", "--spec-type", "draft-simple,none")
     assert p.speculative.types == ["ngram-simple", "draft-simple", "none"]
-    with pytest.raises(ArgError, match="not supported by pyllama yet"):
-        P("server", "--spec-type", "ngram-cache")
+    p, _ = P("server", "--spec-type", "ngram-cache", "-lcs", "s.bin", "-lcd", "d.bin")
+    assert p.speculative.types == ["ngram-cache"]
+    assert (p.speculative.lookup_cache_static, p.speculative.lookup_cache_dynamic) == \
+        ("s.bin", "d.bin")
     with pytest.raises(ArgError, match="'draft-eagle3' needs an EAGLE3 draft head"):
         P("server", "--spec-type", "draft-eagle3")
     p, _ = P("server", "--spec-type", "ngram-map-k,ngram-map-k4v", "--spec-type", "ngram-mod")

@@ -291,11 +291,29 @@ def test_bench_help_version_bad_output(tool):
 
 
 def test_speculative_draft_model_same_as_target(tool, tiny):
-    """A draft identical to the target: every draft is accepted, output == plain greedy."""
+    """A draft identical to the target, with llama.cpp's fixed draft length (--spec-policy
+    fixed): every draft is accepted, output == plain greedy."""
     model, ids, gen = _greedy(tiny, "the cat", 9)
     r = tool("speculative-simple", "-m", tiny, "-md", tiny, "-p", "the cat", "-n", "8",
-             "--temp", "0", "-c", "256")
+             "--temp", "0", "-c", "256", "--spec-policy", "fixed")
     assert r.returncode == 0, r.stderr
     assert r.stdout == b"\n\n" + b"".join(model.token_to_piece(t, True) for t in ids) + \
         b"".join(model.token_to_piece(t, False) for t in gen) + b"\n\n"
     assert "accept    = 100.000%" in r.stderr and "n_predict = 9" in r.stderr
+    assert "n_drafted = 0" not in r.stderr
+
+
+@pytest.mark.parametrize("how", ["default", "flag", "env"])
+def test_speculative_cost_aware_default_skips_a_draft_as_costly_as_the_target(tool, tiny, how):
+    """The default cost-aware policy (--spec-policy cost): a draft model as large as the target
+    costs one target decode per drafted token, so no draft length can pay (E(k) <= k + 1 <
+    c(k) + k) and nothing is drafted; the output is still plain greedy's."""
+    model, ids, gen = _greedy(tiny, "the cat", 9)
+    extra = ("--spec-policy", "cost") if how == "flag" else ()
+    r = tool("speculative-simple", "-m", tiny, "-md", tiny, "-p", "the cat", "-n", "8",
+             "--temp", "0", "-c", "256", *extra,
+             env={"LLAMA_ARG_SPEC_POLICY": "cost"} if how == "env" else None)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"\n\n" + b"".join(model.token_to_piece(t, True) for t in ids) + \
+        b"".join(model.token_to_piece(t, False) for t in gen) + b"\n\n"
+    assert "n_drafted = 0" in r.stderr and "n_predict = 9" in r.stderr
