@@ -13,6 +13,7 @@ import numpy as np
 
 from .backend import compat as llama_cpp_numerics
 from .backend.base import Backend, Weight, as_matrix
+from .backend.ref import moe_expert_weights, moe_top_k
 from .hparams import HParams
 
 
@@ -144,24 +145,13 @@ class Graph:
 
     @staticmethod
     def top_k(p: np.ndarray, k: int) -> np.ndarray:
-        """ggml_argsort_top_k: indices of the k largest of each row of p [n, n_expert], largest
-        first (int32 [n, k])."""
-        return np.ascontiguousarray(np.argsort(-p, axis=-1, kind="stable")[:, :k], dtype=np.int32)
+        """ggml_argsort_top_k (backend.ref.moe_top_k)."""
+        return moe_top_k(p, k)
 
     @staticmethod
     def expert_weights(probs: np.ndarray, ids: np.ndarray, norm: bool, scale: float) -> np.ndarray:
-        """build_moe_ffn's weights [n, k]: probs at ids; norm: divided by their sum (ggml_sum_rows:
-        a double sum, clamped to >= 6.103515625e-5); scale (not 0 or 1): multiplied by it."""
-        w = np.take_along_axis(probs, ids, axis=-1).astype(np.float32)
-        if norm:
-            s = np.zeros((w.shape[0], 1), np.float64)
-            for j in range(w.shape[1]):               # ggml_vec_sum_f32: in slot order
-                s = s + w[:, j:j + 1].astype(np.float64)
-            s = s.astype(np.float32)
-            w = (w / np.maximum(s, np.float32(6.103515625e-5))).astype(np.float32)
-        if scale not in (0.0, 1.0):
-            w = (w * np.float32(scale)).astype(np.float32)
-        return w
+        """build_moe_ffn's expert weights (backend.ref.moe_expert_weights)."""
+        return moe_expert_weights(probs, ids, norm, scale)
 
     def moe_route(self, logits: np.ndarray, k: int, norm: bool, scale: float):
         """build_moe_ffn's softmax gating of router logits [n, n_expert]: (ids [n, k], weights

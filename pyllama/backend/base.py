@@ -318,10 +318,10 @@ class Backend(ABC):
         weights f32 [n, k] = probs at ids, divided by their sum when norm (ggml_sum_rows: a
         double sum in slot order, clamped to >= 6.103515625e-5), times scale unless it is 0 or 1.
         The numpy oracle; the CPU backend runs it natively with the same bits."""
-        from ..graph import Graph
+        from .ref import moe_expert_weights, moe_top_k
         probs = self.softmax(logits)
-        ids = Graph.top_k(probs, k)
-        return ids, Graph.expert_weights(probs, ids, norm, scale)
+        ids = moe_top_k(probs, k)
+        return ids, moe_expert_weights(probs, ids, norm, scale)
 
     def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray,
                    one_token: bool = False) -> np.ndarray:

@@ -141,6 +141,27 @@ def ggml_softmax_probs(s: np.ndarray, f16: bool, sinks=None) -> np.ndarray:
     return p.astype(np.float16).astype(np.float32) if f16 else p
 
 
+def moe_top_k(p: np.ndarray, k: int) -> np.ndarray:
+    """ggml_argsort_top_k: indices of the k largest of each row of p [n, n_expert], largest
+    first (int32 [n, k])."""
+    return np.ascontiguousarray(np.argsort(-p, axis=-1, kind="stable")[:, :k], dtype=np.int32)
+
+
+def moe_expert_weights(probs: np.ndarray, ids: np.ndarray, norm: bool, scale: float) -> np.ndarray:
+    """build_moe_ffn's weights [n, k]: probs at ids; norm: divided by their sum (ggml_sum_rows:
+    a double sum, clamped to >= 6.103515625e-5); scale (not 0 or 1): multiplied by it."""
+    w = np.take_along_axis(probs, ids, axis=-1).astype(np.float32)
+    if norm:
+        s = np.zeros((w.shape[0], 1), np.float64)
+        for j in range(w.shape[1]):               # ggml_vec_sum_f32: in slot order
+            s = s + w[:, j:j + 1].astype(np.float64)
+        s = s.astype(np.float32)
+        w = (w / np.maximum(s, np.float32(6.103515625e-5))).astype(np.float32)
+    if scale not in (0.0, 1.0):
+        w = (w * np.float32(scale)).astype(np.float32)
+    return w
+
+
 def ggml_soft_max_rows(x: np.ndarray) -> np.ndarray:
     """ggml_compute_forward_soft_max_f32 (no mask, scale 1) over the last axis of x [..., n]:
     e = ggml_v_expf(x - max) for the 8-blocks (each block's hsum added to a double sum), libm

@@ -21,6 +21,8 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..log import get_logger
+from pyllama.vocab.template_caps import template_caps
+
 from . import cors_proxy, gcp, tools_builtin
 from . import anthropic as A
 from . import control as K
@@ -310,9 +312,24 @@ class Server:
                 "endpoint_props": self.cfg.endpoint_props,
                 "endpoint_metrics": self.cfg.endpoint_metrics, "ui": self.cfg.ui,
                 "ui_settings": self.cfg.ui_config or {}, "chat_template": _lexed_source(self._template_source()),
-                "chat_template_caps": {}, "bos_token": piece(getattr(v, "bos", -1)),
+                "chat_template_caps": self.template_caps(), "bos_token": piece(getattr(v, "bos", -1)),
                 "eos_token": piece(getattr(v, "eos", -1)), "build_info": S.BUILD_INFO,
                 "is_sleeping": False, "cors_proxy_enabled": self.cfg.ui_mcp_proxy}
+
+    def template_caps(self) -> dict:
+        """chat_template_caps (common_chat_templates_get_caps): the jinja capability analysis
+        of the loaded template, computed once per template."""
+        t = self.template
+        cached = getattr(self, "_caps", None)
+        if cached is None or cached[0] is not t:
+            caps = {}
+            if getattr(t, "_template", None) is not None:
+                try:
+                    caps = template_caps(t)
+                except Exception:  # noqa: BLE001 - props must answer even with a broken template
+                    caps = {}
+            self._caps = cached = (t, caps)
+        return cached[1]
 
     def _template_source(self) -> str:
         try:
@@ -606,6 +623,11 @@ class Server:
             if body.prompt is msgspec.UNSET or body.prompt is None:
                 raise invalid("[json.exception.out_of_range.403] key 'prompt' not found")
             prompts = self._prompts(body.prompt)
+        if chat and not isinstance(body.parallel_tool_calls, bool):
+            # json_value(body, "parallel_tool_calls", caps): a missing or non-boolean value
+            # is the template's supports_parallel_tool_calls
+            body.parallel_tool_calls = self.template_caps().get(
+                "supports_parallel_tool_calls", True)
         params = S.build_params(body, self.defaults, n_vocab=self.engine.model.n_vocab,
                                 tokenize=lambda s: self.tokenize(s, False, True), chat=chat)
         if chat and self.cfg.jinja:

@@ -124,7 +124,7 @@ class ChatBody(CompletionBody):
     messages: Any = msgspec.UNSET
     tools: list[dict] | None = None
     tool_choice: Any = None
-    parallel_tool_calls: bool | None = None
+    parallel_tool_calls: Any = None      # not type-checked (json_value), see Server._prepare
     add_generation_prompt: bool | None = None
     continue_final_message: bool | None = None
     chat_template_kwargs: dict | None = None
