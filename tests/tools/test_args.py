@@ -135,13 +135,13 @@ def test_per_tool_defaults():
 
 
 def test_not_supported_exits_with_message():
-    for argv in (["--lora", "a.gguf"], ["--context-shift"], ["-hf", "x/y"]):
+    for argv in (["--rpc", "127.0.0.1:50052"], ["--log-jsonl"], ["-hf", "x/y"]):
         with pytest.raises(ArgError, match="not supported by pyllama yet"):
             P("completion", *argv)
-    p, _ = P("completion", "--no-context-shift")   # the default side of an unsupported pair
-    assert p.ctx_shift is False
+    p, _ = P("completion", "--no-log-jsonl")   # the default side of an unsupported pair
+    assert p.log_jsonl is False
     with pytest.raises(ArgError, match="not supported"):
-        P("completion", env={"LLAMA_ARG_CONTEXT_SHIFT": "1"})
+        P("completion", env={"LLAMA_ARG_LOG_JSONL": "1"})
 
 
 def test_noop_flags_warn_once():
