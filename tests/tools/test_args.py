@@ -157,10 +157,11 @@ def test_lora_and_control_vector_flags():
 
 
 def test_not_supported_exits_with_message():
-    for argv in (["--check-tensors"], ["-hf", "x/y"], ["--log-jsonl"]):
+    for argv in (["--rpc", "127.0.0.1:50052"], ["--log-jsonl"], ["-hf", "x/y"]):
         with pytest.raises(ArgError, match="not supported by pyllama yet"):
             P("completion", *argv)
-    P("completion", "--no-log-jsonl")             # the default side of an unsupported pair
+    p, _ = P("completion", "--no-log-jsonl")   # the default side of an unsupported pair
+    assert p.log_jsonl is False
     with pytest.raises(ArgError, match="not supported"):
         P("completion", env={"LLAMA_ARG_LOG_JSONL": "1"})
 
