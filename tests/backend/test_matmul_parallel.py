@@ -69,7 +69,7 @@ def test_graph_matmuls_uses_backend_fusion():
     ws = [_w(rng, T.Q5_0, 96, 256), _w(rng, T.Q8_0, 32, 256)]
     b = Weight("b", T.F32, (32,), rng.standard_normal(32).astype(np.float32))
     g = Graph.__new__(Graph)
-    g.be, g.llama_cpp = be, False
+    g.be, g.llama_cpp, g.loras = be, False, ()
     x = rng.standard_normal((2, 256)).astype(np.float32)
     got = g.matmuls(ws, x, (None, b))
     want = [g.matmul(ws[0], x), g.matmul(ws[1], x, b)]

@@ -85,8 +85,10 @@ def test_tiny_checkpoints_with_a_draft_model(tiny_model_path):
     """With speculation the checkpoints hold the draft context's SWA state too, and the restored
     conversation continues exactly."""
     m = tiny_model_path("gemma3")
-    s = ServerProc(["-m", m, "-md", m, "-c", "4096", "-np", "1", "-ub", "16", "-b", "64",
-                    "-t", "1"]).wait_ready()
+    # --spec-policy fixed: the draft is the target itself, where the default cost-aware policy
+    # (rightly) drafts nothing; this test needs drafts
+    s = ServerProc(["-m", m, "-md", m, "--spec-policy", "fixed", "-c", "4096", "-np", "1",
+                    "-ub", "16", "-b", "64", "-t", "1"]).wait_ready()
     try:
         with httpx.Client(base_url=s.url, timeout=300) as c:
             msgs = three_turns(c, user_len=60, n_answer=12, margin=8)

@@ -235,7 +235,11 @@ def test_metrics_values_are_printed_like_llama_cpp(hc):
         v = values[f"llamacpp:{name}"]
         assert v.isdigit(), f"{name} = {v!r}: llama.cpp prints integral counters without '.0'"
     types = [ln.split()[-1] for ln in text.splitlines() if ln.startswith("# TYPE")]
-    assert types == ["counter"] * 10 + ["gauge"] * 5   # server-task.cpp to_metrics: counters first
+    # server-task.cpp to_metrics: counters first, then its 5 gauges; then pyllama's one extension,
+    # the inference gateway's kv_cache_usage_ratio (deploy/README.md)
+    assert types == ["counter"] * 10 + ["gauge"] * 6
+    assert [ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE")][-1] \
+        == "llamacpp:kv_cache_usage_ratio"
 
 
 def test_cpp_double_formatting():
