@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ..log import get_logger
+from .embeddings import _json_type   # nlohmann's type names, shared with infill
 
 log = get_logger("server")
 _JSON = "application/json; charset=utf-8"
@@ -93,18 +94,6 @@ def _req(params: dict, key: str, typ=str):
         raise BadRequest(f"[json.exception.type_error.302] type must be string, but is "
                          f"{_json_type(v)}")
     return v
-
-
-def _json_type(v) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    return "array" if isinstance(v, list) else "object"
 
 
 def _lines(text: str) -> list[str]:
