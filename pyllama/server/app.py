@@ -32,6 +32,7 @@ from . import responses as R
 from . import schemas as S
 from . import sleep
 from . import static
+from . import streams
 from .drain import Drain, draining_error
 from .chat import generation_prompt, render_chat
 from .tool_calls import family as tool_family
@@ -237,6 +238,7 @@ class Server:
         self._defaults = None
         self.live: dict[str, list] = {}     # chat completion id -> its tasks (while running)
         self.drain = Drain(cfg.drain_timeout)
+        self.streams = streams.StreamSessions()     # X-Conversation-Id sessions (/v1/stream)
         engine.http_busy = lambda: self.drain.inflight > 0    # no sleep mid-request
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -491,8 +493,14 @@ class Server:
     async def transcriptions(self, request: Request):
         return await K.transcriptions(self, request)
 
-    async def stream_resume(self, request: Request):
-        return await K.stream_resume(self, request)
+    async def stream_get(self, request: Request):
+        return await streams.get_stream(self.streams, request)
+
+    async def stream_delete(self, request: Request):
+        return await streams.delete_stream(self.streams, request)
+
+    async def streams_lookup(self, request: Request):
+        return await streams.lookup(self.streams, request)
 
     async def anthropic_messages(self, request: Request):
         return await A.messages(self, request)
@@ -555,6 +563,21 @@ class Server:
         chat = mode in CHAT_MODES
         if body is None:
             body = await self.body(request, S.ChatBody if chat else S.CompletionBody)
+        # X-Conversation-Id: the stream is kept for /v1/stream (pyllama/server/streams.py);
+        # a request that fails, or does not stream, leaves no session behind
+        conv = streams.conv_id_of(request)
+        session = self.streams.create_or_replace(conv) if conv else None
+        try:
+            response = await self._run(request, mode, body, chat, session)
+        except BaseException:
+            if session is not None:
+                self.streams.evict(conv, session)
+            raise
+        if session is not None and session.producer is None:
+            self.streams.evict(conv, session)
+        return response
+
+    async def _run(self, request: Request, mode: str, body, chat: bool, session):
         # templates and tokenization of long prompts run off the event loop
         prompts, params, n_cmpl = await run_in_threadpool(self._prepare, body, chat)
         if chat:
@@ -577,7 +600,10 @@ class Server:
             except BaseException:
                 self.live.pop(ctx.cid, None)
                 raise
-            return StreamingResponse(self._stream(ch, tasks, ctx, first),
+            chunks = self._stream(ch, tasks, ctx, first)
+            if session is not None:
+                chunks = streams.attach(session, chunks)
+            return StreamingResponse(chunks,
                                      media_type="text/event-stream",
                                      headers={"X-Accel-Buffering": "no",
                                               "Cache-Control": "no-cache"})
@@ -1042,8 +1068,9 @@ def create_app(cfg, engine: Engine, tools=None) -> Gate:
         Route("/lora-adapters", s.lora_adapters, methods=["GET", "POST"]),
         Route("/v1/audio/transcriptions", s.transcriptions, methods=post),
         Route("/audio/transcriptions", s.transcriptions, methods=post),
-        Route("/v1/stream", s.stream_resume, methods=["GET", "DELETE"]),
-        Route("/v1/streams/lookup", s.stream_resume, methods=post),
+        Route("/v1/stream", s.stream_get, methods=get),
+        Route("/v1/stream", s.stream_delete, methods=["DELETE"]),
+        Route("/v1/streams/lookup", s.streams_lookup, methods=post),
         Route("/v1/responses", s.responses, methods=post),
         Route("/responses", s.responses, methods=post),
         Route("/v1/responses/input_tokens", s.responses_input_tokens, methods=post),
