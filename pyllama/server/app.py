@@ -6,6 +6,7 @@ tools/server/server.cpp (routes), server-http.cpp (CORS, auth, errors), server-c
 from __future__ import annotations
 
 import asyncio
+import datetime
 import gc
 import hmac
 import os
@@ -431,7 +432,7 @@ class Server:
         v = self.engine.vocab
         bos = self.engine.model.token_to_piece(v.bos, True).decode("utf-8", "replace") \
             if getattr(v, "add_bos", False) and getattr(v, "bos", -1) >= 0 else None
-        kwargs = {"enable_thinking": self._thinking_default(), **self.cfg.chat_template_kwargs}
+        kwargs = self._template_kwargs()
         return render_chat(self.template, body, kwargs, bos,
                            prefill_assistant=self.cfg.prefill_assistant)
 
@@ -439,7 +440,7 @@ class Server:
         """The chat parser's generation_settings fields of a chat task: llama.cpp's PEG parser
         (chat_format peg-native), the template's generation prompt and the tool-call markers
         kept as single tokens (preserved_tokens)."""
-        kwargs = {"enable_thinking": self._thinking_default(), **self.cfg.chat_template_kwargs}
+        kwargs = self._template_kwargs()
         preserved = []
         src = self._template_source()
         if tool_family(self.template) == "hermes" and "<tool_call>" in src:
@@ -449,6 +450,14 @@ class Server:
                     preserved.append(ids[0])
         return {"chat_format": "peg-native", "preserved_tokens": preserved,
                 "generation_prompt": generation_prompt(self.template, body, kwargs)}
+
+    def _template_kwargs(self) -> dict:
+        """The template variables of a chat request before its own chat_template_kwargs:
+        common_chat_extra_context's `datetime` ("%b %d %Y") and `date_string` ("%d %b %Y",
+        local time), enable_thinking, then --chat-template-kwargs / --reasoning."""
+        now = datetime.datetime.now()
+        return {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y"),
+                "enable_thinking": self._thinking_default(), **self.cfg.chat_template_kwargs}
 
     def _thinking_default(self) -> bool:
         """llama.cpp's enable_thinking template variable: true when the template renders
