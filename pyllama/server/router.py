@@ -364,7 +364,7 @@ class Router:
             t = self.children.get(tracked[0]) if tracked else None
             if t is not None and t.status == "loading":
                 return _err(503, "Stream owner model is loading, retry later")
-            return _err(404, "Stream not found or expired")
+            return _err(404, streams.NOT_FOUND)     # as the child's, see streams.get_stream
         path = "/v1/stream?conv_id=" + quote(conv, safe="-_.~")
         if request.query_params.get("from", ""):
             path += "&from=" + quote(request.query_params["from"], safe="-_.~")

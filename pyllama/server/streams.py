@@ -33,6 +33,7 @@ STREAM_SESSION_MAX_BYTES = 4 * 1024 * 1024
 STREAM_SESSION_GC_INTERVAL_SECONDS = 60
 STREAM_READ_WAKE_INTERVAL_MS = 200
 HEADER = "x-conversation-id"
+NOT_FOUND = "File Not Found"
 _JSON = "application/json; charset=utf-8"
 
 
@@ -263,8 +264,8 @@ async def get_stream(sessions: StreamSessions, request: Request):
     if not conv_id:
         return _error(400, "Missing conversation id in path")
     session = sessions.get(conv_id)
-    if session is None:
-        return _error(404, "Stream not found or expired")
+    if session is None:      # "Stream not found or expired", which cpp-httplib's 404 handler
+        return _error(404, NOT_FOUND)    # (server-http.cpp) replaces on the wire
     offset = 0
     raw = request.query_params.get("from", "")
     if raw:
