@@ -322,8 +322,6 @@ def build_params(body: CompletionBody, defaults: "RequestDefaults", *, n_vocab: 
         p.lora = parse_lora(body.lora, "Error: 'lora' must be an array of objects with 'id' and "
                             "'scale' fields")
     values = _clamped(body)
-    if defaults.n_predict > 0 and not 0 <= p.n_predict <= defaults.n_predict:
-        p.n_predict = defaults.n_predict    # the server's -n caps every request (llama.cpp)
     p.sampling = _sampler_params(defaults.sampling, values, body, n_vocab, tokenize)
     from .structured import constrain
     p.sampling = constrain(body, p.sampling, chat=chat, oai=chat)
