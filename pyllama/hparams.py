@@ -284,3 +284,18 @@ def load_swa_pattern(hp: HParams, metadata: dict, default_n: int, dense_first: b
         hp.is_swa = [bool(x) for x in v]
     else:
         hp.set_swa_pattern(int(v), dense_first)
+
+
+def drop_nextn_layers(hp: HParams, metadata: dict) -> None:
+    """llama_hparams::n_layer(): block_count less nextn_predict_layers. The NextN/MTP blocks are
+    stored after the trunk (blk.<n_layer>...); llama.cpp's decoder graph runs the trunk only and
+    so does pyllama (their tensors are not loaded)."""
+    n = int(metadata.get(f"{hp.arch}.nextn_predict_layers", 0) or 0)
+    if not n:
+        return
+    if n >= hp.n_layer:
+        raise ModelError(f"{hp.arch}: nextn_predict_layers {n} leaves no trunk layers of "
+                         f"{hp.n_layer}")
+    hp.n_layer -= n
+    hp.n_ff = hp.n_ff[:hp.n_layer]
+    hp.is_swa = hp.is_swa[:hp.n_layer]

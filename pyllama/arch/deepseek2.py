@@ -31,7 +31,8 @@ expert_used_count, weights from the unbiased probabilities, normalised when
 expert_weights_norm, times expert_weights_scale; plus the shared experts (ffn_*_shexp, width
 expert_feed_forward_length * expert_shared_count), added ungated.
 
-Refused with an error: NextN/MTP layers (nextn_predict_layers > 0), fused ffn_gate_up_exps,
+NextN/MTP blocks (nextn_predict_layers) are not run, as in llama.cpp's decoder graph. Refused
+with an error: fused ffn_gate_up_exps,
 gating functions other than softmax / sigmoid, per-layer expert widths that differ.
 """
 from __future__ import annotations
@@ -41,7 +42,8 @@ import math
 import numpy as np
 
 from ..errors import ModelError
-from ..hparams import GATING_NONE, GATING_SIGMOID, GATING_SOFTMAX, ROPE_NORM, MetaReader, load_common
+from ..hparams import (GATING_NONE, GATING_SIGMOID, GATING_SOFTMAX, ROPE_NORM, MetaReader,
+                       drop_nextn_layers, load_common)
 from . import register
 from .base import Arch, TensorSpec
 
@@ -82,6 +84,8 @@ class Deepseek2(Arch):
     @classmethod
     def load_hparams(cls, md):
         hp = load_common(md, cls.name)
+        n_layer_all = hp.n_layer
+        drop_nextn_layers(hp, md)
         hp.rope_type = ROPE_NORM
         m = MetaReader(md, cls.name)
         n_vocab = hp.n_vocab
@@ -99,7 +103,7 @@ class Deepseek2(Arch):
         if head_k(hp) - hp.n_rot < 1:
             raise ModelError(f"deepseek2: key length {head_k(hp)} leaves no no-RoPE "
                              f"part beside rope.dimension_count {hp.n_rot}")
-        ff = m.per_layer("expert_feed_forward_length", hp.n_layer, required=True)
+        ff = m.per_layer("expert_feed_forward_length", n_layer_all, required=True)[:hp.n_layer]
         moe_ff = {int(f) for il, f in enumerate(ff) if il >= hp.n_layer_dense_lead}
         if len(moe_ff) > 1:
             raise ModelError("deepseek2: per-layer expert_feed_forward_length values that differ "
@@ -134,9 +138,6 @@ class Deepseek2(Arch):
                                            not 0 < hp.n_group_used < hp.n_expert_groups):
                 raise ModelError(f"deepseek2: bad expert groups ({hp.n_expert_groups} groups, "
                                  f"{hp.n_group_used} used, {hp.n_expert} experts)")
-        if int(m.get("nextn_predict_layers", 0) or 0):
-            raise ModelError("deepseek2: NextN/MTP layers (nextn_predict_layers > 0) are not "
-                             "supported")
         if hp.n_layer_dense_lead < hp.n_layer and (hp.n_expert == 0 or hp.n_expert_used == 0):
             raise ModelError("deepseek2: n_expert and n_expert_used must be > 0")
         return hp

@@ -398,6 +398,43 @@ def _deepseek2(s: Spec):                  # deepseek2.cpp: MLA, leading dense la
         s.t(tn(T.FFN_UP_SHEXP, il), fs, e)
 
 
+def _glm4moe(s: Spec):                    # glm4-moe.cpp: biased QKV, half NEOX RoPE, MoE + shared
+    c = s.c
+    s.common_kv()
+    s.kv(K.Rope.DIMENSION_COUNT, c["head"] // 2)
+    s.moe_kv()
+    s.kv(K.LLM.EXPERT_FEED_FORWARD_LENGTH, c["n_ff_exp"])
+    s.kv(K.LLM.EXPERT_SHARED_COUNT, c["n_shared"])
+    s.kv(K.LLM.LEADING_DENSE_BLOCK_COUNT, c["n_dense"])
+    s.kv(K.LLM.EXPERT_GATING_FUNC, 2)
+    s.kv(K.LLM.EXPERT_WEIGHTS_SCALE, c["w_scale"])
+    s.kv(K.LLM.EXPERT_WEIGHTS_NORM, True)
+    s.kv(K.LLM.NEXTN_PREDICT_LAYERS, 1)
+    s.io()
+    e, x, f = c["n_embd"], c["n_expert"], c["n_ff_exp"]
+    fs = f * c["n_shared"]
+    for il in range(c["n_layer"]):       # the trunk, then the NextN block (a full MoE layer too)
+        s.attn(il, bias=True)
+        if c.get("qk_norm"):
+            _qk_norm(s, il)
+        s.t(tn(T.ATTN_POST_NORM, il), e)
+        if il < c["n_dense"]:
+            s.ffn(il, norm=False)
+            continue
+        s.t(tn(T.FFN_GATE_INP, il), x, e)
+        s.t(tn(T.FFN_EXP_PROBS_B, il, "bias"), x)
+        s.t(tn(T.FFN_GATE_EXP, il), x, f, e)
+        s.t(tn(T.FFN_DOWN_EXP, il), x, e, f)
+        s.t(tn(T.FFN_UP_EXP, il), x, f, e)
+        s.t(tn(T.FFN_GATE_SHEXP, il), fs, e)
+        s.t(tn(T.FFN_DOWN_SHEXP, il), e, fs)
+        s.t(tn(T.FFN_UP_SHEXP, il), fs, e)
+    il = c["n_layer"] - 1                # its NextN tensors (llama.cpp skips them, runs the trunk)
+    s.t(tn(T.NEXTN_EH_PROJ, il), e, 2 * e)
+    s.t(tn(T.NEXTN_ENORM, il), e)
+    s.t(tn(T.NEXTN_HNORM, il), e)
+
+
 ARCHS = {
     # name: (general.architecture, builder, config overrides)
     "llama": ("llama", _llama, {}),
@@ -437,6 +474,17 @@ ARCHS = {
         "n_ff_exp": 256, "n_shared": 1, "w_scale": 2.5, "w_norm": True, "gating": 2,
         "probs_b": True, "n_group": 4, "n_group_used": 2, "yarn_factor": 4.0, "orig_ctx": 256,
         "mscale_all_dim": 1.0}),
+    # GLM-4.5-Air shaped: one dense layer, then MoE (sigmoid, exp_probs_b, norm, x1.5, a shared
+    # expert), separate biased Q/K/V, half NEOX RoPE, and a trailing NextN block (block_count 4,
+    # nextn_predict_layers 1: a 3-layer trunk)
+    "glm4moe": ("glm4moe", _glm4moe, {
+        "eps": 1e-5, "rope_base": 1000000.0, "n_layer": 4, "n_dense": 1, "n_expert": 16,
+        "n_expert_used": 4, "n_ff_exp": 256, "n_shared": 1, "w_scale": 1.5}),
+    # GLM-4.5 (355B) shaped: the same with per-head Q/K norms
+    "glm4moeqk": ("glm4moe", _glm4moe, {
+        "eps": 1e-5, "rope_base": 1000000.0, "n_layer": 3, "n_dense": 1, "n_expert": 8,
+        "n_expert_used": 2, "n_ff_exp": 256, "n_shared": 1, "w_scale": 2.5, "qk_norm": True,
+        "head": 128, "n_head": 4, "n_head_kv": 2}),
     # DeepSeek V2-Lite shaped, legacy layout: no q LoRA (q_lora_rank 0), attn_kv_b (MHA), no
     # gating key (softmax), unnormalised weights, 2 shared experts; mscale_all_dim 0.707
     "deepseek2lite": ("deepseek2", _deepseek2, {
