@@ -151,7 +151,8 @@ def ggml_sigmoid(x: np.ndarray) -> np.ndarray:
     """ggml_sigmoid on the CPU (unary-ops.cpp op_sigmoid): 1.f / (1.f + expf(-x)) in f32, expf
     as libm's (the correctly rounded double exp, rounded to f32)."""
     x = np.asarray(x, np.float32)
-    e = np.exp(-x.astype(np.float64)).astype(np.float32)
+    with np.errstate(over="ignore"):                      # expf(88+) = inf, as libm
+        e = np.exp(-x.astype(np.float64)).astype(np.float32)
     one = np.float32(1.0)
     return (one / (one + e)).astype(np.float32)
 
