@@ -13,7 +13,7 @@ from pyllama.hparams import with_rope_cparams
 
 
 def test_sigmoid_reference():
-    x = np.array([-100.0, -3.5, 0.0, 1e-3, 2.25, 40.0], np.float32)
+    x = np.array([-80.0, -3.5, 0.0, 1e-3, 2.25, 40.0], np.float32)
     one = np.float32(1)          # op_sigmoid: 1.f / (1.f + expf(-x)), f32 arithmetic
     want = np.array([one / (one + np.float32(math.exp(-float(v)))) for v in x], np.float32)
     assert np.array_equal(ggml_sigmoid(x), want)
