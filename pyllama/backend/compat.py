@@ -116,19 +116,20 @@ def attention(be, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=
     return be.attention(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
 
 
-def _vec_dot_rows(be, w, x: np.ndarray) -> np.ndarray:
-    """be.matmul_vec(w, x) by ggml_vec_dot_<type>_q8_K for every weight row, also for a Q4_K
-    weight of rows % 8 == 0 (matmul_vec's gemv is for the repacked 2-D weights): the rows are
-    taken in two parts whose counts are not multiples of 8 (each output element is one
-    independent vec_dot, so the split does not change a bit)."""
+def _not_repacked(be, w, x: np.ndarray, vec: bool) -> np.ndarray:
+    """be.matmul_vec(w, x) (vec: ggml_vec_dot_<type>_q8_K) or be.matmul(w, x) (the tiled
+    kernel) for a weight llama.cpp does not repack, also a Q4_K of rows % 8 == 0 (the backends
+    take those for repacked 2-D weights: gemv / gemm): its rows in two parts whose counts are not
+    multiples of 8 (every output element is computed alone, so the split changes no bit)."""
+    f = be.matmul_vec if vec else be.matmul
     r = w.shape[0]
     if w.type != GGMLType.Q4_K or r % 8 or r < 2:
-        return be.matmul_vec(w, x)
+        return f(w, x)
     from .base import Weight
     parts = []
     for a, b in ((0, r - 1), (r - 1, r)):
-        parts.append(be.matmul_vec(Weight(f"{w.name}[{a}:{b}]", w.type, (b - a,) + tuple(w.shape[1:]),
-                                          w.raw[a:b]), x))
+        parts.append(f(Weight(f"{w.name}[{a}:{b}]", w.type, (b - a,) + tuple(w.shape[1:]),
+                              w.raw[a:b]), x))
     return np.concatenate(parts, axis=1)
 
 
@@ -149,8 +150,6 @@ def matmul_heads(be, w, x: np.ndarray, src1_contiguous: bool = True) -> np.ndarr
             out[:, i] = be.matvec_float(wi, xi)
         elif wi.type in _FLOATS:
             out[:, i] = matmul(be, wi, xi)
-        elif wi.type in ref_compat.VEC_TYPES and n < 8:
-            out[:, i] = _vec_dot_rows(be, wi, xi)
         else:
-            out[:, i] = be.matmul(wi, xi)
+            out[:, i] = _not_repacked(be, wi, xi, wi.type in ref_compat.VEC_TYPES and n < 8)
     return out
