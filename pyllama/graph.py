@@ -56,11 +56,15 @@ class Graph:
         e = self.hp.f_norm_rms_eps if eps is None else eps
         return self.be.rms_norm(x, None if w is None else self.be.vec(w), e)
 
-    def matmul(self, w: Weight, x: np.ndarray, bias: Weight | None = None) -> np.ndarray:
+    def matmul(self, w: Weight, x: np.ndarray, bias: Weight | None = None,
+               lora: bool = True) -> np.ndarray:
+        """build_lora_mm (+ bias); lora=False: a plain ggml_mul_mat, which LoRA adapters do not
+        touch (deepseek2's q / kv projections and output)."""
         if len(w.shape) == 1:                 # a vector weight: the [1, cols] matrix (qwen2moe)
             w = as_matrix(w)
         y = llama_cpp_numerics.matmul(self.be, w, x) if self.llama_cpp else self.be.matmul(w, x)
-        y = self._lora_add(y, w, x)       # build_lora_mm: the adapters before the bias
+        if lora:
+            y = self._lora_add(y, w, x)   # build_lora_mm: the adapters before the bias
         if bias is not None:
             y = self.be.add(y, self.be.vec(bias))
         return y

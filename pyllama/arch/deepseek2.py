@@ -31,8 +31,13 @@ expert_used_count, weights from the unbiased probabilities, normalised when
 expert_weights_norm, times expert_weights_scale; plus the shared experts (ffn_*_shexp, width
 expert_feed_forward_length * expert_shared_count), added ungated.
 
-NextN/MTP blocks (nextn_predict_layers) are not run, as in llama.cpp's decoder graph. Refused
-with an error: fused ffn_gate_up_exps,
+LoRA adapters apply where llama.cpp's graph uses build_lora_mm (attn_output, the FFNs, the
+router), not to the q / kv projections or the output (plain ggml_mul_mat there). A K-shift rotates
+the first n_rot values of each cached K row, as llama.cpp's build_rope_shift does.
+
+Experts as separate ffn_gate_exps / ffn_up_exps or fused ffn_gate_up_exps ([gate | up] rows, the
+converter's --fuse-gate-up-exps). NextN/MTP blocks (nextn_predict_layers) are not run, as in
+llama.cpp's decoder graph. Refused with an error:
 gating functions other than softmax / sigmoid, per-layer expert widths that differ.
 """
 from __future__ import annotations
@@ -176,8 +181,10 @@ class Deepseek2(Arch):
                 x, f, fs = hp.n_expert, hp.n_ff_exp, hp.n_ff_shexp
                 specs += [TensorSpec(p + "ffn_gate_inp.weight", (x, e)),
                           TensorSpec(p + "exp_probs_b.bias", (x,), required=False),
-                          TensorSpec(p + "ffn_gate_exps.weight", (x, f, e)),
-                          TensorSpec(p + "ffn_up_exps.weight", (x, f, e)),
+                          TensorSpec(p + "ffn_gate_up_exps.weight", (x, 2 * f, e),
+                                     required=False),
+                          TensorSpec(p + "ffn_gate_exps.weight", (x, f, e), required=False),
+                          TensorSpec(p + "ffn_up_exps.weight", (x, f, e), required=False),
                           TensorSpec(p + "ffn_down_exps.weight", (x, e, f)),
                           TensorSpec(p + "ffn_gate_shexp.weight", (fs, e)),
                           TensorSpec(p + "ffn_down_shexp.weight", (e, fs)),
@@ -194,8 +201,10 @@ class Deepseek2(Arch):
             q_mul = g.attn_temperature(hp.f_attn_temp_scale, hp.n_attn_temp_floor_scale)
         x = g.embed(w.token_embd)
         for il, L in enumerate(w.layers):
-            if L.ffn_gate_up_exps is not None:
-                raise ModelError("deepseek2: fused ffn_gate_up_exps tensors are not supported")
+            if il >= hp.n_layer_dense_lead and L.ffn_gate_up_exps is None and (
+                    L.ffn_gate_exps is None or L.ffn_up_exps is None):
+                raise ModelError(f"deepseek2: layer {il} has neither ffn_gate_up_exps nor "
+                                 "ffn_gate_exps / ffn_up_exps")
             a = mla_attention(g, L, hp, il, g.rms_norm(x, L.attn_norm), scale, mla, q_mul)
             if il == hp.n_layer - 1:
                 x, a = g.select_outputs(x), g.select_outputs(a)
@@ -206,12 +215,14 @@ class Deepseek2(Arch):
             else:
                 f = g.add(routed_experts(g, L, hp, h), shared_experts(g, L, h))
             x = g.cvec_add(g.add(f, x), il)
-        return output(g, w, hp, x)
+        return output(g, w, hp, x, lora=False)          # lm_head: a plain ggml_mul_mat
 
     @classmethod
     def tiny_optional(cls, hp):
-        """DeepSeek V3's expert selection bias (exp_probs_b), with its sigmoid router."""
-        return {f"blk.{il}.exp_probs_b.bias" for il in range(hp.n_layer_dense_lead, hp.n_layer)}
+        """DeepSeek V3's expert selection bias (exp_probs_b), with its sigmoid router, and the
+        separate gate / up experts (the converter's default)."""
+        return {f"blk.{il}.{n}" for il in range(hp.n_layer_dense_lead, hp.n_layer)
+                for n in ("exp_probs_b.bias", "ffn_gate_exps.weight", "ffn_up_exps.weight")}
 
     @classmethod
     def tiny(cls):
@@ -239,12 +250,14 @@ def mla_attention(g, L, hp, il: int, h: np.ndarray, scale: float, mla: bool,
     n, nh = h.shape[0], hp.n_head
     dk, rot, r = head_k(hp), hp.n_rot, hp.n_lora_kv
     nope = dk - rot
+    # plain ggml_mul_mat (not build_lora_mm) for the q / kv projections, as llama.cpp
     if L.attn_q_a is not None:
-        q = g.matmul(L.attn_q_b, g.rms_norm(g.matmul(L.attn_q_a, h), L.attn_q_a_norm))
+        q = g.matmul(L.attn_q_b, g.rms_norm(g.matmul(L.attn_q_a, h, lora=False),
+                                            L.attn_q_a_norm), lora=False)
     else:
-        q = g.matmul(L.attn_q, h)
+        q = g.matmul(L.attn_q, h, lora=False)
     q = q.reshape(n, nh, dk)
-    kv_pe = g.matmul(L.attn_kv_a_mqa, h)                                   # [n, r + rot]
+    kv_pe = g.matmul(L.attn_kv_a_mqa, h, lora=False)                       # [n, r + rot]
     k_pe = g.rope(np.ascontiguousarray(kv_pe[:, r:]).reshape(n, 1, rot), il)
     kv = g.rms_norm(np.ascontiguousarray(kv_pe[:, :r]), L.attn_kv_a_norm)   # [n, r]
     q_pe = g.rope(np.ascontiguousarray(q[:, :, nope:]), il)                # [n, nh, rot]
@@ -258,7 +271,7 @@ def mla_attention(g, L, hp, il: int, h: np.ndarray, scale: float, mla: bool,
         o = g.matmul_heads(L.attn_v_b, o.reshape(n, nh, r)).reshape(n, -1)
     else:
         dv = head_v(hp)
-        kvb = g.matmul(L.attn_kv_b, kv).reshape(n, nh, nope + dv)
+        kvb = g.matmul(L.attn_kv_b, kv, lora=False).reshape(n, nh, nope + dv)
         qc = np.concatenate([q[:, :, :nope], q_pe], axis=-1)
         kc = np.concatenate([kvb[:, :, :nope], np.broadcast_to(k_pe, (n, nh, rot))], axis=-1)
         if q_mul is not None:
@@ -287,8 +300,13 @@ def routed_experts(g, L, hp, x: np.ndarray) -> np.ndarray:
         ids = g.top_k(sel, hp.n_expert_used)
         wts = g.expert_weights(probs, ids, hp.expert_weights_norm, hp.expert_weights_scale)
     x3 = x.reshape(n, 1, x.shape[-1])
-    up = g.mul_mat_id(L.ffn_up_exps, x3, ids)                               # [n, k, n_ff_exp]
-    gate = g.mul_mat_id(L.ffn_gate_exps, x3, ids)
+    if L.ffn_gate_up_exps is not None:          # fused [gate | up] rows: one mul_mat_id, views
+        gu = g.mul_mat_id(L.ffn_gate_up_exps, x3, ids)                      # [n, k, 2 n_ff_exp]
+        f = gu.shape[-1] // 2
+        gate, up = np.ascontiguousarray(gu[..., :f]), np.ascontiguousarray(gu[..., f:])
+    else:
+        up = g.mul_mat_id(L.ffn_up_exps, x3, ids)                           # [n, k, n_ff_exp]
+        gate = g.mul_mat_id(L.ffn_gate_exps, x3, ids)
     down = g.mul_mat_id(L.ffn_down_exps, g.swiglu(gate, up), ids)           # [n, k, n_embd]
     return g.sum_experts(g.mul(down, wts[..., None]))
 

@@ -358,6 +358,9 @@ def _deepseek2(s: Spec):                  # deepseek2.cpp: MLA, leading dense la
     if c.get("n_group"):
         s.kv(K.LLM.EXPERT_GROUP_COUNT, c["n_group"])
         s.kv(K.LLM.EXPERT_GROUP_USED_COUNT, c["n_group_used"])
+    if c.get("temp_scale"):              # Mistral Large 3: Llama 4 attention temperature
+        s.kv(K.Attention.TEMPERATURE_SCALE, c["temp_scale"])
+        s.kv(K.Attention.TEMPERATURE_LENGTH, c["temp_length"])
     s.kv(K.Attention.LAYERNORM_RMS_EPS, c["eps"])
     s.kv(K.Rope.FREQ_BASE, c["rope_base"])
     s.kv(K.Rope.DIMENSION_COUNT, rot)
@@ -365,7 +368,7 @@ def _deepseek2(s: Spec):                  # deepseek2.cpp: MLA, leading dense la
     s.kv(K.Rope.SCALING_FACTOR, c["yarn_factor"])
     s.kv(K.Rope.SCALING_ORIG_CTX_LEN, c["orig_ctx"])
     s.kv(K.Rope.SCALING_YARN_LOG_MUL, 0.1 * c["mscale_all_dim"])
-    s.io()
+    s.io(output=not c.get("tied"))
     x, f, fs = c["n_expert"], c["n_ff_exp"], c["n_ff_exp"] * c["n_shared"]
     for il in range(c["n_layer"]):
         s.t(tn(T.ATTN_NORM, il), e)
@@ -390,9 +393,12 @@ def _deepseek2(s: Spec):                  # deepseek2.cpp: MLA, leading dense la
         s.t(tn(T.FFN_GATE_INP, il), x, e)
         if c.get("probs_b"):
             s.t(tn(T.FFN_EXP_PROBS_B, il, "bias"), x)
-        s.t(tn(T.FFN_GATE_EXP, il), x, f, e)
+        if c.get("fused"):                # convert_hf_to_gguf --fuse-gate-up-exps
+            s.t(tn(T.FFN_GATE_UP_EXP, il), x, 2 * f, e)
+        else:
+            s.t(tn(T.FFN_GATE_EXP, il), x, f, e)
+            s.t(tn(T.FFN_UP_EXP, il), x, f, e)
         s.t(tn(T.FFN_DOWN_EXP, il), x, e, f)
-        s.t(tn(T.FFN_UP_EXP, il), x, f, e)
         s.t(tn(T.FFN_GATE_SHEXP, il), fs, e)
         s.t(tn(T.FFN_DOWN_SHEXP, il), e, fs)
         s.t(tn(T.FFN_UP_SHEXP, il), fs, e)
@@ -485,6 +491,14 @@ ARCHS = {
         "eps": 1e-5, "rope_base": 1000000.0, "n_layer": 3, "n_dense": 1, "n_expert": 8,
         "n_expert_used": 2, "n_ff_exp": 256, "n_shared": 1, "w_scale": 2.5, "qk_norm": True,
         "head": 128, "n_head": 4, "n_head_kv": 2}),
+    # Mistral Large 3 style: deepseek2 with the attention temperature (steps at positions 8 and
+    # 16), softmax routing with normalised weights, fused gate|up experts, tied output
+    "deepseek2mistral": ("deepseek2", _deepseek2, {
+        "eps": 1e-5, "n_layer": 3, "n_dense": 1, "q_lora": 256, "kv_lora": 256, "rope": 32,
+        "nope": 64, "v_mla": 64, "mla": True, "n_expert": 8, "n_expert_used": 2,
+        "n_ff_exp": 256, "n_shared": 1, "w_norm": True, "gating": 1, "fused": True,
+        "temp_scale": 0.1, "temp_length": 8, "yarn_factor": 4.0, "orig_ctx": 256,
+        "mscale_all_dim": 1.0, "tied": True}),
     # DeepSeek V2-Lite shaped, legacy layout: no q LoRA (q_lora_rank 0), attn_kv_b (MHA), no
     # gating key (softmax), unnormalised weights, 2 shared experts; mscale_all_dim 0.707
     "deepseek2lite": ("deepseek2", _deepseek2, {
