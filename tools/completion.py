@@ -146,8 +146,7 @@ def load_session(params, ctx):
     try:
         tokens = ctx.state_load_file(path, ctx.n_ctx)
     except (ContextError, OSError) as e:
-        lg.error(f"llama_state_load_file: {e}")
-        lg.error(f"main: failed to load session file '{path}'")
+        lg.error(f"main: failed to load session file '{path}': {e}")
         return None
     lg.info(f"main: loaded a session with prompt size of {len(tokens)} tokens")
     return tokens

@@ -327,6 +327,11 @@ def build_params(body: CompletionBody, defaults: "RequestDefaults", *, n_vocab: 
         verbose=defaults.verbose if body.verbose is None else bool(body.verbose),
         ignore_eos=bool(body.ignore_eos),
         t_max_predict_ms=-1 if body.t_max_predict_ms is None else body.t_max_predict_ms)
+    if 0 < defaults.n_ctx_slot <= p.n_keep:
+        # llama.cpp clamps n_keep to n_ctx - 4 silently; a prompt prefix that large can never
+        # be kept (docs/architecture.md, departures)
+        raise invalid(f"n_keep ({p.n_keep}) must be smaller than the slot context size "
+                      f"({defaults.n_ctx_slot})")
     if body.lora is not None:
         p.lora = parse_lora(body.lora, "Error: 'lora' must be an array of objects with 'id' and "
                             "'scale' fields")
@@ -406,6 +411,7 @@ class RequestDefaults:
     n_predict: int = -1
     n_keep: int = 0
     n_cache_reuse: int = 0
+    n_ctx_slot: int = 0          # n_keep must stay below it (0: unchecked)
     stop: list[str] = field(default_factory=list)
     cache_prompt: bool = True
     sampling: Any = None
