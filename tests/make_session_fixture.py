@@ -49,7 +49,7 @@ def main() -> None:
         with open(path_all, "rb") as f:
             data_all = f.read()
     n_all = struct.unpack_from("<I", data_all, 8)[0]
-    save_all.update(size=len(data_all), sha256=hashlib.sha256(data_all).hexdigest(),
+    save_all.update(path=path_all, size=len(data_all), sha256=hashlib.sha256(data_all).hexdigest(),
                     tokens=list(struct.unpack_from(f"<{n_all}i", data_all, 12)))
     with open(os.path.join(HERE, "data", "session-gemma-llamacpp.bin.gz"), "wb") as f:
         f.write(gzip.compress(data, 9, mtime=0))

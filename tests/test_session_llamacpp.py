@@ -65,13 +65,12 @@ def test_pyllama_reads_llamacpps_session_file(gemma_path, tmp_path):
     assert path.read_bytes() == data            # -ro: not rewritten
 
 
-@pytest.mark.parametrize("damage", ["magic", "truncated", "tokens"])
-def test_corrupt_session_file_is_one_error(gemma_path, tmp_path, damage):
+def test_corrupt_session_file_is_one_error(gemma_path, tmp_path):
+    """A truncated file (the library's other refusals, bad magic, too many tokens, another
+    architecture, are in tests/test_ctx_shift.py)."""
     fx, data = _fixture()
-    bad = {"magic": b"xxxx" + data[4:], "truncated": data[:len(data) // 2],
-           "tokens": data[:8] + (10 ** 6).to_bytes(4, "little") + data[12:]}[damage]
     path = tmp_path / "bad.bin"
-    path.write_bytes(bad)
+    path.write_bytes(data[:len(data) // 2])
     r = _completion(gemma_path, fx, path)
     assert r.returncode == 1 and r.stdout == b""
     errors = [ln for ln in r.stderr.decode().splitlines() if "error" in ln.lower()
@@ -198,7 +197,10 @@ def test_prompt_cache_all_file_is_llamacpps(gemma_path, tmp_path):
     path = tmp_path / "all.bin"
     r = _completion(gemma_path, fx, path, "--prompt-cache-all")
     assert r.returncode == 0, r.stderr.decode()[-2000:]
-    assert r.stdout.decode() == want["stdout"]
+    # the text, then "llama_completion: saving final output to session file '<path>'"
+    text, sep, tail = r.stdout.decode().rpartition(str(path))
+    w_text, _, w_tail = want["stdout"].rpartition(want["path"])
+    assert (text, sep and tail) == (w_text, w_tail)
     data = path.read_bytes()
     n = struct.unpack_from("<I", data, 8)[0]
     assert list(struct.unpack_from(f"<{n}i", data, 12)) == want["tokens"]
