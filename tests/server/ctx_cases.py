@@ -27,14 +27,16 @@ LOREM = ("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmo
 # server flags (pyllama adds --numerics llama.cpp); -t 2 -fa on in both
 REUSE_FLAGS = ["-np", "1", "-c", "1024", "--cache-reuse", "8"]
 SHIFT_FLAGS = ["-np", "2", "-c", "512", "--context-shift"]
-NOSHIFT_FLAGS = ["-np", "2", "-c", "256"]
+NOSHIFT_FLAGS = ["-np", "2", "-c", "512"]       # slot context 256 (llama.cpp's test's setup)
 
 
 def prompts(tokenize) -> dict:
     """tokenize(text, first: bool) -> ids."""
     a, b, c, d, e = (tokenize(t, i == 0) for i, t in enumerate((A, B, C, D, E)))
     lorem = tokenize(" ".join([LOREM] * 3), True)
+    lorem5 = tokenize(" ".join([LOREM] * 5), True)
     return {"abc": a + b + c, "acd": a + c + d, "ace": a + c + e, "lorem": lorem,
+            "lorem5": lorem5,
             "short": tokenize("Hi how are you", True), "n_chunk": len(c), "n_a": len(a)}
 
 
@@ -56,13 +58,13 @@ def shift_requests(p: dict) -> list:
 
 
 def noshift_requests(p: dict) -> list:
-    """llama.cpp's test_ctx_shift_disabled_*: stop at the 128-token slot context ("length"),
+    """llama.cpp's test_ctx_shift_disabled_*: stop at the 256-token slot context ("length"),
     refuse a prompt longer than it."""
     return [("short_64", {"prompt": p["short"], "n_predict": 64, "temperature": 0,
                           "ignore_eos": True, "return_tokens": True}),
             ("short_all", {"prompt": p["short"], "n_predict": -1, "temperature": 0,
                            "ignore_eos": True, "return_tokens": True}),
-            ("long", {"prompt": p["lorem"], "n_predict": 64, "temperature": 0})]
+            ("long", {"prompt": p["lorem5"], "n_predict": 64, "temperature": 0})]
 
 
 def summary(status: int, body: dict) -> dict:
