@@ -814,7 +814,7 @@ OPTIONS += [
        env="LLAMA_ARG_THINK", tools=SCCO, **_EX),
     _O("-rea --reasoning", "enum", "reasoning", "use reasoning/thinking in the chat ('on', "
        "'off', or 'auto', default: 'auto')", choices=("on", "off", "auto"), hint="[on|off|auto]",
-       env="LLAMA_ARG_REASONING", tools=SCCO, **_EX, status=NOOP, note="reasoning is not extracted: content is returned as generated"),
+       env="LLAMA_ARG_REASONING", tools=SCCO, **_EX),
     _O("--reasoning-budget", "int", "reasoning_budget", "controls the amount of thinking "
        "allowed; -1 = unrestricted, 0 = disable thinking (default: -1)",
        env="LLAMA_ARG_THINK_BUDGET", tools=SCCO, **_EX),
