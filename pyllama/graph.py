@@ -12,8 +12,8 @@ import math
 import numpy as np
 
 from .backend import compat as llama_cpp_numerics
-from .backend.base import Backend, Weight, as_matrix
-from .backend.ref import moe_expert_weights, moe_top_k
+from .backend.base import Backend, Weight, as_matrix, expert_weight
+from .backend.ref import ggml_sigmoid, moe_expert_weights, moe_group_mask, moe_top_k
 from .hparams import HParams
 
 
@@ -139,6 +139,27 @@ class Graph:
         return s.astype(np.float32).reshape(-1, 1, 1)
 
     # -- mixture of experts ---------------------------------------------------------------
+    def matmul_heads(self, w: Weight, x: np.ndarray, src1_contiguous: bool = True) -> np.ndarray:
+        """ggml_mul_mat with a 3-D weight w [n_head, rows, cols]: x [n, n_head, cols] ->
+        [n, n_head, rows], head h by w[h] (MLA's attn_k_b / attn_v_b). src1_contiguous: whether
+        llama.cpp's src1 is contiguous (its F32 kernel choice depends on it)."""
+        if self.llama_cpp:
+            return llama_cpp_numerics.matmul_heads(self.be, w, x, src1_contiguous)
+        out = np.empty((x.shape[0], x.shape[1], w.shape[1]), np.float32)
+        for h in range(x.shape[1]):
+            out[:, h] = self.be.matmul(expert_weight(w, h), np.ascontiguousarray(x[:, h]))
+        return out
+
+    @staticmethod
+    def sigmoid(x: np.ndarray) -> np.ndarray:
+        """ggml_sigmoid (backend.ref.ggml_sigmoid)."""
+        return ggml_sigmoid(x)
+
+    @staticmethod
+    def moe_group_mask(sel: np.ndarray, n_groups: int, n_group_used: int) -> np.ndarray:
+        """build_moe_ffn's expert-group limit (backend.ref.moe_group_mask)."""
+        return moe_group_mask(sel, n_groups, n_group_used)
+
     def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """x [n, m, cols] by the experts ids [n, k] of w [n_expert, rows, cols] -> [n, k, rows]."""
         return self.be.mul_mat_id(w, x, ids, one_token=self.llama_cpp)
