@@ -247,3 +247,30 @@ def test_json_error_shape_is_exact(client):
     r = client.get("/nope")
     assert json.loads(r.content) == {"error": {"code": 404, "message": "File Not Found",
                                                "type": "not_found_error"}}
+
+
+def test_n_keep_not_below_the_slot_context_is_400(client):
+    """n_keep at or past the slot context (512) can never be kept: 400 (llama.cpp clamps it
+    silently to n_ctx - 4); -1 (the whole prompt) and smaller values are served."""
+    for n_keep in (512, 10 ** 6):
+        check_error(client.post("/completion", json={**OK_BODY, "n_keep": n_keep}), 400,
+                    "invalid_request_error", f"n_keep ({n_keep}) must be smaller than the slot "
+                    "context size (512)")
+        still_serving(client)
+    for n_keep in (-1, 511):
+        assert client.post("/completion", json={**OK_BODY, "n_keep": n_keep}).status_code == 200
+
+
+def test_server_keep_flag_past_the_slot_context(tiny_llama):
+    """--keep as large: every request gets the 400, the server stays up."""
+    from server_proc import ServerProc
+    import httpx
+    s = ServerProc(["-m", tiny_llama, "-c", "256", "-np", "1", "-t", "1", "--keep", "300"]
+                   ).wait_ready()
+    try:
+        with httpx.Client(base_url=s.url, timeout=60) as c:
+            check_error(c.post("/completion", json=OK_BODY), 400, "invalid_request_error",
+                        "n_keep (300) must be smaller than the slot context size (256)")
+            assert c.get("/health").status_code == 200
+    finally:
+        assert s.stop() == 0
