@@ -128,3 +128,21 @@ def test_cache_reuse_disabled_where_the_cache_cannot_shift(tiny_model_path):
     out = s.output()
     assert "cache_reuse is not supported by this context, it will be disabled" in out
     assert "cache reuse is not supported - ignoring n_cache_reuse = 4" in out
+
+
+def test_context_shift_continues_past_the_slot_context_tiny(tiny_model_path):
+    """--context-shift in the invariant numerics (the server's default): a 200-token prompt in a
+    256-token slot generates 100 tokens (one shift of half the cache), truncated."""
+    s = ServerProc(["-m", tiny_model_path("llama"), "-t", "1", "-np", "1", "-c", "256",
+                    "--context-shift"]).wait_ready()
+    try:
+        with httpx.Client(base_url=s.url, timeout=120) as cl:
+            r = cl.post("/completion", json={"prompt": list(range(10, 210)), "n_predict": 100,
+                                             "temperature": 0, "ignore_eos": True})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert body["tokens_predicted"] == 100 and body["truncated"] is True
+            assert body["stop_type"] == "limit" and body["tokens_cached"] < 256
+    finally:
+        assert s.stop() == 0
+    assert "slot context shift, n_keep = 0, n_left = 255, n_discard = 127" in s.output()

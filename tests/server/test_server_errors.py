@@ -274,3 +274,18 @@ def test_server_keep_flag_past_the_slot_context(tiny_llama):
             assert c.get("/health").status_code == 200
     finally:
         assert s.stop() == 0
+
+
+def test_stream_stops_with_length_at_the_slot_context(client):
+    """llama.cpp's test_ctx_shift_disabled_stream: no context shift, the stream's last chunk
+    says finish_reason "length" once the slot context is full."""
+    with client.stream("POST", "/v1/completions", json={
+            "prompt": "the cat " * 100, "n_predict": 1000, "temperature": 0,
+            "ignore_eos": True, "stream": True}) as r:
+        assert r.status_code == 200
+        chunks = [json.loads(ln[6:]) for ln in r.iter_lines()
+                  if ln.startswith("data: ") and ln != "data: [DONE]"]
+    reasons = [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices")]
+    assert reasons[-1] == "length" and all(x is None for x in reasons[:-1])
+    assert "".join(c["choices"][0]["text"] for c in chunks if c.get("choices"))
+    still_serving(client)
