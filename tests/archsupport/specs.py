@@ -473,7 +473,9 @@ ARCHS = {
     "glm4": ("glm4", _glm4, {"eps": 1e-5, "rope_base": 10000.0}),
     # DeepSeek V3 / R1 / Kimi K2 shaped: q LoRA, absorbed MLA (attn_k_b / attn_v_b), one dense
     # layer then MoE with sigmoid routing, exp_probs_b, 4 expert groups (2 used), normalised
-    # weights x 2.5, a shared expert; YaRN x4 from 256 positions, mscale_all_dim 1
+    # weights x 2.5, a shared expert; YaRN x4 from 256 positions, mscale_all_dim 1. Also an F32
+    # fixture (record.py --archs deepseek2 --ftypes F32): attn_k_b's F32 mul_mat on a
+    # non-contiguous src1 is ggml_vec_dot_f32 (no tinyBLAS)
     "deepseek2": ("deepseek2", _deepseek2, {
         "eps": 1e-6, "n_layer": 3, "n_dense": 1, "q_lora": 256, "kv_lora": 256, "rope": 32,
         "nope": 64, "v_mla": 64, "mla": True, "n_expert": 16, "n_expert_used": 4,
