@@ -44,6 +44,7 @@ def run(argv) -> int:
             rc = run(params, model, ctx, out)
         except TaskError as e:
             log().error(str(e))
+            out("\n")
             return 1
         out("\n")
         return rc
@@ -178,9 +179,16 @@ def run_multiple_choice(params, model, ctx, out: Output) -> int:
 
 
 def _err_part(text: str) -> None:
-    """A LOG_INF without its newline (llama.cpp continues the line later)."""
-    sys.stderr.write(text)
-    sys.stderr.flush()
+    """A LOG_INF without its newline (llama.cpp's next message continues the line)."""
+    from pyllama.log import logger
+    saved = [(h, getattr(h, "terminator", "\n")) for h in logger.handlers]
+    for h, _ in saved:
+        h.terminator = ""
+    try:
+        log().info(text)
+    finally:
+        for h, t in saved:
+            h.terminator = t
 
 
 # ---- strided perplexity ----------------------------------------------------------------------
