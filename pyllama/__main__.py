@@ -13,17 +13,21 @@ import sys
 TOOLS = {
     "server": "server", "cli": "cli", "completion": "completion", "simple": "simple",
     "speculative": "speculative", "speculative-simple": "speculative_simple", "bench": "bench",
-    "perplexity": "perplexity", "tokenize": "tokenize", "embedding": "embedding", "lookup-merge": "lookup_merge",
+    "perplexity": "perplexity", "tokenize": "tokenize", "embedding": "embedding", "lookup": "lookup",
+    "lookup-create": "lookup_create", "lookup-merge": "lookup_merge", "lookup-stats": "lookup_stats",
 }
 
 
 def tools_package():
-    """pyllama.tools, from the installed package or from the checkout's tools/ folder."""
-    try:
-        return importlib.import_module("pyllama.tools")
-    except ImportError:
-        pass
+    """pyllama.tools: the tools/ folder next to this pyllama package when it is a source checkout
+    (an editable install elsewhere, e.g. a git worktree's main checkout, must not shadow it),
+    else the installed package."""
     folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
+    if "pyllama.tools" in sys.modules or not os.path.isfile(os.path.join(folder, "_args.py")):
+        try:
+            return importlib.import_module("pyllama.tools")
+        except ImportError:
+            pass
     spec = importlib.util.spec_from_file_location(
         "pyllama.tools", os.path.join(folder, "__init__.py"), submodule_search_locations=[folder])
     module = importlib.util.module_from_spec(spec)

@@ -10,7 +10,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ["llama-server", "llama-cli", "llama-completion", "llama-simple", "llama-speculative",
-           "llama-speculative-simple", "llama-bench", "llama-perplexity", "llama-tokenize"]
+           "llama-speculative-simple", "llama-bench", "llama-perplexity", "llama-tokenize",
+           "llama-lookup", "llama-lookup-create", "llama-lookup-stats"]
 
 
 def _script(name):

@@ -23,10 +23,11 @@ from ._params import Params
 
 S, C, CO, SP, P, T = "server", "cli", "completion", "speculative", "perplexity", "tokenize"
 E = "embedding"
-ALL = frozenset({S, C, CO, SP, P, T, E})
+LK = "lookup"            # llama-lookup, -lookup-create, -lookup-stats (LLAMA_EXAMPLE_LOOKUP)
+ALL = frozenset({S, C, CO, SP, P, T, E, LK})
 TOOL_NAMES = {S: "llama-server", C: "llama-cli", CO: "llama-completion",
               SP: "llama-speculative", P: "llama-perplexity", T: "llama-tokenize",
-              E: "llama-embedding"}
+              E: "llama-embedding", LK: "llama-lookup"}
 IMPL, NOOP, UNSUP, DEPR = "impl", "noop", "unsupported", "deprecated"
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
@@ -275,7 +276,7 @@ OPTIONS: list[Opt] = [
        "(default: true)", neg="--no-display-prompt", tools={C, CO}),
     _O("-co --color", "optenum", "color", "Colorize output to distinguish prompt and user input "
        "from generations ('on', 'off', or 'auto', default: 'auto')", hint="[on|off|auto]",
-       choices=("on", "off", "auto"), const="on", tools={C, CO, SP}, conv=_on_off_auto("--color"),
+       choices=("on", "off", "auto"), const="on", tools={C, CO, SP, LK}, conv=_on_off_auto("--color"),
        status=NOOP, note="pyllama prints plain text"),
     # ---- model, prompt, generation length --------------------------------------------------
     _O("-m --model", "str", "model", "model path to load", hint="FNAME", env="LLAMA_ARG_MODEL"),
@@ -371,7 +372,7 @@ OPTIONS: list[Opt] = [
        "batch size as llama.cpp does: same tokens as llama.cpp) or 'invariant' (results independent "
        "of batch shape; exact speculative decoding)\n(default: llama.cpp on the CPU for "
        "llama-cli/-completion/-perplexity, else invariant)", choices=("invariant", "llama.cpp"),
-       hint="MODE", env="LLAMA_ARG_NUMERICS", tools={S, C, CO, SP, P}),
+       hint="MODE", env="LLAMA_ARG_NUMERICS", tools={S, C, CO, SP, P, LK}),
     _O("-kvu --kv-unified", "bool", "kv_unified", "use single unified KV buffer shared across "
        "all sequences (default: false)", neg="-no-kvu --no-kv-unified", env="LLAMA_ARG_KV_UNIFIED",
        tools={S, P}),
@@ -631,9 +632,9 @@ OPTIONS += [
        "speculative decoding (default: unused); alone it enables draft-simple",
        hint="FNAME", env="LLAMA_ARG_SPEC_DRAFT_MODEL", **_SPEC),
     _O("--spec-draft-n-max", "int", "speculative.n_max", "number of tokens to draft for "
-       "speculative decoding (default: 3)", env="LLAMA_ARG_SPEC_DRAFT_N_MAX", **_SPEC),
+       "speculative decoding (default: 3)", env="LLAMA_ARG_SPEC_DRAFT_N_MAX", group="speculative", tools=SCSP | {LK}),
     _O("--spec-draft-n-min", "int", "speculative.n_min", "minimum number of draft tokens to use "
-       "for speculative decoding (default: 0)", env="LLAMA_ARG_SPEC_DRAFT_N_MIN", **_SPEC),
+       "for speculative decoding (default: 0)", env="LLAMA_ARG_SPEC_DRAFT_N_MIN", group="speculative", tools=SCSP | {LK}),
     _O("--spec-policy", "enum", "speculative.policy", "draft length: 'cost' (cost-aware: only as "
        "many tokens as pay for their verification, from the acceptance seen so far) or 'fixed' "
        "(llama.cpp's: as many as the drafter proposes, up to the limits)\n(default: cost)",
@@ -733,17 +734,17 @@ OPTIONS += [
        group="speculative", tools={S, C}),
     _O("-lcs --lookup-cache-static", "str", "speculative.lookup_cache_static", "path to static "
        "lookup cache to use for lookup decoding (not updated by generation)", hint="FNAME",
-       group="speculative", tools={S, SP}),
+       group="speculative", tools={S, SP, LK}),
     _O("-lcd --lookup-cache-dynamic", "str", "speculative.lookup_cache_dynamic", "path to dynamic "
        "lookup cache to use for lookup decoding (updated by generation)", hint="FNAME",
-       group="speculative", tools={S, SP}),
+       group="speculative", tools={S, SP, LK}),
     # ---- old spellings llama.cpp removed (1.10): accepted with a note -------------------------
     _O("--draft-max --draft --draft-n", "int", "speculative.n_max", "old spelling of "
        "--spec-draft-n-max", old_env=("LLAMA_ARG_DRAFT_MAX",), status=DEPR,
-       note="use --spec-draft-n-max", **_SPEC),
+       note="use --spec-draft-n-max", group="speculative", tools=SCSP | {LK}),
     _O("--draft-min --draft-n-min", "int", "speculative.n_min", "old spelling of "
        "--spec-draft-n-min", old_env=("LLAMA_ARG_DRAFT_MIN",), status=DEPR,
-       note="use --spec-draft-n-min", **_SPEC),
+       note="use --spec-draft-n-min", group="speculative", tools=SCSP | {LK}),
     _O("-cd --ctx-size-draft", "int", "ctx_size_draft", "old: draft context size (the draft "
        "context now equals the target's)", old_env=("LLAMA_ARG_CTX_SIZE_DRAFT",), status=DEPR,
        note="ignored: the draft context size equals the target's", **_SPEC),
@@ -813,7 +814,7 @@ OPTIONS += [
        env="LLAMA_ARG_THINK", tools=SCCO, **_EX),
     _O("-rea --reasoning", "enum", "reasoning", "use reasoning/thinking in the chat ('on', "
        "'off', or 'auto', default: 'auto')", choices=("on", "off", "auto"), hint="[on|off|auto]",
-       env="LLAMA_ARG_REASONING", tools=SCCO, **_EX, status=NOOP, note="reasoning is not extracted: content is returned as generated"),
+       env="LLAMA_ARG_REASONING", tools=SCCO, **_EX),
     _O("--reasoning-budget", "int", "reasoning_budget", "controls the amount of thinking "
        "allowed; -1 = unrestricted, 0 = disable thinking (default: -1)",
        env="LLAMA_ARG_THINK_BUDGET", tools=SCCO, **_EX),
@@ -855,8 +856,8 @@ OPTIONS += [
     _O("--cache-prompt", "bool", "cache_prompt", "whether to enable prompt caching (default: "
        "enabled)", neg="--no-cache-prompt", env="LLAMA_ARG_CACHE_PROMPT", tools={S}, **_EX),
     _O("--cache-reuse", "int", "n_cache_reuse", "min chunk size to attempt reusing from the "
-       "cache via KV shifting (default: 0)", env="LLAMA_ARG_CACHE_REUSE", tools={S},
-       status=UNSUP, note="KV-shift cache reuse", **_EX),
+       "cache via KV shifting, requires prompt caching to be enabled (default: 0)",
+       env="LLAMA_ARG_CACHE_REUSE", tools={S}, **_EX),
     _O("-ctxcp --ctx-checkpoints --swa-checkpoints", "int", "n_ctx_checkpoints", "max number "
        "of context checkpoints per slot (default: 32)", env="LLAMA_ARG_CTX_CHECKPOINTS",
        tools={S, C}, **_EX),

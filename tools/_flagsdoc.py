@@ -9,13 +9,14 @@ STATUS_TEXT = {"impl": "implemented", "noop": "accepted, no effect (warns)",
                "unsupported": "not supported yet (exit 1)",
                "deprecated": "old spelling, works (warns)"}
 TOOL_CODES = {"server": "S", "cli": "C", "completion": "Co", "speculative": "Sp",
-              "perplexity": "P", "tokenize": "T", "embedding": "E"}
+              "perplexity": "P", "tokenize": "T", "embedding": "E", "lookup": "L"}
 HEADER = """# Command-line flags
 
 Generated from `tools/_args.py` by `python -m pyllama flags-doc`; do not edit by hand.
 
 Every flag of llama.cpp's shared parser (llama-server, llama-cli, llama-completion,
-llama-speculative[-simple], llama-perplexity, llama-tokenize, llama-embedding) has one
+llama-speculative[-simple], llama-perplexity, llama-tokenize, llama-embedding,
+llama-lookup[-create,-stats]) has one
 disposition here:
 **implemented**; **accepted, no effect** (prints one warning line: only where the flag means
 nothing in pyllama); **not supported yet** (one error line, exit 1; for a `--x`/`--no-x` pair
@@ -29,7 +30,7 @@ off. Differences: no `-m` means the bundled default model (gemma-3-270m); `-md` 
 draft-model speculation; the removed spellings listed last keep working.
 
 Tools: S server, C cli, Co completion, Sp speculative and speculative-simple, P perplexity,
-T tokenize, E embedding. llama-bench and llama-simple have their own parsers (see their `-h`).
+T tokenize, E embedding, L lookup, lookup-create and lookup-stats. llama-bench and llama-simple have their own parsers (see their `-h`).
 
 """
 

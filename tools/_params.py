@@ -187,6 +187,7 @@ class Params:
     alias: str = ""
     cont_batching: bool = True
     cache_prompt: bool = True
+    n_cache_reuse: int = 0
     endpoint_metrics: bool = False
     endpoint_slots: bool = True
     endpoint_props: bool = False
@@ -198,6 +199,7 @@ class Params:
     cache_idle_slots: bool = True    # --cache-idle-slots
     tags: str = ""
     reasoning_format: str = "deepseek"
+    reasoning: str = "auto"          # -rea: on / off set enable_thinking for the template
     reasoning_budget: int = -1
     reasoning_effort: str = "default"
     reasoning_preserve: bool | None = None
@@ -289,10 +291,12 @@ class Params:
 
     def template_kwargs(self) -> dict:
         """Extra chat template variables: --chat-template-kwargs (a JSON object), then
-        --reasoning-effort (not 'default') and --reasoning-preserve as llama.cpp sets them in
-        default_template_kwargs (common/arg.cpp)."""
+        --reasoning on|off (enable_thinking), --reasoning-effort (not 'default') and
+        --reasoning-preserve as llama.cpp sets them in default_template_kwargs (common/arg.cpp)."""
         import json
         kw = json.loads(self.chat_template_kwargs) if self.chat_template_kwargs else {}
+        if self.reasoning in ("on", "off"):
+            kw["enable_thinking"] = self.reasoning == "on"
         if self.reasoning_effort != "default":
             kw["reasoning_effort"] = self.reasoning_effort
         if self.reasoning_preserve is not None:

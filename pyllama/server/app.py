@@ -6,6 +6,7 @@ tools/server/server.cpp (routes), server-http.cpp (CORS, auth, errors), server-c
 from __future__ import annotations
 
 import asyncio
+import datetime
 import gc
 import hmac
 import os
@@ -32,6 +33,7 @@ from . import responses as R
 from . import schemas as S
 from . import sleep
 from . import static
+from . import streams
 from .drain import Drain, draining_error
 from .chat import generation_prompt, render_chat
 from .tool_calls import family as tool_family
@@ -237,6 +239,7 @@ class Server:
         self._defaults = None
         self.live: dict[str, list] = {}     # chat completion id -> its tasks (while running)
         self.drain = Drain(cfg.drain_timeout)
+        self.streams = streams.StreamSessions()     # X-Conversation-Id sessions (/v1/stream)
         engine.http_busy = lambda: self.drain.inflight > 0    # no sleep mid-request
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -257,6 +260,7 @@ class Server:
             cfg = self.cfg
             self._defaults = S.RequestDefaults(
                 n_predict=cfg.n_predict, n_keep=cfg.n_keep, stop=list(cfg.reverse_prompts),
+                n_cache_reuse=cfg.n_cache_reuse, n_ctx_slot=self.engine.n_ctx_slot,
                 cache_prompt=cfg.cache_prompt, sampling=self.engine.sampling_defaults,
                 eog_ids=tuple(self.engine.vocab.eog_ids), verbose=cfg.verbose,
                 reasoning_format=cfg.reasoning_format)
@@ -429,7 +433,7 @@ class Server:
         v = self.engine.vocab
         bos = self.engine.model.token_to_piece(v.bos, True).decode("utf-8", "replace") \
             if getattr(v, "add_bos", False) and getattr(v, "bos", -1) >= 0 else None
-        kwargs = {"enable_thinking": self._thinking_default(), **self.cfg.chat_template_kwargs}
+        kwargs = self._template_kwargs()
         return render_chat(self.template, body, kwargs, bos,
                            prefill_assistant=self.cfg.prefill_assistant)
 
@@ -437,7 +441,7 @@ class Server:
         """The chat parser's generation_settings fields of a chat task: llama.cpp's PEG parser
         (chat_format peg-native), the template's generation prompt and the tool-call markers
         kept as single tokens (preserved_tokens)."""
-        kwargs = {"enable_thinking": self._thinking_default(), **self.cfg.chat_template_kwargs}
+        kwargs = self._template_kwargs()
         preserved = []
         src = self._template_source()
         if tool_family(self.template) == "hermes" and "<tool_call>" in src:
@@ -447,6 +451,14 @@ class Server:
                     preserved.append(ids[0])
         return {"chat_format": "peg-native", "preserved_tokens": preserved,
                 "generation_prompt": generation_prompt(self.template, body, kwargs)}
+
+    def _template_kwargs(self) -> dict:
+        """The template variables of a chat request before its own chat_template_kwargs:
+        common_chat_extra_context's `datetime` ("%b %d %Y") and `date_string` ("%d %b %Y",
+        local time), enable_thinking, then --chat-template-kwargs / --reasoning."""
+        now = datetime.datetime.now()
+        return {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y"),
+                "enable_thinking": self._thinking_default(), **self.cfg.chat_template_kwargs}
 
     def _thinking_default(self) -> bool:
         """llama.cpp's enable_thinking template variable: true when the template renders
@@ -491,8 +503,14 @@ class Server:
     async def transcriptions(self, request: Request):
         return await K.transcriptions(self, request)
 
-    async def stream_resume(self, request: Request):
-        return await K.stream_resume(self, request)
+    async def stream_get(self, request: Request):
+        return await streams.get_stream(self.streams, request)
+
+    async def stream_delete(self, request: Request):
+        return await streams.delete_stream(self.streams, request)
+
+    async def streams_lookup(self, request: Request):
+        return await streams.lookup(self.streams, request)
 
     async def anthropic_messages(self, request: Request):
         return await A.messages(self, request)
@@ -555,6 +573,21 @@ class Server:
         chat = mode in CHAT_MODES
         if body is None:
             body = await self.body(request, S.ChatBody if chat else S.CompletionBody)
+        # X-Conversation-Id: the stream is kept for /v1/stream (pyllama/server/streams.py);
+        # a request that fails, or does not stream, leaves no session behind
+        conv = streams.conv_id_of(request)
+        session = self.streams.create_or_replace(conv) if conv else None
+        try:
+            response = await self._run(request, mode, body, chat, session)
+        except BaseException:
+            if session is not None:
+                self.streams.evict(conv, session)
+            raise
+        if session is not None and session.producer is None:
+            self.streams.evict(conv, session)
+        return response
+
+    async def _run(self, request: Request, mode: str, body, chat: bool, session):
         # templates and tokenization of long prompts run off the event loop
         prompts, params, n_cmpl = await run_in_threadpool(self._prepare, body, chat)
         if chat:
@@ -577,7 +610,10 @@ class Server:
             except BaseException:
                 self.live.pop(ctx.cid, None)
                 raise
-            return StreamingResponse(self._stream(ch, tasks, ctx, first),
+            chunks = self._stream(ch, tasks, ctx, first)
+            if session is not None:
+                chunks = streams.attach(session, chunks)
+            return StreamingResponse(chunks,
                                      media_type="text/event-stream",
                                      headers={"X-Accel-Buffering": "no",
                                               "Cache-Control": "no-cache"})
@@ -1042,8 +1078,9 @@ def create_app(cfg, engine: Engine, tools=None) -> Gate:
         Route("/lora-adapters", s.lora_adapters, methods=["GET", "POST"]),
         Route("/v1/audio/transcriptions", s.transcriptions, methods=post),
         Route("/audio/transcriptions", s.transcriptions, methods=post),
-        Route("/v1/stream", s.stream_resume, methods=["GET", "DELETE"]),
-        Route("/v1/streams/lookup", s.stream_resume, methods=post),
+        Route("/v1/stream", s.stream_get, methods=get),
+        Route("/v1/stream", s.stream_delete, methods=["DELETE"]),
+        Route("/v1/streams/lookup", s.streams_lookup, methods=post),
         Route("/v1/responses", s.responses, methods=post),
         Route("/responses", s.responses, methods=post),
         Route("/v1/responses/input_tokens", s.responses_input_tokens, methods=post),

@@ -1,9 +1,9 @@
 """The small llama-server routes of 0c1e570 around the completion path: reasoning control
 (`/v1/chat/completions/control`), LoRA adapters (`/lora-adapters`), and the
-explicit refusals of what this server does not have (audio transcription, stream resume).
+explicit refusal of what this server does not have (audio transcription).
 
 llama.cpp counterpart: server_routes::post_control, get/post_lora_adapters,
-post_transcriptions_oai (server-context.cpp), server-stream.cpp.
+post_transcriptions_oai (server-context.cpp).
 """
 from __future__ import annotations
 
@@ -61,7 +61,3 @@ async def lora_set(server, request):
 async def transcriptions(server, request):
     raise not_supported("The current model does not support audio input.")
 
-
-async def stream_resume(server, request):
-    raise not_supported("resumable streams (/v1/stream, /v1/streams/lookup) are not supported "
-                        "by this server")

@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+from urllib.parse import quote
 
 import httpx
 import msgspec
@@ -38,10 +39,12 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ..log import get_logger
+from . import streams
 from .schemas import ServerError
 
 log = get_logger("server")
 _JSON = "application/json; charset=utf-8"
+STREAM_LOOKUP_TIMEOUT_S = 0.25      # router -> child budget of the stream routes (250 ms)
 _HOP = {"content-length", "transfer-encoding", "connection", "keep-alive", "server", "date"}
 
 
@@ -92,6 +95,10 @@ class Router:
         self.lock = asyncio.Lock()
         self.http = httpx.AsyncClient(timeout=None)
         self.listeners: set[asyncio.Queue] = set()       # GET /models/sse clients
+        # conversation id (X-Conversation-Id of a routed POST) -> (child name, ticket): the
+        # resumable stream routes go straight to the child that owns the session
+        self.conv_models: dict[str, tuple[str, int]] = {}
+        self._tickets = 0
         self.loop: asyncio.AbstractEventLoop | None = None
 
     def notify(self, event: str, name: str, data: dict | None = None) -> None:
@@ -301,6 +308,9 @@ class Router:
         c = self.children.get(name)
         if c is None:
             return _err(400, f"model '{name}' not found")
+        # remembered before the load wait: a stop while the model loads cancels this request
+        conv = request.headers.get(streams.HEADER, "") if request.method == "POST" else ""
+        ticket = self._remember(conv, name)
         try:
             async with self.lock:
                 self.check()
@@ -311,6 +321,10 @@ class Router:
             await self.ready(c)
         except ServerError as e:
             return _json(e.body(), e.code)
+        if ticket and self.conv_models.get(conv, ("", 0))[1] != ticket:
+            log.info(f"srv  proxy: request for conv_id={conv} cancelled while model "
+                     f"name={name} was loading")
+            return _err(400, "request cancelled by a stop while the model was loading")
         c.last_used = time.monotonic()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP
                    and k.lower() != "host"}
@@ -321,7 +335,50 @@ class Router:
             up = await self.http.send(req, stream=True)
         except httpx.HTTPError as e:
             return _err(500, f"model '{name}' is not reachable: {e}")
+        return self._relay(up)
 
+    # -- resumable streams (server-models.cpp router_stream_get / _lookup / _delete) -----------
+    def _remember(self, conv: str, name: str) -> int:
+        if not conv:
+            return 0
+        self._tickets += 1
+        self.conv_models[conv] = (name, self._tickets)
+        return self._tickets
+
+    def _owner(self, conv: str) -> Child | None:
+        """The running child a conversation's POST went to (resolve_child_for_conv)."""
+        tracked = self.conv_models.get(conv)
+        c = self.children.get(tracked[0]) if tracked else None
+        if c is None:
+            return None
+        self.check()
+        return c if c.status == "loaded" else None
+
+    async def stream_get(self, request: Request):
+        conv = request.query_params.get("conv_id", "")
+        if not conv:
+            return _err(400, "Missing conversation id in path")
+        c = self._owner(conv)
+        if c is None:
+            tracked = self.conv_models.get(conv)
+            t = self.children.get(tracked[0]) if tracked else None
+            if t is not None and t.status == "loading":
+                return _err(503, "Stream owner model is loading, retry later")
+            return _err(404, streams.NOT_FOUND)     # as the child's, see streams.get_stream
+        path = "/v1/stream?conv_id=" + quote(conv, safe="-_.~")
+        if request.query_params.get("from", ""):
+            path += "&from=" + quote(request.query_params["from"], safe="-_.~")
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP
+                   and k.lower() != "host"}
+        try:
+            up = await self.http.send(self.http.build_request(
+                "GET", f"http://127.0.0.1:{c.port}{path}", headers=headers), stream=True)
+        except httpx.HTTPError as e:
+            return _err(500, f"model '{c.name}' is not reachable: {e}")
+        return self._relay(up)
+
+    @staticmethod
+    def _relay(up) -> StreamingResponse:
         async def body_iter():
             try:
                 async for chunk in up.aiter_raw():
@@ -332,6 +389,53 @@ class Router:
                 await up.aclose()
         out = {k: v for k, v in up.headers.items() if k.lower() not in _HOP}
         return StreamingResponse(body_iter(), status_code=up.status_code, headers=out)
+
+    async def streams_lookup(self, request: Request):
+        """Each id asked about goes to the child that owns it (250 ms budget each); a body
+        that is not JSON, or a child that does not answer, contributes nothing."""
+        try:
+            ids = streams.requested_ids(await request.body())
+        except ServerError:
+            return _json([])
+        per_child: dict[int, list[str]] = {}
+        for cid in ids:
+            c = self._owner(cid)
+            if c is not None:
+                per_child.setdefault(c.port, []).append(cid)
+        out = []
+        for port, group in per_child.items():
+            try:
+                r = await self.http.post(f"http://127.0.0.1:{port}/v1/streams/lookup",
+                                         json={"conversation_ids": group},
+                                         timeout=STREAM_LOOKUP_TIMEOUT_S)
+                arr = r.json() if r.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
+                continue
+            if isinstance(arr, list):
+                out += [e for e in arr if isinstance(e, dict)]
+        return _json(out)
+
+    async def stream_delete(self, request: Request):
+        conv = request.query_params.get("conv_id", "")
+        if not conv:
+            return _err(400, "Missing conversation id in path")
+        c = self._owner(conv)
+        if c is not None:
+            try:
+                await self.http.delete(f"http://127.0.0.1:{c.port}/v1/stream?conv_id="
+                                       + quote(conv, safe="-_.~"),
+                                       timeout=STREAM_LOOKUP_TIMEOUT_S)
+            except httpx.HTTPError:
+                pass
+        elif conv in self.conv_models:
+            log.info(f"srv  stream_delete: router stop for conv_id={conv} while model "
+                     f"name={self.conv_models[conv][0]} is loading, cancelling the pending "
+                     "request")
+        else:
+            log.warning(f"srv  stream_delete: router stop for unknown conv_id={conv}, no "
+                        "owning child in the conv map")
+        self.conv_models.pop(conv, None)
+        return Response(b"", status_code=204, media_type="application/json")
 
     def shutdown(self) -> None:
         for c in self.children.values():
@@ -356,6 +460,9 @@ def create_router_app(router: Router, tools=None) -> Starlette:
         Route("/models/sse", router.models_sse, methods=["GET"]),
         Route("/models/load", router.load_route, methods=["POST"]),
         Route("/models/unload", router.unload_route, methods=["POST"]),
+        Route("/v1/stream", router.stream_get, methods=["GET"]),
+        Route("/v1/stream", router.stream_delete, methods=["DELETE"]),
+        Route("/v1/streams/lookup", router.streams_lookup, methods=["POST"]),
         *tools_builtin.routes(tools),           # the router's own, as server.cpp registers them
         Route("/{path:path}", router.proxy, methods=any_method)])
 

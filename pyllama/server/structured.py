@@ -10,7 +10,8 @@ json_schema/grammar field, server-common.cpp's oaicompat_chat_params_parse).
   and `grammar` together are an error ("Cannot use both json_schema and grammar").
 - chat with tools: tool_choice "required" (or a named function) constrains the output to the
   Hermes 2 Pro tool-call syntax of the bundled Qwen template, `<tool_call>\\n{"name": ...,
-  "arguments": {...}}\\n</tool_call>`, one call or several with parallel_tool_calls; with
+  "arguments": {...}}\\n</tool_call>`, one call or several (parallel_tool_calls or not, as
+  llama.cpp's grammar for this format); with
   "auto" the same grammar is lazy, triggered by the word `<tool_call>`.
 Bad grammars and schemas are 400 errors, with the failing position where there is one.
 """
@@ -66,8 +67,11 @@ def response_format_schema(rf, json_schema):
     return json_schema
 
 
-def tool_call_grammar(tools: list, only: str | None = None, parallel: bool = True) -> str:
-    """The grammar of Hermes 2 Pro tool calls over these tools (all, or just `only`)."""
+def tool_call_grammar(tools: list, only: str | None = None) -> str:
+    """The grammar of Hermes 2 Pro tool calls over these tools (all, or just `only`): one or
+    more `<tool_call>` blocks whatever parallel_tool_calls says, as llama.cpp's grammar for
+    this per-call format is `(tool-call space)+` either way (its parser reads every block;
+    tests/data/parallel-calls-llamacpp.json)."""
     conv = Converter()
     alts = []
     for t in tools:
@@ -92,7 +96,7 @@ def tool_call_grammar(tools: list, only: str | None = None, parallel: bool = Tru
         raise invalid("JSON schema conversion failed:\n" + "\n".join(conv.errors))
     conv.add_rule("tool-call", f'"{TOOL_OPEN}\\n" space ( {" | ".join(alts)} ) space '
                                f'"\\n{TOOL_CLOSE}"')
-    conv.add_rule("root", 'tool-call ( "\\n" tool-call )*' if parallel else "tool-call")
+    conv.add_rule("root", 'tool-call ( "\\n" tool-call )*')
     return conv.format_grammar()
 
 
@@ -147,8 +151,7 @@ def constrain(body, sampling, *, chat: bool, oai: bool):
         elif choice not in (None, "auto", "required"):
             raise invalid(f"Invalid tool_choice: {choice}")
         if json_schema is None:
-            parallel = getattr(body, "parallel_tool_calls", None)
-            grammar = tool_call_grammar(tools, only, parallel is not False)
+            grammar = tool_call_grammar(tools, only)
             if choice in (None, "auto"):
                 lazy, triggers = True, (("word", TOOL_OPEN),)
             json_schema = None

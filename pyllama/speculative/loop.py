@@ -28,6 +28,9 @@ class SpecParams:
     n_min: int = 0          # --spec-draft-n-min
     p_min: float = 0.0      # --spec-draft-p-min
     mode: str = "chain"     # "chain" or "rejection"
+    # n_predict is checked at the end of a round only (llama.cpp's examples/lookup): the round's
+    # accepted drafts are all emitted, so up to n_max tokens past n_predict
+    round_stop: bool = False
 
 
 @dataclass
@@ -89,7 +92,7 @@ def speculative_generate(ctx, sampler, prompt: list[int], drafter: Drafter,
             yield tok
             if tok in stops or (n_predict >= 0 and n_gen >= n_predict):
                 return
-            n_left = -1 if n_predict < 0 else n_predict - n_gen
+            n_left = -1 if n_predict < 0 or p.round_stop else n_predict - n_gen
             if len(cached_tokens(ctx, seq_id)) + 1 >= ctx.n_ctx_seq:
                 return
             emitted = _round(ctx, sampler, history, drafter, p, st, seq_id, stops, n_left,
@@ -99,7 +102,7 @@ def speculative_generate(ctx, sampler, prompt: list[int], drafter: Drafter,
                 st.n_predict += 1
                 n_gen += 1
                 yield t
-                if t in stops or (n_predict >= 0 and n_gen >= n_predict):
+                if t in stops or (n_predict >= 0 and n_gen >= n_predict and not p.round_stop):
                     return
             tok = emitted[-1]
             n_gen += 1

@@ -11,7 +11,7 @@ from pyllama.tools import _args as A
 SNAPSHOT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "llamacpp_flags.json")
 # pyllama's tools -> llama.cpp's llama_example (llama-speculative-simple parses as SPECULATIVE)
 EXAMPLE = {A.S: "SERVER", A.C: "CLI", A.CO: "COMPLETION", A.SP: "SPECULATIVE",
-           A.P: "PERPLEXITY", A.T: "TOKENIZE"}
+           A.P: "PERPLEXITY", A.T: "TOKENIZE", A.LK: "LOOKUP"}
 
 
 def _snapshot():
