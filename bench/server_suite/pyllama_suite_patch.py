@@ -24,7 +24,10 @@ def _patch(utils) -> None:
 
     patched_start._pyllama_patched = True
     utils.ServerProcess.start = patched_start
-    utils.ServerPreset.load_all = staticmethod(lambda: None)
+    # load_all's downloads are what create the suite's tmp/ (utils.TMP_DIR, where presets cache
+    # models); test_slot_save.py's mmproj fixture passes --slot-save-path ./tmp, which both
+    # servers refuse when it is missing ("not a directory"), so it is made here instead
+    utils.ServerPreset.load_all = staticmethod(lambda: os.makedirs(utils.TMP_DIR, exist_ok=True))
 
 
 @pytest.hookimpl(tryfirst=True)
