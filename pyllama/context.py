@@ -230,16 +230,18 @@ class Context:
         return out
 
     def _rank(self, v: np.ndarray) -> np.ndarray:
-        """The classification head of rank pooling: cls (tanh) then cls_out, softmax for qwen3."""
+        """The classification head of rank pooling: cls (tanh) then cls_out where the model has
+        them, softmax for qwen3."""
         head = self._cls_head
         be = self.backend
         x = v.reshape(1, -1)
         if head["cls"] is not None:
             x = np.tanh(be.add(be.matmul(head["cls"], x), be.vec(head["cls_b"]))
                         if head["cls_b"] is not None else be.matmul(head["cls"], x))
-        x = be.matmul(head["cls_out"], x)
-        if head["cls_out_b"] is not None:
-            x = be.add(x, be.vec(head["cls_out_b"]))
+        if head["cls_out"] is not None:
+            x = be.matmul(head["cls_out"], x)
+            if head["cls_out_b"] is not None:
+                x = be.add(x, be.vec(head["cls_out_b"]))
         x = np.asarray(x, dtype=np.float32).reshape(-1)
         if self.model.arch.name == "qwen3":
             e = np.exp(x - x.max())
@@ -407,14 +409,11 @@ def _pooling_type(model, pooling: str | None) -> str:
 
 
 def _cls_head(model) -> dict:
-    """The classification head rank pooling needs (cls_out, optional cls and biases)."""
+    """The classification head of rank pooling (cls, cls_out and their biases, each optional:
+    a model without any ranks by its pooled hidden state, as llama.cpp's build_pooling does)."""
     w = model.weights
     names = {"cls": "cls", "cls_b": "cls_b", "cls_out": "cls.output", "cls_out_b": "cls.output_b"}
-    head = {k: w.__dict__.get(name) for k, name in names.items()}
-    if head["cls_out"] is None and head["cls"] is None:
-        raise ContextError("pooling 'rank' needs a model with a classification head "
-                           "(cls.weight / cls.output.weight); this model has none")
-    return head
+    return {k: w.__dict__.get(name) for k, name in names.items()}
 
 
 def _check_numerics(numerics: str, backend) -> None:
