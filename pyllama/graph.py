@@ -12,8 +12,8 @@ import math
 import numpy as np
 
 from .backend import compat as llama_cpp_numerics
-from .backend.base import Backend, Weight, as_matrix
-from .backend.ref import moe_expert_weights, moe_top_k
+from .backend.base import Backend, Weight, as_matrix, expert_weight
+from .backend.ref import ggml_sigmoid, moe_expert_weights, moe_group_mask, moe_top_k
 from .hparams import HParams
 
 
@@ -56,11 +56,15 @@ class Graph:
         e = self.hp.f_norm_rms_eps if eps is None else eps
         return self.be.rms_norm(x, None if w is None else self.be.vec(w), e)
 
-    def matmul(self, w: Weight, x: np.ndarray, bias: Weight | None = None) -> np.ndarray:
+    def matmul(self, w: Weight, x: np.ndarray, bias: Weight | None = None,
+               lora: bool = True) -> np.ndarray:
+        """build_lora_mm (+ bias); lora=False: a plain ggml_mul_mat, which LoRA adapters do not
+        touch (deepseek2's q / kv projections and output)."""
         if len(w.shape) == 1:                 # a vector weight: the [1, cols] matrix (qwen2moe)
             w = as_matrix(w)
         y = llama_cpp_numerics.matmul(self.be, w, x) if self.llama_cpp else self.be.matmul(w, x)
-        y = self._lora_add(y, w, x)       # build_lora_mm: the adapters before the bias
+        if lora:
+            y = self._lora_add(y, w, x)   # build_lora_mm: the adapters before the bias
         if bias is not None:
             y = self.be.add(y, self.be.vec(bias))
         return y
@@ -139,6 +143,27 @@ class Graph:
         return s.astype(np.float32).reshape(-1, 1, 1)
 
     # -- mixture of experts ---------------------------------------------------------------
+    def matmul_heads(self, w: Weight, x: np.ndarray, src1_contiguous: bool = True) -> np.ndarray:
+        """ggml_mul_mat with a 3-D weight w [n_head, rows, cols]: x [n, n_head, cols] ->
+        [n, n_head, rows], head h by w[h] (MLA's attn_k_b / attn_v_b). src1_contiguous: whether
+        llama.cpp's src1 is contiguous (its F32 kernel choice depends on it)."""
+        if self.llama_cpp:
+            return llama_cpp_numerics.matmul_heads(self.be, w, x, src1_contiguous)
+        out = np.empty((x.shape[0], x.shape[1], w.shape[1]), np.float32)
+        for h in range(x.shape[1]):
+            out[:, h] = self.be.matmul(expert_weight(w, h), np.ascontiguousarray(x[:, h]))
+        return out
+
+    @staticmethod
+    def sigmoid(x: np.ndarray) -> np.ndarray:
+        """ggml_sigmoid (backend.ref.ggml_sigmoid)."""
+        return ggml_sigmoid(x)
+
+    @staticmethod
+    def moe_group_mask(sel: np.ndarray, n_groups: int, n_group_used: int) -> np.ndarray:
+        """build_moe_ffn's expert-group limit (backend.ref.moe_group_mask)."""
+        return moe_group_mask(sel, n_groups, n_group_used)
+
     def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """x [n, m, cols] by the experts ids [n, k] of w [n_expert, rows, cols] -> [n, k, rows]."""
         return self.be.mul_mat_id(w, x, ids, one_token=self.llama_cpp)

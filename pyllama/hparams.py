@@ -13,6 +13,8 @@ import numpy as np
 from .errors import ModelError
 
 SWA_NONE, SWA_STANDARD, SWA_CHUNKED, SWA_SYMMETRIC = 0, 1, 2, 3
+# llama_expert_gating_func_type
+GATING_NONE, GATING_SOFTMAX, GATING_SIGMOID, GATING_SOFTMAX_WEIGHT, GATING_SQRT_SOFTPLUS = 0, 1, 2, 3, 4
 ROPE_NORM, ROPE_NEOX = 0, 2
 
 
@@ -52,6 +54,18 @@ class HParams:
     n_ff_exp: int = 0                        # expert_feed_forward_length (0: n_ff)
     n_ff_shexp: int = 0                      # shared expert width (qwen2moe)
     expert_weights_scale: float = 0.0        # 0 or 1: none
+    expert_weights_norm: bool = False        # deepseek2: normalise the selected weights
+    expert_gating_func: int = 0              # GATING_* (deepseek2: softmax or sigmoid)
+    n_expert_shared: int = 0                 # deepseek2: shared experts (width n_ff_exp each)
+    n_expert_groups: int = 0                 # expert_group_count (DeepSeek V3 group routing)
+    n_group_used: int = 0                    # expert_group_used_count
+    n_layer_dense_lead: int = 0              # leading_dense_block_count (dense FFN layers)
+    # multi-head latent attention (deepseek2): q/kv LoRA ranks and the per-head K/V sizes
+    # after decompression (0: not MLA, i.e. key_length/value_length are the MHA head sizes)
+    n_lora_q: int = 0
+    n_lora_kv: int = 0
+    n_embd_head_k_mla: int = 0
+    n_embd_head_v_mla: int = 0
     # RoPE scaling (llama_model_base::load_hparams; resolved per context by with_rope_cparams)
     rope_scaling_type: str = "linear"        # none | linear | yarn | longrope
     n_ctx_orig_yarn: int = 0
@@ -270,3 +284,18 @@ def load_swa_pattern(hp: HParams, metadata: dict, default_n: int, dense_first: b
         hp.is_swa = [bool(x) for x in v]
     else:
         hp.set_swa_pattern(int(v), dense_first)
+
+
+def drop_nextn_layers(hp: HParams, metadata: dict) -> None:
+    """llama_hparams::n_layer(): block_count less nextn_predict_layers. The NextN/MTP blocks are
+    stored after the trunk (blk.<n_layer>...); llama.cpp's decoder graph runs the trunk only and
+    so does pyllama (their tensors are not loaded)."""
+    n = int(metadata.get(f"{hp.arch}.nextn_predict_layers", 0) or 0)
+    if not n:
+        return
+    if n >= hp.n_layer:
+        raise ModelError(f"{hp.arch}: nextn_predict_layers {n} leaves no trunk layers of "
+                         f"{hp.n_layer}")
+    hp.n_layer -= n
+    hp.n_ff = hp.n_ff[:hp.n_layer]
+    hp.is_swa = hp.is_swa[:hp.n_layer]

@@ -856,8 +856,8 @@ OPTIONS += [
     _O("--cache-prompt", "bool", "cache_prompt", "whether to enable prompt caching (default: "
        "enabled)", neg="--no-cache-prompt", env="LLAMA_ARG_CACHE_PROMPT", tools={S}, **_EX),
     _O("--cache-reuse", "int", "n_cache_reuse", "min chunk size to attempt reusing from the "
-       "cache via KV shifting (default: 0)", env="LLAMA_ARG_CACHE_REUSE", tools={S},
-       status=UNSUP, note="KV-shift cache reuse", **_EX),
+       "cache via KV shifting, requires prompt caching to be enabled (default: 0)",
+       env="LLAMA_ARG_CACHE_REUSE", tools={S}, **_EX),
     _O("-ctxcp --ctx-checkpoints --swa-checkpoints", "int", "n_ctx_checkpoints", "max number "
        "of context checkpoints per slot (default: 32)", env="LLAMA_ARG_CTX_CHECKPOINTS",
        tools={S, C}, **_EX),

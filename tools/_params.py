@@ -187,6 +187,7 @@ class Params:
     alias: str = ""
     cont_batching: bool = True
     cache_prompt: bool = True
+    n_cache_reuse: int = 0
     endpoint_metrics: bool = False
     endpoint_slots: bool = True
     endpoint_props: bool = False

@@ -62,7 +62,7 @@ def _conversation(params, model) -> bool:
     if params.conversation is not None:
         return params.conversation
     if getattr(model.vocab, "chat_template", None) or params.chat_template:
-        log().info("main: chat template is available, enabling conversation mode (disable it "
+        log().info("llama_completion: chat template is available, enabling conversation mode (disable it "
                    "with -no-cnv)")
         return True
     return False
@@ -110,7 +110,7 @@ def completion(params, model, ctx, sampler, out: Output):
             # completion.cpp: the decoded tokens plus the last sampled one (not decoded); a
             # context shift cleared the session path
             path = params.path_prompt_cache
-            out(f"\nmain: saving final output to session file '{path}'\n")
+            out(f"\nllama_completion: saving final output to session file '{path}'\n")
             ctx.state_save_file(path, ids)
             log().info(f"saved final session to {path}, n_tokens = {len(ids)}")
     while interactive:
@@ -136,20 +136,19 @@ def load_session(params, ctx):
     if not path:
         return []
     lg = log()
-    lg.info(f"main: attempting to load saved session from '{path}'")
+    lg.info(f"llama_completion: attempting to load saved session from '{path}'")
     if not os.path.exists(path):
-        lg.info("main: session file does not exist, will create.")
+        lg.info("llama_completion: session file does not exist, will create.")
         return []
     if os.path.getsize(path) == 0:
-        lg.info("main: The session file is empty. A new session will be initialized.")
+        lg.info("llama_completion: The session file is empty. A new session will be initialized.")
         return []
     try:
         tokens = ctx.state_load_file(path, ctx.n_ctx)
     except (ContextError, OSError) as e:
-        lg.error(f"llama_state_load_file: {e}")
-        lg.error(f"main: failed to load session file '{path}'")
+        lg.error(f"llama_completion: failed to load session file '{path}': {e}")
         return None
-    lg.info(f"main: loaded a session with prompt size of {len(tokens)} tokens")
+    lg.info(f"llama_completion: loaded a session with prompt size of {len(tokens)} tokens")
     return tokens
 
 
@@ -169,14 +168,14 @@ def use_session(params, ctx, session: list, ids: list):
         while n_match < min(len(session), len(ids)) and session[n_match] == ids[n_match]:
             n_match += 1
         if not params.prompt and n_match == len(ids):
-            lg.info("main: using full prompt from session file")
+            lg.info("llama_completion: using full prompt from session file")
         elif n_match >= len(ids):
-            lg.info("main: session file has exact match for prompt!")
+            lg.info("llama_completion: session file has exact match for prompt!")
         elif n_match < len(ids) // 2:
-            lg.warning(f"main: session file has low similarity to prompt ({n_match} / "
+            lg.warning(f"llama_completion: session file has low similarity to prompt ({n_match} / "
                        f"{len(ids)} tokens); will mostly be reevaluated")
         else:
-            lg.info(f"main: session file matches {n_match} / {len(ids)} tokens of prompt")
+            lg.info(f"llama_completion: session file matches {n_match} / {len(ids)} tokens of prompt")
         if len(session) > n_match:
             ctx.memory.seq_rm(-1, max(n_match - 1, 0), -1)
             session = session[:n_match]
@@ -187,7 +186,7 @@ def use_session(params, ctx, session: list, ids: list):
         ctx.memory.seq_rm(0, n_match - 1, -1)
         decode_tokens(ctx, [session[n_match - 1]], 0)
         do_save = False
-        lg.info("main: replayed last token from session")
+        lg.info("llama_completion: replayed last token from session")
     else:
         ctx.memory.clear()
         set_cached_tokens(ctx, 0, [])
@@ -233,8 +232,8 @@ def _shift_kw(params, model, ids) -> dict:
 def verbose_prompt(model, prompt: str, ids) -> None:
     """--verbose-prompt: the prompt and its tokens on stderr, as llama.cpp's main prints them."""
     lg = log()
-    lg.info(f"main: prompt: '{prompt}'")
-    lg.info(f"main: number of tokens in prompt = {len(ids)}")
+    lg.info(f"llama_completion: prompt: '{prompt}'")
+    lg.info(f"llama_completion: number of tokens in prompt = {len(ids)}")
     for t in ids:
         piece = model.token_to_piece(t, True).decode("utf-8", "replace")
         lg.info(f"{t:6d} -> '{piece}'")
@@ -250,9 +249,9 @@ def _report_stop(st, out: Output, interactive: bool, params=None) -> None:
 
 def _context_full(params) -> None:
     if params is not None and params.ctx_shift and params.n_predict == -2:
-        log().warning("\n\nmain: context full and n_predict == -2 => stopping")
+        log().warning("\n\nllama_completion: context full and n_predict == -2 => stopping")
     else:
-        log().warning("\n\nmain: context full and context shift is disabled => stopping")
+        log().warning("\n\nllama_completion: context full and context shift is disabled => stopping")
 
 
 def chat_loop(params, model, ctx, sampler, out: Output):

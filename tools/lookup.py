@@ -7,7 +7,8 @@ the static cache (-lcs, llama-lookup-create's 2-grams), verified by the target i
 checked after each round, as lookup.cpp does, so up to n_draft tokens more than -n may come. At
 the end the context cache is merged into the dynamic cache and saved to -lcd (when given).
 Output: stdout "\\n\\n" + prompt + generated text (special tokens as text), stderr llama.cpp's
-statistics lines.
+statistics lines. Default numerics: invariant (the text is llama-completion --numerics
+invariant's); --numerics llama.cpp gives llama.cpp's llama-lookup's text (its batch arithmetic).
 """
 from __future__ import annotations
 
@@ -99,6 +100,13 @@ def run(argv) -> int:
     # lookup.cpp stops once n_predict > -n (-n <= 0: at end of generation only)
     n = params.n_predict + 1 if params.n_predict > 0 else -1
     spec = SpecParams(n_max=n_draft, n_min=0, mode="chain", round_stop=True)
+    # lookup.cpp decodes the prompt but its last token, then that token alone (its logits and
+    # K/V then have the one-token arithmetic in the llama.cpp numerics)
+    from pyllama.generate import decode_tokens
+    t1 = time.perf_counter()
+    if len(ids) > 1:
+        decode_tokens(ctx, ids[:-1], 0, logits_last=False)
+    st.t_prompt += time.perf_counter() - t1
     for tok in speculative_generate(ctx, sampler, ids, drafter, spec, n_predict=n, stats=st):
         out.raw(model.token_to_piece(tok, True))
         history.append(tok)

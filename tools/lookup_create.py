@@ -4,6 +4,7 @@ order (pyllama.speculative.ngram_cache), for llama-lookup / llama-server -lcs.""
 from __future__ import annotations
 
 import sys
+import time
 
 from ._args import LK
 from ._common import guard, load_model, log, parse_or_exit
@@ -26,7 +27,13 @@ def run(argv) -> int:
     inp = model.tokenize(params.prompt, add_special=True, parse_special=True)
     sys.stderr.write("main: tokenization done\n")
     cache: dict = {}
-    cache_update(cache, NGRAM_STATIC, NGRAM_STATIC, inp, len(inp))
+    t0 = time.perf_counter()
+
+    def progress(n_done, n_todo):          # llama.cpp's print_progress lines
+        eta = int((n_todo - n_done) * (time.perf_counter() - t0) / n_done)
+        sys.stderr.write(f"common_ngram_cache_update: {n_done}/{n_todo} done, ETA: "
+                         f"{eta // 60:02d}:{eta % 60:02d}\n")
+    cache_update(cache, NGRAM_STATIC, NGRAM_STATIC, inp, len(inp), progress)
     sys.stderr.write(f"main: hashing done, writing file to {path}\n")
     cache_save(cache, path)
     return 0

@@ -43,6 +43,7 @@ def to_config(params):
         kv_unified=params.kv_unified if "kv_unified" in params.set_fields else None,
         kv_unified_per_slot=params.kv_unified_per_slot,
         n_predict=params.n_predict, n_keep=params.n_keep, ctx_shift=params.ctx_shift, cache_prompt=params.cache_prompt,
+        n_cache_reuse=params.n_cache_reuse,
         reverse_prompts=list(params.antiprompt), special=params.special,
         sampling=_sampling(params),
         slot_prompt_similarity=getattr(params, "slot_prompt_similarity", 0.10),

@@ -113,13 +113,15 @@ def shared_expert(g, L, x: np.ndarray) -> np.ndarray:
     return g.mul(y, g.div(g.silu(s), s))
 
 
-def output(g, w, hp: HParams, x: np.ndarray) -> np.ndarray:
-    """Final norm and the vocabulary projection (tied to token_embd when output is absent)."""
+def output(g, w, hp: HParams, x: np.ndarray, lora: bool = True) -> np.ndarray:
+    """Final norm and the vocabulary projection (tied to token_embd when output is absent);
+    lora=False: a plain ggml_mul_mat (deepseek2)."""
     x = g.rms_norm(x, w.output_norm)
     g.result_norm(x)          # llama.cpp's t_embd (the embeddings of Context(embeddings=True))
     if not g.want_logits:
         return None
-    logits = g.matmul(w.output if w.output is not None else w.token_embd, x, w.output_b)
+    logits = g.matmul(w.output if w.output is not None else w.token_embd, x, w.output_b,
+                      lora=lora)
     if hp.f_final_logit_softcapping > 0:
         logits = g.softcap(logits, hp.f_final_logit_softcapping)
     if hp.f_logit_scale:                                     # granite: logits / logit_scale

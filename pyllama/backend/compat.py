@@ -114,3 +114,42 @@ def attention(be, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=
     if q.shape[0] == 1 and k_cache.dtype == np.float16 and v_cache.dtype == np.float16:
         return be.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
     return be.attention(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
+
+
+def _not_repacked(be, w, x: np.ndarray, vec: bool) -> np.ndarray:
+    """be.matmul_vec(w, x) (vec: ggml_vec_dot_<type>_q8_K) or be.matmul(w, x) (the tiled
+    kernel) for a weight llama.cpp does not repack, also a Q4_K of rows % 8 == 0 (the backends
+    take those for repacked 2-D weights: gemv / gemm): its rows in two parts whose counts are not
+    multiples of 8 (every output element is computed alone, so the split changes no bit)."""
+    f = be.matmul_vec if vec else be.matmul
+    r = w.shape[0]
+    if w.type != GGMLType.Q4_K or r % 8 or r < 2:
+        return f(w, x)
+    from .base import Weight
+    parts = []
+    for a, b in ((0, r - 1), (r - 1, r)):
+        parts.append(f(Weight(f"{w.name}[{a}:{b}]", w.type, (b - a,) + tuple(w.shape[1:]),
+                              w.raw[a:b]), x))
+    return np.concatenate(parts, axis=1)
+
+
+def matmul_heads(be, w, x: np.ndarray, src1_contiguous: bool = True) -> np.ndarray:
+    """ggml_mul_mat of a 3-D weight w [n_head, rows, cols] broadcast over x [n, n_head, cols]
+    (MLA's attn_k_b / attn_v_b) -> [n, n_head, rows], with llama.cpp's kernel choice per head: a
+    3-D weight is never repacked (repack.cpp takes 2-D MUL_MAT weights only), so K-quants (Q4_K
+    too) run the tiled kernel from 8 rows and vec_dot below; F32 weights by tinyBLAS only when
+    src1 is contiguous (the second llamafile_sgemm call needs a converted src1), else
+    ggml_vec_dot_f32; F16 as a 2-D matmul; Q8_0 / Q5_0 / Q4_0 the same bits either way."""
+    from .base import expert_weight
+    n, h = x.shape[0], x.shape[1]
+    out = np.empty((n, h, w.shape[1]), np.float32)
+    for i in range(h):
+        wi = expert_weight(w, i)
+        xi = np.ascontiguousarray(x[:, i], dtype=np.float32)
+        if wi.type == GGMLType.F32 and not src1_contiguous:
+            out[:, i] = be.matvec_float(wi, xi)
+        elif wi.type in _FLOATS:
+            out[:, i] = matmul(be, wi, xi)
+        else:
+            out[:, i] = _not_repacked(be, wi, xi, wi.type in ref_compat.VEC_TYPES and n < 8)
+    return out

@@ -147,6 +147,33 @@ def moe_top_k(p: np.ndarray, k: int) -> np.ndarray:
     return np.ascontiguousarray(np.argsort(-p, axis=-1, kind="stable")[:, :k], dtype=np.int32)
 
 
+def ggml_sigmoid(x: np.ndarray) -> np.ndarray:
+    """ggml_sigmoid on the CPU (unary-ops.cpp op_sigmoid): 1.f / (1.f + expf(-x)) in f32, expf
+    as libm's (the correctly rounded double exp, rounded to f32)."""
+    x = np.asarray(x, np.float32)
+    with np.errstate(over="ignore"):                      # expf(88+) = inf, as libm
+        e = np.exp(-x.astype(np.float64)).astype(np.float32)
+    one = np.float32(1.0)
+    return (one / (one + e)).astype(np.float32)
+
+
+def moe_group_mask(sel: np.ndarray, n_groups: int, n_group_used: int) -> np.ndarray:
+    """build_moe_ffn's expert-group limit (DeepSeek V3 routing): sel [n, n_expert] split into
+    n_groups consecutive groups; a group's score is the sum of its two largest (argsort_top_k 2,
+    ggml_sum_rows: their f32 sum); the n_group_used best groups keep their values, the others
+    become -inf (ggml_fill + ggml_set_rows)."""
+    sel = np.asarray(sel, np.float32)
+    n, e = sel.shape
+    g = sel.reshape(n, n_groups, e // n_groups)
+    top2 = np.sort(g, axis=-1)[..., ::-1][..., :2]
+    scores = (top2[..., 0].astype(np.float64) + top2[..., 1]).astype(np.float32)   # [n, G]
+    keep = moe_top_k(scores, n_group_used)                                       # [n, used]
+    out = np.full_like(g, -np.inf)
+    rows = np.arange(n)[:, None]
+    out[rows, keep] = g[rows, keep]
+    return out.reshape(n, e)
+
+
 def moe_expert_weights(probs: np.ndarray, ids: np.ndarray, norm: bool, scale: float) -> np.ndarray:
     """build_moe_ffn's weights [n, k]: probs at ids; norm: divided by their sum (ggml_sum_rows:
     a double sum, clamped to >= 6.103515625e-5); scale (not 0 or 1): multiplied by it."""

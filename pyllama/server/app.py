@@ -260,6 +260,7 @@ class Server:
             cfg = self.cfg
             self._defaults = S.RequestDefaults(
                 n_predict=cfg.n_predict, n_keep=cfg.n_keep, stop=list(cfg.reverse_prompts),
+                n_cache_reuse=cfg.n_cache_reuse, n_ctx_slot=self.engine.n_ctx_slot,
                 cache_prompt=cfg.cache_prompt, sampling=self.engine.sampling_defaults,
                 eog_ids=tuple(self.engine.vocab.eog_ids), verbose=cfg.verbose,
                 reasoning_format=cfg.reasoning_format)

@@ -39,6 +39,7 @@ class ServerConfig:
     n_keep: int = 0
     ctx_shift: bool = False         # --context-shift (turned off when the memory cannot shift)
     cache_prompt: bool = True
+    n_cache_reuse: int = 0          # --cache-reuse: min chunk size reused by KV shifting (0 = off)
     reverse_prompts: list[str] = field(default_factory=list)
     special: bool = False           # -sp: special tokens (EOG included) appear in the text
     sampling: Any = None            # pyllama.sampling.SamplerParams or None for its defaults

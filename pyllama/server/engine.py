@@ -222,16 +222,51 @@ class Slot:
                       "params": p.settings}
 
     def _reusable_prefix(self, prompt: list[int]) -> int:
-        """Longest common prefix with the cache, less one so the last prompt token is re-evaluated;
-        when the SWA window of the first new token is no longer in the cache, the newest context
-        checkpoint inside that prefix (or 0: full re-processing)."""
-        n = 0
-        lim = min(len(self.cache), len(prompt) - 1)
-        while n < lim and self.cache[n] == prompt[n]:
-            n += 1
+        """Longest common prefix with the cache, then (n_cache_reuse) the cached chunks moved
+        into place after it, less one so the last prompt token is re-evaluated; when the SWA
+        window of the first new token is no longer in the cache, the newest context checkpoint
+        inside that prefix (or 0: full re-processing)."""
+        n = _lcp(self.cache, prompt)
+        n_reuse = self.params.n_cache_reuse
+        if n_reuse > 0:
+            if self.engine.memory.can_shift():
+                n = self._reuse_chunks(prompt, n, n_reuse)
+            else:
+                log.warning(f"slot {self.id}: cache reuse is not supported - ignoring "
+                            f"n_cache_reuse = {n_reuse}")
+        n = min(n, len(prompt) - 1)
         if n == 0 or self.engine.window_ok(self.id, n):
             return n
         return self.engine.restore_checkpoint(self, n)
+
+    def _reuse_chunks(self, prompt: list[int], n_past: int, n_reuse: int) -> int:
+        """llama.cpp's cache reuse (server-context.cpp, n_cache_reuse): after the common prefix,
+        every run of at least n_reuse cached tokens that matches the prompt at its current
+        head is shifted into place (seq_rm of the cells in between, seq_add of the run: a
+        K-shift at the next decode); cached tokens that match nothing are skipped. Returns the
+        new n_past (the prefix plus the reused runs)."""
+        mem, cache = self.engine.memory, self.cache
+        head_c = head_p = n_past
+        while head_c < len(cache) and head_p < len(prompt):
+            n_match = 0
+            while (head_c + n_match < len(cache) and head_p + n_match < len(prompt)
+                   and cache[head_c + n_match] == prompt[head_p + n_match]):
+                n_match += 1
+            if n_match >= n_reuse:
+                log.debug(f"slot {self.id}: reusing chunk with size {n_match}, shifting KV cache "
+                          f"[{head_c}, {head_c + n_match}) -> [{head_p}, {head_p + n_match})")
+                # context checkpoints past the first moved token no longer describe the cache
+                self.checkpoints = [c for c in self.checkpoints if c.n_tokens <= head_p]
+                mem.seq_rm(self.id, head_p, head_c)
+                mem.seq_add(self.id, head_c, head_c + n_match, head_p - head_c)
+                cache[head_p:head_p + n_match] = cache[head_c:head_c + n_match]
+                n_past += n_match
+                head_c += n_match
+                head_p += n_match
+            else:
+                head_c += 1
+        log.debug(f"slot {self.id}: after context reuse, new n_past = {n_past}")
+        return n_past
 
     def release(self) -> None:
         self.task = None
@@ -523,6 +558,10 @@ class Engine:
             log.warning("cmn  common_init_: KV cache shifting is not supported for this "
                         "context, disabling KV cache shifting")
             cfg.ctx_shift = False
+        if cfg.n_cache_reuse and not self.memory.can_shift():
+            log.warning("srv  load_model: cache_reuse is not supported by this context, it will "
+                        "be disabled")
+            cfg.n_cache_reuse = 0
         self._setup_prompt_cache()
         self.sampling_defaults = self._sampling_defaults()
         if cfg.warmup:
@@ -747,7 +786,7 @@ class Engine:
             n_keep = len(s.prompt) if p.n_keep < 0 else p.n_keep
             n_keep = min(s.n_ctx - 4, n_keep + add_bos)
             n_left = len(s.cache) - n_keep
-            n_discard = getattr(p, "n_discard", 0) or n_left // 2
+            n_discard = p.n_discard or n_left // 2
             n_discard = max(0, min(n_discard, max(0, n_left - 1)))
             log.warning(f"slot {s.id}: slot context shift, n_keep = {n_keep}, n_left = {n_left}, "
                         f"n_discard = {n_discard}")

@@ -66,6 +66,8 @@ class CompletionBody(msgspec.Struct):
     max_completion_tokens: int | None = None
     max_tokens: int | None = None
     n_keep: int | None = None
+    n_discard: int | None = None
+    n_cache_reuse: int | None = None
     n_cmpl: int | None = None
     n: int | None = None
     cache_prompt: bool | None = None
@@ -197,6 +199,8 @@ class TaskParams:
     """What the engine needs to run one completion (after defaults, aliases and checks)."""
     n_predict: int = -1
     n_keep: int = 0
+    n_discard: int = 0               # context shift: tokens dropped after n_keep (0 = half)
+    n_cache_reuse: int = 0           # min chunk size reused from the cache by KV shifting
     stop: list[str] = field(default_factory=list)
     n_probs: int = 0
     post_sampling_probs: bool = False
@@ -304,11 +308,16 @@ def build_params(body: CompletionBody, defaults: "RequestDefaults", *, n_vocab: 
     name, n_predict = _first(body, "n_predict", "max_completion_tokens", "max_tokens")
     _check_range(name, n_predict, -1)
     _check_range("n_keep", body.n_keep, -1)
+    _check_range("n_discard", body.n_discard, 0)
+    _check_range("n_cache_reuse", body.n_cache_reuse, 0)
     _check_range("t_max_predict_ms", body.t_max_predict_ms, -1)
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
     p = TaskParams(
         n_predict=defaults.n_predict if n_predict is None else n_predict,
         n_keep=defaults.n_keep if body.n_keep is None else body.n_keep,
+        n_discard=0 if body.n_discard is None else body.n_discard,
+        n_cache_reuse=(defaults.n_cache_reuse if body.n_cache_reuse is None
+                       else body.n_cache_reuse),
         stop=[s for s in stop if s] or list(defaults.stop),
         n_probs=_n_probs(body, chat), post_sampling_probs=bool(body.post_sampling_probs),
         cache_prompt=defaults.cache_prompt if body.cache_prompt is None else body.cache_prompt,
@@ -318,6 +327,11 @@ def build_params(body: CompletionBody, defaults: "RequestDefaults", *, n_vocab: 
         verbose=defaults.verbose if body.verbose is None else bool(body.verbose),
         ignore_eos=bool(body.ignore_eos),
         t_max_predict_ms=-1 if body.t_max_predict_ms is None else body.t_max_predict_ms)
+    if 0 < defaults.n_ctx_slot <= p.n_keep:
+        # llama.cpp clamps n_keep to n_ctx - 4 silently; a prompt prefix that large can never
+        # be kept (docs/architecture.md, departures)
+        raise invalid(f"n_keep ({p.n_keep}) must be smaller than the slot context size "
+                      f"({defaults.n_ctx_slot})")
     if body.lora is not None:
         p.lora = parse_lora(body.lora, "Error: 'lora' must be an array of objects with 'id' and "
                             "'scale' fields")
@@ -396,6 +410,8 @@ class RequestDefaults:
     """The server's per-request defaults (from the command line)."""
     n_predict: int = -1
     n_keep: int = 0
+    n_cache_reuse: int = 0
+    n_ctx_slot: int = 0          # n_keep must stay below it (0: unchecked)
     stop: list[str] = field(default_factory=list)
     cache_prompt: bool = True
     sampling: Any = None
@@ -434,7 +450,7 @@ def generation_settings(p: TaskParams, defaults: RequestDefaults | None = None,
         "adaptive_target": g("adaptive_target", -1.0), "adaptive_decay": g("adaptive_decay", 0.9),
         "stop": list(p.stop),
         "max_tokens": p.n_predict, "n_predict": p.n_predict, "n_keep": p.n_keep,
-        "n_discard": 0,      # context shift is off in 0c1e570's server; n_discard stays 0
+        "n_discard": p.n_discard,
         "ignore_eos": bool(g("ignore_eos", p.ignore_eos)), "stream": p.stream,
         "logit_bias": [],
         "n_probs": p.n_probs, "min_keep": g("min_keep", 0),

@@ -38,12 +38,16 @@ def _key(tokens) -> tuple:
     return t + (TOKEN_NULL,) * (NGRAM_MAX - len(t))
 
 
-def cache_update(cache: dict, ngram_min: int, ngram_max: int, inp, nnew: int) -> None:
+def cache_update(cache: dict, ngram_min: int, ngram_max: int, inp, nnew: int,
+                 progress=None, every: int = 10_000_000) -> None:
     """common_ngram_cache_update: count, for every n-gram size, the token after each n-gram
-    ending in the last nnew tokens of inp (inp may only have been appended to since)."""
+    ending in the last nnew tokens of inp (inp may only have been appended to since).
+    progress(n_done, n_todo) is called after every `every` n-grams (llama.cpp's print_progress:
+    n_todo is len(inp) times the number of sizes)."""
     n = len(inp)
     lo = max(0, n - nnew - ngram_max)
     tail = [int(t) for t in inp[lo:]]
+    n_todo, n_done = n * (ngram_max - ngram_min + 1), 0
     for size in range(ngram_min, ngram_max + 1):
         for i in range(max(n - nnew, size), n):
             j = i - lo
@@ -53,6 +57,10 @@ def cache_update(cache: dict, ngram_min: int, ngram_max: int, inp, nnew: int) ->
                 cache[key] = {tail[j]: 1}
             else:
                 part[tail[j]] = part.get(tail[j], 0) + 1
+            if progress is not None:
+                n_done += 1
+                if n_done % every == 0:
+                    progress(n_done, n_todo)
 
 
 def _i32(x: int) -> int:

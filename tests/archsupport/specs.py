@@ -323,6 +323,124 @@ def _glm4(s: Spec):                       # glm4.cpp: fused QKV + bias, half RoP
         s.t(tn(T.FFN_POST_NORM, il), e)
 
 
+def _deepseek2(s: Spec):                  # deepseek2.cpp: MLA, leading dense layers, MoE + shared
+    c = s.c
+    e, h, rot, nope, dv = c["n_embd"], c["n_head"], c["rope"], c["nope"], c["v_mla"]
+    r, qr, mla = c["kv_lora"], c.get("q_lora", 0), c["mla"]
+    s.kv(K.LLM.CONTEXT_LENGTH, c["n_ctx"])
+    s.kv(K.LLM.EMBEDDING_LENGTH, e)
+    s.kv(K.LLM.BLOCK_COUNT, c["n_layer"])
+    s.kv(K.LLM.FEED_FORWARD_LENGTH, c["n_ff"])
+    s.kv(K.Attention.HEAD_COUNT, h)
+    s.kv(K.LLM.VOCAB_SIZE, N_VOCAB)
+    s.kv(K.LLM.LEADING_DENSE_BLOCK_COUNT, c["n_dense"])
+    s.kv(K.Attention.Q_LORA_RANK, qr)
+    s.kv(K.Attention.KV_LORA_RANK, r)
+    if mla:                               # the MLA converter: MQA over the compressed KV
+        s.kv(K.Attention.HEAD_COUNT_KV, 1)
+        s.kv(K.Attention.KEY_LENGTH, r + rot)
+        s.kv(K.Attention.VALUE_LENGTH, r)
+        s.kv(K.Attention.KEY_LENGTH_MLA, nope + rot)
+        s.kv(K.Attention.VALUE_LENGTH_MLA, dv)
+    else:                                 # legacy files: MHA with the decompressed heads
+        s.kv(K.Attention.HEAD_COUNT_KV, h)
+        s.kv(K.Attention.KEY_LENGTH, nope + rot)
+        s.kv(K.Attention.VALUE_LENGTH, dv)
+    s.kv(K.LLM.EXPERT_FEED_FORWARD_LENGTH, c["n_ff_exp"])
+    s.moe_kv()
+    s.kv(K.LLM.EXPERT_SHARED_COUNT, c["n_shared"])
+    if c.get("w_scale"):
+        s.kv(K.LLM.EXPERT_WEIGHTS_SCALE, c["w_scale"])
+    if c.get("w_norm"):
+        s.kv(K.LLM.EXPERT_WEIGHTS_NORM, True)
+    if c.get("gating"):
+        s.kv(K.LLM.EXPERT_GATING_FUNC, c["gating"])
+    if c.get("n_group"):
+        s.kv(K.LLM.EXPERT_GROUP_COUNT, c["n_group"])
+        s.kv(K.LLM.EXPERT_GROUP_USED_COUNT, c["n_group_used"])
+    if c.get("temp_scale"):              # Mistral Large 3: Llama 4 attention temperature
+        s.kv(K.Attention.TEMPERATURE_SCALE, c["temp_scale"])
+        s.kv(K.Attention.TEMPERATURE_LENGTH, c["temp_length"])
+    s.kv(K.Attention.LAYERNORM_RMS_EPS, c["eps"])
+    s.kv(K.Rope.FREQ_BASE, c["rope_base"])
+    s.kv(K.Rope.DIMENSION_COUNT, rot)
+    s.kv(K.Rope.SCALING_TYPE, "yarn")
+    s.kv(K.Rope.SCALING_FACTOR, c["yarn_factor"])
+    s.kv(K.Rope.SCALING_ORIG_CTX_LEN, c["orig_ctx"])
+    s.kv(K.Rope.SCALING_YARN_LOG_MUL, 0.1 * c["mscale_all_dim"])
+    s.io(output=not c.get("tied"))
+    x, f, fs = c["n_expert"], c["n_ff_exp"], c["n_ff_exp"] * c["n_shared"]
+    for il in range(c["n_layer"]):
+        s.t(tn(T.ATTN_NORM, il), e)
+        if qr:
+            s.t(tn(T.ATTN_Q_A_NORM, il), qr)
+            s.t(tn(T.ATTN_Q_A, il), qr, e)
+            s.t(tn(T.ATTN_Q_B, il), h * (nope + rot), qr)
+        else:
+            s.t(tn(T.ATTN_Q, il), h * (nope + rot), e)
+        s.t(tn(T.ATTN_KV_A_NORM, il), r)
+        s.t(tn(T.ATTN_KV_A_MQA, il), r + rot, e)
+        if mla:
+            s.t(tn(T.ATTN_K_B, il), h, r, nope)
+            s.t(tn(T.ATTN_V_B, il), h, dv, r)
+        else:
+            s.t(tn(T.ATTN_KV_B, il), h * (nope + dv), r)
+        s.t(tn(T.ATTN_OUT, il), e, h * dv)
+        if il < c["n_dense"]:
+            s.ffn(il)
+            continue
+        s.t(tn(T.FFN_NORM, il), e)
+        s.t(tn(T.FFN_GATE_INP, il), x, e)
+        if c.get("probs_b"):
+            s.t(tn(T.FFN_EXP_PROBS_B, il, "bias"), x)
+        if c.get("fused"):                # convert_hf_to_gguf --fuse-gate-up-exps
+            s.t(tn(T.FFN_GATE_UP_EXP, il), x, 2 * f, e)
+        else:
+            s.t(tn(T.FFN_GATE_EXP, il), x, f, e)
+            s.t(tn(T.FFN_UP_EXP, il), x, f, e)
+        s.t(tn(T.FFN_DOWN_EXP, il), x, e, f)
+        s.t(tn(T.FFN_GATE_SHEXP, il), fs, e)
+        s.t(tn(T.FFN_DOWN_SHEXP, il), e, fs)
+        s.t(tn(T.FFN_UP_SHEXP, il), fs, e)
+
+
+def _glm4moe(s: Spec):                    # glm4-moe.cpp: biased QKV, half NEOX RoPE, MoE + shared
+    c = s.c
+    s.common_kv()
+    s.kv(K.Rope.DIMENSION_COUNT, c["head"] // 2)
+    s.moe_kv()
+    s.kv(K.LLM.EXPERT_FEED_FORWARD_LENGTH, c["n_ff_exp"])
+    s.kv(K.LLM.EXPERT_SHARED_COUNT, c["n_shared"])
+    s.kv(K.LLM.LEADING_DENSE_BLOCK_COUNT, c["n_dense"])
+    s.kv(K.LLM.EXPERT_GATING_FUNC, 2)
+    s.kv(K.LLM.EXPERT_WEIGHTS_SCALE, c["w_scale"])
+    s.kv(K.LLM.EXPERT_WEIGHTS_NORM, True)
+    s.kv(K.LLM.NEXTN_PREDICT_LAYERS, 1)
+    s.io()
+    e, x, f = c["n_embd"], c["n_expert"], c["n_ff_exp"]
+    fs = f * c["n_shared"]
+    for il in range(c["n_layer"]):       # the trunk, then the NextN block (a full MoE layer too)
+        s.attn(il, bias=True)
+        if c.get("qk_norm"):
+            _qk_norm(s, il)
+        s.t(tn(T.ATTN_POST_NORM, il), e)
+        if il < c["n_dense"]:
+            s.ffn(il, norm=False)
+            continue
+        s.t(tn(T.FFN_GATE_INP, il), x, e)
+        s.t(tn(T.FFN_EXP_PROBS_B, il, "bias"), x)
+        s.t(tn(T.FFN_GATE_EXP, il), x, f, e)
+        s.t(tn(T.FFN_DOWN_EXP, il), x, e, f)
+        s.t(tn(T.FFN_UP_EXP, il), x, f, e)
+        s.t(tn(T.FFN_GATE_SHEXP, il), fs, e)
+        s.t(tn(T.FFN_DOWN_SHEXP, il), e, fs)
+        s.t(tn(T.FFN_UP_SHEXP, il), fs, e)
+    il = c["n_layer"] - 1                # its NextN tensors (llama.cpp skips them, runs the trunk)
+    s.t(tn(T.NEXTN_EH_PROJ, il), e, 2 * e)
+    s.t(tn(T.NEXTN_ENORM, il), e)
+    s.t(tn(T.NEXTN_HNORM, il), e)
+
+
 ARCHS = {
     # name: (general.architecture, builder, config overrides)
     "llama": ("llama", _llama, {}),
@@ -353,6 +471,42 @@ ARCHS = {
     "granite": ("granite", _granite, {"logit_scale": 8.0, "residual_scale": 0.22,
                                       "embedding_scale": 12.0, "attention_scale": 0.015625}),
     "glm4": ("glm4", _glm4, {"eps": 1e-5, "rope_base": 10000.0}),
+    # DeepSeek V3 / R1 / Kimi K2 shaped: q LoRA, absorbed MLA (attn_k_b / attn_v_b), one dense
+    # layer then MoE with sigmoid routing, exp_probs_b, 4 expert groups (2 used), normalised
+    # weights x 2.5, a shared expert; YaRN x4 from 256 positions, mscale_all_dim 1. Also an F32
+    # fixture (record.py --archs deepseek2 --ftypes F32): attn_k_b's F32 mul_mat on a
+    # non-contiguous src1 is ggml_vec_dot_f32 (no tinyBLAS)
+    "deepseek2": ("deepseek2", _deepseek2, {
+        "eps": 1e-6, "n_layer": 3, "n_dense": 1, "q_lora": 256, "kv_lora": 256, "rope": 32,
+        "nope": 64, "v_mla": 64, "mla": True, "n_expert": 16, "n_expert_used": 4,
+        "n_ff_exp": 256, "n_shared": 1, "w_scale": 2.5, "w_norm": True, "gating": 2,
+        "probs_b": True, "n_group": 4, "n_group_used": 2, "yarn_factor": 4.0, "orig_ctx": 256,
+        "mscale_all_dim": 1.0}),
+    # GLM-4.5-Air shaped: one dense layer, then MoE (sigmoid, exp_probs_b, norm, x1.5, a shared
+    # expert), separate biased Q/K/V, half NEOX RoPE, and a trailing NextN block (block_count 4,
+    # nextn_predict_layers 1: a 3-layer trunk)
+    "glm4moe": ("glm4moe", _glm4moe, {
+        "eps": 1e-5, "rope_base": 1000000.0, "n_layer": 4, "n_dense": 1, "n_expert": 16,
+        "n_expert_used": 4, "n_ff_exp": 256, "n_shared": 1, "w_scale": 1.5}),
+    # GLM-4.5 (355B) shaped: the same with per-head Q/K norms
+    "glm4moeqk": ("glm4moe", _glm4moe, {
+        "eps": 1e-5, "rope_base": 1000000.0, "n_layer": 3, "n_dense": 1, "n_expert": 8,
+        "n_expert_used": 2, "n_ff_exp": 256, "n_shared": 1, "w_scale": 2.5, "qk_norm": True,
+        "head": 128, "n_head": 4, "n_head_kv": 2}),
+    # Mistral Large 3 style: deepseek2 with the attention temperature (steps at positions 8 and
+    # 16), softmax routing with normalised weights, fused gate|up experts, tied output
+    "deepseek2mistral": ("deepseek2", _deepseek2, {
+        "eps": 1e-5, "n_layer": 3, "n_dense": 1, "q_lora": 256, "kv_lora": 256, "rope": 32,
+        "nope": 64, "v_mla": 64, "mla": True, "n_expert": 8, "n_expert_used": 2,
+        "n_ff_exp": 256, "n_shared": 1, "w_norm": True, "gating": 1, "fused": True,
+        "temp_scale": 0.1, "temp_length": 8, "yarn_factor": 4.0, "orig_ctx": 256,
+        "mscale_all_dim": 1.0, "tied": True}),
+    # DeepSeek V2-Lite shaped, legacy layout: no q LoRA (q_lora_rank 0), attn_kv_b (MHA), no
+    # gating key (softmax), unnormalised weights, 2 shared experts; mscale_all_dim 0.707
+    "deepseek2lite": ("deepseek2", _deepseek2, {
+        "eps": 1e-6, "n_layer": 3, "n_dense": 1, "kv_lora": 256, "rope": 32, "nope": 64,
+        "v_mla": 64, "mla": False, "n_expert": 8, "n_expert_used": 2, "n_ff_exp": 256,
+        "n_shared": 2, "yarn_factor": 4.0, "orig_ctx": 256, "mscale_all_dim": 0.707}),
 }
 
 

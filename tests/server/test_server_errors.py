@@ -247,3 +247,45 @@ def test_json_error_shape_is_exact(client):
     r = client.get("/nope")
     assert json.loads(r.content) == {"error": {"code": 404, "message": "File Not Found",
                                                "type": "not_found_error"}}
+
+
+def test_n_keep_not_below_the_slot_context_is_400(client):
+    """n_keep at or past the slot context (512) can never be kept: 400 (llama.cpp clamps it
+    silently to n_ctx - 4); -1 (the whole prompt) and smaller values are served."""
+    for n_keep in (512, 10 ** 6):
+        check_error(client.post("/completion", json={**OK_BODY, "n_keep": n_keep}), 400,
+                    "invalid_request_error", f"n_keep ({n_keep}) must be smaller than the slot "
+                    "context size (512)")
+        still_serving(client)
+    for n_keep in (-1, 511):
+        assert client.post("/completion", json={**OK_BODY, "n_keep": n_keep}).status_code == 200
+
+
+def test_server_keep_flag_past_the_slot_context(tiny_llama):
+    """--keep as large: every request gets the 400, the server stays up."""
+    from server_proc import ServerProc
+    import httpx
+    s = ServerProc(["-m", tiny_llama, "-c", "256", "-np", "1", "-t", "1", "--keep", "300"]
+                   ).wait_ready()
+    try:
+        with httpx.Client(base_url=s.url, timeout=60) as c:
+            check_error(c.post("/completion", json=OK_BODY), 400, "invalid_request_error",
+                        "n_keep (300) must be smaller than the slot context size (256)")
+            assert c.get("/health").status_code == 200
+    finally:
+        assert s.stop() == 0
+
+
+def test_stream_stops_with_length_at_the_slot_context(client):
+    """llama.cpp's test_ctx_shift_disabled_stream: no context shift, the stream's last chunk
+    says finish_reason "length" once the slot context is full."""
+    with client.stream("POST", "/v1/completions", json={
+            "prompt": "the cat " * 100, "n_predict": 1000, "temperature": 0,
+            "ignore_eos": True, "stream": True}) as r:
+        assert r.status_code == 200
+        chunks = [json.loads(ln[6:]) for ln in r.iter_lines()
+                  if ln.startswith("data: ") and ln != "data: [DONE]"]
+    reasons = [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices")]
+    assert reasons[-1] == "length" and all(x is None for x in reasons[:-1])
+    assert "".join(c["choices"][0]["text"] for c in chunks if c.get("choices"))
+    still_serving(client)

@@ -181,3 +181,21 @@ def test_bad_input_is_one_line_and_exit_1(tmp_path, tiny_model_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr
     r = _tool("lookup", "-m", m, "-p", "hello", "-md", m)     # not a llama-lookup flag
     assert r.returncode == 1 and "Traceback" not in r.stderr
+
+
+@pytest.mark.realmodel
+def test_lookup_in_llamacpp_numerics_prints_llamacpps_lookup(gemma, tmp_path):
+    """With --numerics llama.cpp, llama-lookup computes as llama.cpp's does (the prompt but its
+    last token, then that token alone, then draft batches, each with the kernels llama.cpp picks
+    for its row count): llama.cpp's text, statistics and -lcd file."""
+    rec = _fixture()
+    lk = rec["lookup"]
+    static = tmp_path / "static.bin"
+    static.write_bytes(_gz("static-gemma.bin.gz"))
+    dyn = tmp_path / "dyn.bin"
+    r = _tool("lookup", "-m", gemma, "-p", _lookup_prompt(rec), "-n", str(lk["n"]), "--temp",
+              "0", "-c", "2048", "-lcs", str(static), "-lcd", str(dyn), "--numerics", "llama.cpp")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode() == lk["stdout"]
+    assert _stats(r.stderr) == lk["stats"]
+    assert dyn.read_bytes() == _gz("dynamic-gemma.bin.gz")

@@ -123,3 +123,10 @@ def test_lookup_merge_tool(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pyllama", "lookup-merge", a, str(tmp_path / "x"),
                         out], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "Unable to open file" in r.stderr.splitlines()[-1]
+
+
+def test_update_reports_progress_like_print_progress():
+    seen = []
+    cache_update({}, 2, 2, list(range(10)), 10, progress=lambda d, t: seen.append((d, t)),
+                 every=4)
+    assert seen == [(4, 10), (8, 10)]      # 8 2-grams of 10 tokens; n_todo = 10 x 1 size

@@ -317,3 +317,16 @@ def test_speculative_cost_aware_default_skips_a_draft_as_costly_as_the_target(to
     assert r.stdout == b"\n\n" + b"".join(model.token_to_piece(t, True) for t in ids) + \
         b"".join(model.token_to_piece(t, False) for t in gen) + b"\n\n"
     assert "n_drafted = 0" in r.stderr and "n_predict = 9" in r.stderr
+
+
+@pytest.mark.parametrize("name,extra", [("completion", ["-no-cnv"]), ("cli", ["-st"])])
+def test_keep_not_below_the_context_is_one_error(tool, tiny, name, extra):
+    """--keep at or past the context (llama.cpp clamps it silently): one error line, exit 1
+    (--context-shift or not: tools/completion.py check_ctx_shift)."""
+    for shift in (["--context-shift"],):
+        r = tool(name, "-m", tiny, "-p", "Hello world", "-n", "4", "-c", "256", "--keep", "256",
+                 *extra, *shift, stdin=b"")
+        assert r.returncode == 1 and "Traceback" not in r.stderr
+        errors = [ln for ln in r.stderr.splitlines() if "error" in ln.lower()]
+        assert len(errors) == 1 and errors[0].endswith(
+            "error: --keep 256 is not smaller than the context size (n_ctx = 256)"), errors
