@@ -794,6 +794,10 @@ class Server:
                 if isinstance(ev, S.Progress):
                     if r.mode not in EVENT_MODES:
                         yield sse(self._progress_event(r, ev))
+                    elif r.mode == "responses":
+                        events = filters.setdefault(("events", ev.index), R.EventStream(r))
+                        for chunk in events.progress(ev):
+                            yield chunk
                     continue
                 if r.mode == "chat" and ev.index not in started:
                     started.add(ev.index)
