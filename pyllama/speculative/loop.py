@@ -129,7 +129,8 @@ def _round(ctx, sampler, history, drafter, p: SpecParams, st: SpecStats, seq_id,
     if len(drafts) < p.n_min:
         drafts = []
     st.t_draft += time.perf_counter() - t0
-    decode_tokens(ctx, [id_last] + drafts, seq_id, logits_all=True)
+    # one_row: in the llama.cpp numerics each row gets a one-token decode's arithmetic
+    decode_tokens(ctx, [id_last] + drafts, seq_id, logits_all=True, one_row=True)
     if p.mode == "rejection" and drafts:
         out = _accept_rejection(ctx, sampler, drafts, q_rows)
     else:
