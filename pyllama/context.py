@@ -9,7 +9,8 @@ llama.cpp's prefill (n >= 8 rows) arithmetic, so results never depend on how wor
 (docs/architecture.md); "llama.cpp" chooses kernels by each op's row count as llama.cpp's CPU
 backend does (one-token decodes, Q4_K tail rows, Q6_K under 8 rows), reproducing llama.cpp's own
 greedy continuations bit for bit, at the price of batch-shape dependent results (speculative
-verification then no longer equals plain decoding bit for bit). CPU and ref backends only.
+verification decodes with decode(batch, one_row=True) to equal plain decoding). CPU and ref
+backends only.
 `flash_attn=True` adds llama.cpp's flash-attention arithmetic to "llama.cpp" numerics (what `-fa on`
 and llama.cpp's default `-fa auto` give on its CPU backend); "invariant" numerics ignore it.
 
