@@ -11,6 +11,7 @@ llama.cpp refuses it ("unknown pre-tokenizer type"); a missing name is 'default'
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..errors import TokenizerError
@@ -104,6 +105,13 @@ REGEXES: dict[str, list[str]] = {
     "minicpm5": [r"\p{N}{1,3}", _C + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*"
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+"],
 }
+
+
+def engine_regex(regex: str) -> str:
+    """A REGEXES entry as `tokenizers` runs it with llama.cpp's meaning: llama.cpp's regex
+    engine (unicode_regex_split, k_ucat_enum) reads \\p{Lu} \\p{Ll} \\p{Lt} \\p{Lm} \\p{Lo}
+    all as \\p{L}, so e.g. Tiny Aya's cased-word pattern does not split "XMLHttp"."""
+    return re.sub(r"\\p\{L[ultmo]\}", r"\\p{L}", regex)
 
 
 @dataclass(frozen=True)

@@ -125,3 +125,59 @@ def test_table_matches_llama_vocab_cpp():
         exp.update((k, v) for k, v in opts.items() if k in exp)
         assert {k: getattr(pt, k) for k in exp} == exp, name
     assert set(pretok.PRE) <= set(names)
+
+
+# ---- every pre-tokenizer name, against llama.cpp on one vocab ---------------------------
+import make_pretok_oracle_fixture as ox  # noqa: E402
+
+with gzip.open(os.path.join(HERE, "data", "pretok-oracle-llamacpp.json.gz"), "rb") as _f:
+    ORACLE = json.loads(_f.read().decode())
+
+
+def _pre_vocab(name: str, vocab_rec=None):
+    md = fx.metadata(vocab_rec or ORACLE["vocab"])
+    md["tokenizer.ggml.pre"] = name
+    return Vocab.from_gguf(md)
+
+
+def _check_name(name: str, rec: dict, strings, vocab_rec=None) -> None:
+    if "refused" in rec or name in pretok.RAW_UTF8:
+        # llama.cpp refuses the name, or pyllama does not implement it (raw-UTF-8 BPE)
+        with pytest.raises(TokenizerError):
+            _pre_vocab(name, vocab_rec)
+        return
+    v = _pre_vocab(name, vocab_rec)
+    bad = [(s, w, g) for s, w, g in
+           ((s, w, v.tokenize(s, add_special=False, parse_special=False))
+            for s, w in zip(strings, rec["ids"])) if w != g]
+    assert not bad, f"{name}: {len(bad)}/{len(strings)} strings differ, first: {bad[0]!r}"
+
+
+def test_oracle_fixture_covers_every_name():
+    names = set(ORACLE["results"])
+    assert set(pretok.PRE) | set(pretok.RAW_UTF8) | {"no-such-pre"} == names
+    assert "refused" in ORACLE["results"]["no-such-pre"]
+
+
+@pytest.mark.parametrize("name", sorted(ORACLE["results"]))
+def test_pre_tokenizer_matches_llamacpp(name):
+    _check_name(name, ORACLE["results"][name], ORACLE["strings"])
+
+
+@pytest.mark.slow
+def test_pre_tokenizers_rerun_oracle(tmp_path):
+    """Rerun llama.cpp (llama-cpp-python) on every name with the current STRINGS."""
+    _need_sdist()
+    if not os.path.exists(ox.ORACLE_PYTHON):
+        pytest.skip(f"llama-cpp-python oracle absent at {ox.ORACLE_PYTHON}")
+    import subprocess
+    from pyllama.gguf import GGUFReader
+    names = sorted(ORACLE["results"])
+    vocab_rec = fx.prune(GGUFReader(ox.BASE).metadata, ox.STRINGS)
+    ox.write_ggufs(names, str(tmp_path))
+    for name in names:
+        out = tmp_path / f"{name}.json"
+        p = subprocess.run([ox.ORACLE_PYTHON, ox.__file__, "--oracle",
+                            str(tmp_path / f"{name}.gguf"), str(out)], capture_output=True)
+        rec = json.loads(out.read_text()) if p.returncode == 0 else {"refused": "abort"}
+        _check_name(name, rec, ox.STRINGS, vocab_rec)
