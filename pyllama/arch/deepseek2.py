@@ -13,7 +13,7 @@ rope.dimension_count); each head's Q splits into a no-RoPE part and a RoPE part 
   head's output to value_length_mla before attn_output. llama.cpp reads V as a view of the K
   cache; pyllama stores V = kv_cmpr in the V cache, the same f16 values (with an f16 cache the
   numbers are llama.cpp's; a V cache type other than K's is used as given, where llama.cpp would
-  ignore it).
+  ignore it). The second copy makes the KV cache about 1.9x llama.cpp's for these files.
 - legacy files (attn_kv_b, no *_mla keys): attn_kv_b decompresses K_nope and V for every head
   and attention is plain MHA with K = [k_nope | k_pe] (k_pe shared by the heads).
 
@@ -37,8 +37,8 @@ the first n_rot values of each cached K row, as llama.cpp's build_rope_shift doe
 
 Experts as separate ffn_gate_exps / ffn_up_exps or fused ffn_gate_up_exps ([gate | up] rows, the
 converter's --fuse-gate-up-exps). NextN/MTP blocks (nextn_predict_layers) are not run, as in
-llama.cpp's decoder graph. Refused with an error:
-gating functions other than softmax / sigmoid, per-layer expert widths that differ.
+llama.cpp's decoder graph. Refused with an error: gating functions other than softmax / sigmoid,
+per-layer expert widths that differ.
 """
 from __future__ import annotations
 
