@@ -4,9 +4,15 @@ empty cache with BOS replacing its first token when the vocab adds BOS, and only
 each chunk is scored (the model always has n_ctx/2 tokens of context). `n_seq = n_batch // n_ctx`
 chunks go through one batch as separate sequences. The ± estimate is the standard error of the mean
 negative log-likelihood times PPL. KLD base files use llama.cpp's `_logits_` format.
+`--ppl-stride` is perplexity_v2 (`strided_chunks`): windows of the whole context every `stride`
+tokens, the last `stride` predictions of each scored with a float softmax. The float helpers
+below (`expf`, `logf`, `token_logprobs`, `softmax_probs`) reproduce the C code's libm calls and
+its float/double accumulation order, for the scoring tasks (pyllama.scoring) as well.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 import struct
 from dataclasses import dataclass, field
@@ -325,3 +331,148 @@ def median(sorted_values: list) -> float:
     n = len(sorted_values)
     return 0.5 * (sorted_values[n // 2] + sorted_values[n // 2 - 1]) if n % 2 == 0 \
         else sorted_values[n // 2]
+
+
+# ---- libm's float functions and the C code's float softmaxes --------------------------------
+def _libm(name: str):
+    """The C library's float function `name` (glibc's expf/logf are not always correctly
+    rounded: llama-perplexity calls them), or None where there is no C library to load."""
+    try:
+        f = getattr(ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+    f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
+    return f
+
+
+_EXPF, _LOGF = _libm("expf"), _libm("logf")
+_EXPF_V = None if _EXPF is None else np.frompyfunc(_EXPF, 1, 1)
+_F32 = np.float32
+# glibc's expf: relative error 1.69 * 2^-34 before its final rounding to float (e_expf.c), i.e.
+# under 0.00165 float ulp: only a double exp this close to a rounding tie can round the other way
+_TIE = 0.0025
+
+
+def expf(x: np.ndarray) -> np.ndarray:
+    """libm's expf elementwise over float32 x: exp in float64 rounded to float32, and libm's own
+    expf where that double lies within _TIE ulp of a tie between two floats (there glibc, which is
+    not correctly rounded, may round the other way; about 0.5% of elements)."""
+    x = np.asarray(x, dtype=_F32)
+    d = np.exp(x.astype(np.float64))
+    f = d.astype(_F32)
+    if _EXPF is None:
+        return f
+    f64 = f.astype(np.float64)
+    side = np.where(d >= f64, _F32(np.inf), _F32(-np.inf)).astype(_F32)
+    nb = np.nextafter(f, side).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        frac = (d - f64) / (nb - f64)        # in [0, 0.5]: where d lies between f and its neighbour
+        near = np.abs(frac - 0.5) < _TIE
+    idx = np.flatnonzero(near)
+    if len(idx):
+        f.flat[idx] = np.asarray(_EXPF_V(x.flat[idx].astype(np.float64)), dtype=_F32)
+    return f
+
+
+def logf(v) -> np.float32:
+    """libm's logf of one float (std::log of a float in the C++ code)."""
+    if _LOGF is None:
+        return _F32(np.log(np.float64(_F32(v))))
+    return _F32(_LOGF(float(_F32(v))))
+
+
+def _block_rows(n_vocab: int) -> int:
+    return max(1, (1 << 22) // max(1, n_vocab))      # ~4M elements per pass
+
+
+def token_logprobs(logits: np.ndarray, rows, tokens) -> np.ndarray:
+    """compute_logprobs (llama-perplexity's multiple-choice tasks): for each (row, token) pair
+    logit[token] - max - logf(sum), the sum of expf(l - max) in float, in vocab order -> float32."""
+    rows = np.asarray(rows, dtype=np.int64)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    out = np.empty(len(rows), dtype=_F32)
+    step = _block_rows(logits.shape[1])
+    for b in range(0, len(rows), step):
+        lg = np.ascontiguousarray(logits[rows[b:b + step]], dtype=_F32)
+        mx = lg.max(axis=1)
+        e = expf(lg - mx[:, None])
+        s = np.cumsum(e, axis=1, dtype=_F32)[:, -1]          # sequential float sum
+        tl = lg[np.arange(len(lg)), tokens[b:b + step]]
+        for k in range(len(lg)):
+            out[b + k] = _F32(_F32(tl[k] - mx[k]) - logf(s[k]))
+    return out
+
+
+def softmax_probs(logits: np.ndarray, rows, tokens) -> np.ndarray:
+    """llama-perplexity's softmax(): p[token] = expf(l - max) / sum (the sum in double, in vocab
+    order), rounded to float, for each (row, token) pair -> float32."""
+    rows = np.asarray(rows, dtype=np.int64)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    out = np.empty(len(rows), dtype=_F32)
+    step = _block_rows(logits.shape[1])
+    for b in range(0, len(rows), step):
+        lg = np.ascontiguousarray(logits[rows[b:b + step]], dtype=_F32)
+        mx = lg.max(axis=1)
+        e = expf(lg - mx[:, None])
+        s = np.cumsum(e, axis=1, dtype=np.float64)[:, -1]    # sequential double sum
+        et = e[np.arange(len(lg)), tokens[b:b + step]].astype(np.float64)
+        out[b:b + len(lg)] = (et / s).astype(_F32)
+    return out
+
+
+# ---- strided perplexity (--ppl-stride: perplexity_v2) ---------------------------------------
+@dataclass(frozen=True)
+class StridePlan:
+    n_ctx: int       # window length (the context's n_ctx: llama_n_ctx)
+    n_batch: int
+    stride: int
+    n_chunk: int
+    n_seq: int       # only printed, as llama.cpp does
+
+    @property
+    def first(self) -> int:
+        """First scored row of a window (llama.cpp: n_ctx - stride - 1)."""
+        return self.n_ctx - self.stride - 1
+
+
+def stride_plan(n_tokens: int, n_ctx: int, n_batch: int, stride: int,
+                n_chunks: int = -1) -> StridePlan:
+    """perplexity_v2's windows over n_tokens of text with the context's n_ctx (padded, and
+    grown by stride/2 as llama-perplexity grows it) and the command line's n_batch."""
+    n_max = (n_tokens - n_ctx + stride - 1) // stride
+    return StridePlan(n_ctx, n_batch, stride, n_max if n_chunks < 0 else min(n_chunks, n_max),
+                      max(1, n_batch // n_ctx))
+
+
+def strided_chunks(ctx, tokens, pl: StridePlan) -> Iterator[tuple[int, float, int]]:
+    """perplexity_v2: window i = tokens[i*stride : i*stride + n_ctx] from an empty cache, every
+    row an output (as llama.cpp asks; its BOS substitution happens after the decode, so the window
+    is evaluated as it is), rows first .. n_ctx-2 scored: nll += -logf(softmax(row)[next token]) in
+    double. Yields (window index, running nll, running count) after each window."""
+    tokens = np.asarray(tokens, dtype=np.int32)
+    if pl.first < 0:
+        raise ContextError(f"stride {pl.stride} does not fit in a context of {pl.n_ctx}")
+    nll, count = 0.0, 0
+    num_batches = (pl.n_ctx + pl.n_batch - 1) // pl.n_batch
+    for i in range(pl.n_chunk):
+        start = i * pl.stride
+        end = start + pl.n_ctx
+        ctx.memory.clear()
+        rows = []
+        for j in range(num_batches):
+            b0 = start + j * pl.n_batch
+            size = min(end - b0, pl.n_batch)
+            pos = np.arange(j * pl.n_batch, j * pl.n_batch + size, dtype=np.int32)
+            rc = ctx.decode(Batch(tokens[b0:b0 + size], pos=pos, seq_ids=[0] * size,
+                                  logits=np.ones(size, dtype=bool)))
+            if rc != 0:
+                raise ContextError(f"failed to decode window {i + 1} (code {rc}): it needs "
+                                   f"{pl.n_ctx} cells in one sequence")
+            rows.append(ctx.get_logits()[:size].copy())
+        logits = np.concatenate(rows)
+        js = np.arange(pl.first, pl.n_ctx - 1)
+        probs = softmax_probs(logits, js, tokens[start + js + 1])
+        for p in probs:
+            nll += float(-logf(p))
+            count += 1
+        yield i, nll, count

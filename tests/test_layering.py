@@ -13,7 +13,7 @@ LAYERS = [
     ("pyllama.tools", 9), ("pyllama.__main__", 9), ("pyllama.synthetic", 9),
     ("pyllama.server", 8), ("pyllama.llama_cpp", 8),
     ("pyllama.speculative", 7), ("pyllama.generate", 7), ("pyllama.perplexity", 7),
-    ("pyllama.embedding", 7),
+    ("pyllama.embedding", 7), ("pyllama.scoring", 7),
     ("pyllama.sampling", 6), ("pyllama.grammar", 6),
     ("pyllama.model", 5), ("pyllama.context", 5), ("pyllama.adapter", 5),
     ("pyllama.arch", 4), ("pyllama.graph", 4),

@@ -924,7 +924,7 @@ OPTIONS += [
        env="LLAMA_ARG_MODELS_DIR", tools={S}, **_EX),
     # ---- llama-perplexity --------------------------------------------------------------------
     _O("--ppl-stride", "int", "ppl_stride", "stride for perplexity calculation (default: 0)",
-       tools={P}, status=UNSUP, note="strided perplexity", **_EX),
+       tools={P}, **_EX),
     _O("--ppl-output-type", "int", "ppl_output_type", "output type for perplexity calculation "
        "(default: 0)", hint="<0|1>", tools={P}, **_EX),
     _O("--chunks", "int", "n_chunks", "max number of chunks to process (default: -1, -1 = all)",
@@ -934,19 +934,17 @@ OPTIONS += [
     _O("--kl-divergence", "flag", "kl_divergence", "computes KL-divergence to logits provided "
        "via --kl-divergence-base", tools={P}, **_EX),
     _O("--hellaswag", "flag", "hellaswag", "compute HellaSwag score over random tasks from "
-       "datafile supplied with -f", tools={P}, status=UNSUP, note="HellaSwag", **_EX),
+       "datafile supplied with -f", tools={P}, **_EX),
     _O("--hellaswag-tasks", "int", "hellaswag_tasks", "number of tasks to use when computing "
-       "the HellaSwag score (default: 400)", tools={P}, status=UNSUP, note="HellaSwag", **_EX),
+       "the HellaSwag score (default: 400)", tools={P}, **_EX),
     _O("--winogrande", "flag", "winogrande", "compute Winogrande score over random tasks from "
-       "datafile supplied with -f", tools={P}, status=UNSUP, note="Winogrande", **_EX),
+       "datafile supplied with -f", tools={P}, **_EX),
     _O("--winogrande-tasks", "int", "winogrande_tasks", "number of tasks to use when computing "
-       "the Winogrande score (default: 0)", tools={P}, status=UNSUP, note="Winogrande", **_EX),
+       "the Winogrande score (default: 0)", tools={P}, **_EX),
     _O("--multiple-choice", "flag", "multiple_choice", "compute multiple choice score over "
-       "random tasks from datafile supplied with -f", tools={P}, status=UNSUP,
-       note="multiple-choice scoring", **_EX),
+       "random tasks from datafile supplied with -f", tools={P}, **_EX),
     _O("--multiple-choice-tasks", "int", "multiple_choice_tasks", "number of tasks to use when "
-       "computing the multiple choice score (default: 0)", tools={P}, status=UNSUP,
-       note="multiple-choice scoring", **_EX),
+       "computing the multiple choice score (default: 0)", tools={P}, **_EX),
     # ---- llama-tokenize ----------------------------------------------------------------------
     _O("--ids", "flag", "ids_only", "if given, only print numerical token IDs, and not token "
        "strings", tools={T}, **_EX),

@@ -230,6 +230,12 @@ class Params:
     n_chunks: int = -1
     kl_divergence: bool = False
     logits_file: str = ""
+    hellaswag: bool = False
+    hellaswag_tasks: int = 400
+    winogrande: bool = False
+    winogrande_tasks: int = 0
+    multiple_choice: bool = False
+    multiple_choice_tasks: int = 0
     # tokenize
     ids_only: bool = False
     use_stdin: bool = False

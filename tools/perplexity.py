@@ -1,6 +1,10 @@
 """llama-perplexity: perplexity of a text (-f) in llama.cpp's chunking, output and ± estimate;
 --kl-divergence-base FILE alone saves a `_logits_` base file, with --kl-divergence compares against
-one (KLD, Δp and same-top statistics). The maths lives in pyllama.perplexity (llama.cpp tools/perplexity/perplexity.cpp).
+one (KLD, Δp and same-top statistics); --ppl-stride N is the strided perplexity; --hellaswag,
+--winogrande and --multiple-choice score task files. The maths lives in pyllama.perplexity and
+pyllama.scoring (llama.cpp tools/perplexity/perplexity.cpp); this module prints llama.cpp's lines.
+Where llama.cpp logs an error about its input and returns exit status 0, this tool prints the same
+line and exits 1.
 """
 from __future__ import annotations
 
@@ -16,6 +20,14 @@ def run(argv) -> int:
     if params.n_ctx <= 0:
         log().error("main: perplexity tool requires '--ctx-size' > 0")
         return 1
+    scoring = params.hellaswag or params.winogrande or params.multiple_choice
+    # llama_perplexity's main: 4+ sequences in a unified cache for the tasks, else n_batch/n_ctx
+    n_seq = max(4, params.n_parallel) if scoring else max(1, params.n_batch // params.n_ctx)
+    n_ctx = n_seq * params.n_ctx
+    if params.ppl_stride > 0:
+        log().info(f"Will perform strided perplexity calculation -> adjusting context size from "
+                   f"{n_ctx} to {n_ctx + params.ppl_stride // 2}")
+        n_ctx += params.ppl_stride // 2
     from pyllama.errors import PyllamaError
     try:
         model = load_model(params)
@@ -23,17 +35,208 @@ def run(argv) -> int:
         log().error(f"llama_perplexity: unable to load model ({e})")
         return 1
     out = Output(params)
+    if scoring:
+        from pyllama.scoring import TaskError
+        ctx = _context(model, params, n_ctx, min(params.n_batch, n_ctx), n_seq, kv_unified=True)
+        run = (run_hellaswag if params.hellaswag else run_winogrande if params.winogrande
+               else run_multiple_choice)
+        try:
+            rc = run(params, model, ctx, out)
+        except TaskError as e:
+            log().error(str(e))
+            out("\n")
+            return 1
+        out("\n")
+        return rc
     if params.kl_divergence:
         return run_kld(params, model, out)
+    if params.ppl_stride > 0:
+        return run_strided(params, model, out, n_ctx, n_seq)
     return run_ppl(params, model, out)
 
 
-def _context(model, params, n_ctx: int, n_batch: int, n_seq: int):
+def _context(model, params, n_ctx: int, n_batch: int, n_seq: int, kv_unified=None):
     import pyllama
     kw = params.context_kwargs(model.hparams.n_ctx_train)
     kw.update(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=min(params.n_ubatch, n_batch),
               n_seq_max=n_seq, numerics=params.numerics_for(model.backend.name))
+    if kv_unified is not None:
+        kw["kv_unified"] = kv_unified
     return pyllama.Context(model, **kw)
+
+
+def _tokenizer(model):
+    return lambda text: model.tokenize(text, add_special=True, parse_special=False)
+
+
+def cfloat(v, spec: str) -> str:
+    """printf's %<spec> of a float: Python's digits, glibc's spelling of nan/inf and their sign."""
+    import math
+    v = float(v)
+    if math.isnan(v) or math.isinf(v):
+        word = ("-" if math.copysign(1.0, v) < 0 else "") + ("nan" if math.isnan(v) else "inf")
+        width = spec.split(".")[0]
+        return f"{word:>{width}}" if width else word
+    return format(v, spec)
+
+
+# ---- the scoring tasks ------------------------------------------------------------------------
+def run_hellaswag(params, model, ctx, out: Output) -> int:
+    from pyllama import scoring as sc
+    lg = log()
+    lines = sc.hellaswag_lines(params.prompt)
+    n_all = len(lines) // 6
+    lg.info(f"hellaswag_score : loaded {n_all} tasks from prompt.")
+    lg.info(f"================================= is_spm = {int(model.vocab.kind == 'spm')}")
+    n_tasks = params.hellaswag_tasks % (1 << 64)          # size_t
+    lg.info(f"hellaswag_score : selecting {min(n_tasks, n_all)} randomized tasks.")
+    tasks = sc.hellaswag_select(lines, n_tasks, _tokenizer(model))
+    lg.info("hellaswag_score : calculating hellaswag score over selected tasks.")
+    out("\ntask\tacc_norm\t95% confidence interval\n")
+    for r in sc.hellaswag_score(ctx, tasks, ctx.n_batch):
+        out(f"{r.index}\t{cfloat(r.acc_norm * 100.0, '3.8f')}%\t[{cfloat(r.lo * 100.0, '3.4f')}%, "
+            f"{cfloat(r.hi * 100.0, '3.4f')}%]\n")
+    out("\n")
+    return 0
+
+
+def run_winogrande(params, model, ctx, out: Output) -> int:
+    from pyllama import scoring as sc
+    lg = log()
+    rows, errors = sc.winogrande_rows(params.prompt)
+    for e in errors:
+        lg.error(e)
+    if not rows:
+        raise sc.TaskError("winogrande_score: no tasks")
+    lg.info(f"winogrande_score : loaded {len(rows)} tasks from prompt.")
+    n_tasks = params.winogrande_tasks % (1 << 64)
+    if 0 < n_tasks < len(rows):
+        lg.info(f"winogrande_score : selecting {n_tasks} random tasks")
+    rows = sc.winogrande_select(rows, n_tasks)
+    lg.info("winogrande_score : tokenizing selected tasks")
+    tasks = sc.winogrande_tasks(rows, _tokenizer(model))
+    lg.info("winogrande_score : calculating winogrande score over selected tasks.")
+    n_done = n_correct = 0
+    for r in sc.winogrande_score(ctx, tasks, ctx.n_batch):
+        n_done += 1
+        n_correct += r.result == r.answer
+        out(f"{r.index}\t{cfloat(r.accuracy, '.4f')}\t{cfloat(r.score1, '10.6f')}  "
+            f"{cfloat(r.score2, '10.6f')}  {r.result}  {r.answer}\n")
+    out("\n")
+    if n_done >= 100:
+        p, sigma = sc.winogrande_final(n_correct, n_done)
+        lg.info(f"Final Winogrande score({n_done} tasks): {cfloat(p, '.4f')} +/- "
+                f"{cfloat(sigma, '.4f')}")
+    return 0
+
+
+def _raw_prompt(params) -> bytes:
+    """The prompt's bytes (a binary task file is not text): -bf's file as it is, -f's without its
+    last newline (common/arg.cpp read_file), else the prompt text."""
+    if params.prompt_file and not params.escape:
+        with open(params.prompt_file, "rb") as f:
+            data = f.read()
+        if not params.prompt_is_binary and data.endswith(b"\n"):
+            data = data[:-1]
+        return data
+    return params.prompt.encode("utf-8", "surrogateescape")
+
+
+def run_multiple_choice(params, model, ctx, out: Output) -> int:
+    from pyllama import scoring as sc
+    lg = log()
+    n_tasks = params.multiple_choice_tasks % (1 << 64)
+
+    def on_start(n_task):
+        if n_tasks == 0 or n_tasks >= n_task:
+            _err_part("multiple_choice_score: reading tasks")
+        else:
+            lg.info(f"multiple_choice_score: selecting {n_tasks} random tasks from {n_task} "
+                    f"tasks available")
+
+    n_task, raw = sc.mc_read(
+        _raw_prompt(params), n_tasks, on_dot=lambda: out("."), on_start=on_start,
+        on_count=lambda n: lg.info(f"multiple_choice_score: there are {n} tasks in prompt"))
+    if n_tasks == 0 or n_tasks >= n_task:
+        out("done\n")
+    _err_part("multiple_choice_score: preparing task data")
+    if len(raw) > 500:
+        out("...")
+    tasks = sc.mc_prepare(raw, _tokenizer(model), on_dot=lambda: out("."))
+    out("done\n")
+    lg.info(f"multiple_choice_score : calculating TruthfulQA score over {len(tasks)} tasks.")
+    out("\ntask\tacc_norm\n")
+    n_done = n_correct = n_answers = 0
+    for r in sc.mc_score(ctx, tasks, ctx.n_batch):
+        n_done, n_correct, n_answers = r.index, n_correct + r.correct, n_answers + r.n_answers
+        out(f"{r.index}\t{cfloat(r.accuracy, '.8f')}\n")
+    res, res_pm, chance, chance_pm = sc.mc_final(n_correct, n_done, n_answers)
+    out("\n")
+    lg.info(f"Final result: {cfloat(res, '.4f')} +/- {cfloat(res_pm, '.4f')}")
+    lg.info(f"Random chance: {cfloat(chance, '.4f')} +/- {cfloat(chance_pm, '.4f')}")
+    lg.info("")
+    return 0
+
+
+def _err_part(text: str) -> None:
+    """A LOG_INF without its newline (llama.cpp's next message continues the line)."""
+    from pyllama.log import logger
+    saved = [(h, getattr(h, "terminator", "\n")) for h in logger.handlers]
+    for h, _ in saved:
+        h.terminator = ""
+    try:
+        log().info(text)
+    finally:
+        for h, t in saved:
+            h.terminator = t
+
+
+# ---- strided perplexity ----------------------------------------------------------------------
+def run_strided(params, model, out: Output, n_ctx: int, n_seq: int) -> int:
+    """perplexity_v2 (--ppl-stride): no final estimate line, as llama.cpp."""
+    from pyllama import perplexity as ppl
+    from pyllama.errors import ContextError
+    lg = log()
+    ctx = _context(model, params, n_ctx, min(params.n_batch, n_seq * params.n_ctx), n_seq)
+    lg.info("perplexity_v2: tokenizing the input ..")
+    tokens = model.tokenize(params.prompt, add_special=True, parse_special=False)
+    n_ctx = ctx.n_ctx                                  # llama_n_ctx: padded
+    if len(tokens) < 2 * n_ctx:
+        lg.error(f"perplexity_v2: you need at least {2 * n_ctx} tokens to evaluate perplexity "
+                 f"with a context of {n_ctx}")
+        lg.error(f"perplexity_v2: the data file you provided tokenizes to only {len(tokens)} "
+                 f"tokens")
+        out("\n")
+        return 0
+    lg.info(f"perplexity_v2: have {len(tokens)} tokens. Calculation chunk = {n_ctx}")
+    pl = ppl.stride_plan(len(tokens), n_ctx, ctx.n_batch, params.ppl_stride, params.n_chunks)
+    lg.info(f"perplexity_v2: computing over {pl.n_chunk} chunks, n_ctx={n_ctx}, "
+            f"batch_size={pl.n_batch}, n_seq={pl.n_seq}")
+    import math
+    t0 = time.perf_counter()
+    try:
+        for i, nll, count in ppl.strided_chunks(ctx, tokens, pl):
+            if i == 0:
+                t = time.perf_counter() - t0
+                sys.stderr.write(f"perplexity_v2: {t:.2f} seconds per pass - ETA ")
+                sys.stderr.flush()
+                total = int(t * pl.n_chunk)
+                text = ""
+                if total >= 3600:
+                    text += f"{total // 3600} hours "
+                    total %= 3600
+                out(text + f"{total / 60.0:.2f} minutes\n")
+            if params.ppl_output_type == 0:
+                out(f"[{i + 1}]{math.exp(nll / count):.4f},")
+            else:
+                out(f"{i * params.ppl_stride:8d}  {math.exp(nll / count):.4f}\n")
+    except ContextError as e:
+        out("\n")
+        lg.error(f"perplexity_v2: {e}")
+        return 1
+    out("\n")
+    out("\n")
+    return 0
 
 
 def run_ppl(params, model, out: Output) -> int:

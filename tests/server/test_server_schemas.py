@@ -53,7 +53,7 @@ def test_aliases_first_present_wins_and_defaults_apply():
     p = params(b'{"max_tokens": 7, "max_completion_tokens": 5}')
     assert p.n_predict == 5
     assert params(b"{}", n_predict=9).n_predict == 9
-    assert params(b'{"n_predict": 20}', n_predict=9).n_predict == 9   # -n caps requests
+    assert params(b'{"n_predict": 20}', n_predict=9).n_predict == 20  # the request wins over -n
     assert params(b'{"n_predict": 4}', n_predict=9).n_predict == 4
     assert params(b'{"stop": "x"}').stop == ["x"]
     assert params(b"{}", stop=["END"]).stop == ["END"]
