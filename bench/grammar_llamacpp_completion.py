@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -75,6 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-c", "--ctx-size", type=int, default=1024)
     ap.add_argument("--pairs", type=int, default=1)
+    ap.add_argument("--pyllama-args", default="",
+                    help="extra flags for pyllama's runs, e.g. '--numerics invariant'")
     ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime(
         "grammar-llamacpp-completion-%Y%m%d-%H%M", time.gmtime())))
     args = ap.parse_args(argv)
@@ -82,9 +85,11 @@ def main(argv=None) -> int:
     gs = {k: v for k, v in grammars().items() if k in args.grammars.split(",")}
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
     rows, load0 = [], [round(x, 2) for x in os.getloadavg()]
+    extra = shlex.split(args.pyllama_args)
     with tempfile.TemporaryDirectory() as tmp:
         for alias in args.models.split(","):
             path = resolve(alias)
+            cmds = {}
             for gname, text in gs.items():
                 common = ["-m", path, "-p", PROMPT, "-n", str(args.n), "--temp", "0", "-t",
                           str(args.threads), "-c", str(args.ctx_size), "--no-display-prompt"]
@@ -93,13 +98,19 @@ def main(argv=None) -> int:
                     with open(gf, "w", encoding="utf-8") as f:
                         f.write(text)
                     common += ["--grammar-file", gf]
-                res = {"pyllama": [], "llama.cpp": []}
-                for _ in range(args.pairs):
-                    res["pyllama"].append(run([sys.executable, "-m", "pyllama", "completion",
-                                               *common, "-no-cnv"], env))
-                    res["llama.cpp"].append(run([args.exe, *common, "-no-cnv"]))
+                cmds[gname] = {"pyllama": [sys.executable, "-m", "pyllama", "completion",
+                                           *common, "-no-cnv", *extra],
+                               "llama.cpp": [args.exe, *common, "-no-cnv"]}
+            # round robin over (grammar, executable) within each pair, so that a change in the
+            # machine's load falls on every row alike rather than on one grammar's runs
+            res = {g: {"pyllama": [], "llama.cpp": []} for g in cmds}
+            for _ in range(args.pairs):
+                for gname, c in cmds.items():
+                    for who in ("pyllama", "llama.cpp"):
+                        res[gname][who].append(run(c[who], None if who == "llama.cpp" else env))
+            for gname, rr in res.items():
                 row = {"model": alias, "grammar": gname}
-                for who, rs in res.items():
+                for who, rs in rr.items():
                     row[who] = {k: statistics.median(r[k] for r in rs) for k in
                                 ("ms_per_token", "sampling_ms_per_token", "eval_n")}
                     row[who]["text"] = rs[-1]["text"]
@@ -121,24 +132,33 @@ def markdown(rep: dict) -> str:
     a = rep["args"]
     base = {(r["model"], w): r[w]["ms_per_token"] for r in rep["rows"] if r["grammar"] == "none"
             for w in ("pyllama", "llama.cpp")}
+    base_s = {(r["model"], w): r[w]["sampling_ms_per_token"] for r in rep["rows"]
+              if r["grammar"] == "none" for w in ("pyllama", "llama.cpp")}
     lines = [f"# Constrained generation: pyllama's llama-completion vs llama.cpp's "
              f"llama-completion --grammar-file ({rep['date_utc']} UTC)", "",
              f"{os.cpu_count()} CPUs, -t {a['threads']}, greedy, -n {a['n']}, -c {a['ctx_size']}, "
              f"{a['pairs']} interleaved pair(s) (medians); load average before "
              f"{rep['loadavg_before']}, after {rep['loadavg_after']} (shared machine).",
              "ms/token = (sampling + eval time) / eval runs, from each executable's "
-             "common_perf_print lines.", "",
+             "common_perf_print lines; grammar cost = sampling ms/token minus the unconstrained "
+             "run's (the grammar's own time, apart from the model's eval).",
+             f"pyllama's extra flags: {a.get('pyllama_args') or 'none'} (tool defaults "
+             "otherwise: --numerics llama.cpp).", "",
              "| model | grammar | pyllama ms/token | llama.cpp ms/token | pyllama sampling "
              "ms/token | llama.cpp sampling ms/token | vs unconstrained (pyllama / llama.cpp) "
-             "| eval runs (pyllama / llama.cpp) |", "|---|---|---|---|---|---|---|---|"]
+             "| grammar cost ms/token (pyllama / llama.cpp) | eval runs (pyllama / llama.cpp) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rep["rows"]:
         p, c = r["pyllama"], r["llama.cpp"]
         rel = [f"{x['ms_per_token'] / base[(r['model'], w)]:.2f}x"
                if base.get((r["model"], w)) else "-" for w, x in (("pyllama", p),
                                                                     ("llama.cpp", c))]
+        cost = [f"{x['sampling_ms_per_token'] - base_s[(r['model'], w)]:.2f}"
+                if (r["model"], w) in base_s else "-" for w, x in (("pyllama", p),
+                                                                  ("llama.cpp", c))]
         lines.append(f"| {r['model']} | {r['grammar']} | {p['ms_per_token']:.1f} | "
                      f"{c['ms_per_token']:.1f} | {p['sampling_ms_per_token']:.2f} | "
-                     f"{c['sampling_ms_per_token']:.2f} | {rel[0]} / {rel[1]} | "
+                     f"{c['sampling_ms_per_token']:.2f} | {rel[0]} / {rel[1]} | {cost[0]} / {cost[1]} | "
                      f"{p['eval_n']} / {c['eval_n']} |")
     return "\n".join(lines) + "\n"
 

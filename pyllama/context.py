@@ -9,7 +9,8 @@ llama.cpp's prefill (n >= 8 rows) arithmetic, so results never depend on how wor
 (docs/architecture.md); "llama.cpp" chooses kernels by each op's row count as llama.cpp's CPU
 backend does (one-token decodes, Q4_K tail rows, Q6_K under 8 rows), reproducing llama.cpp's own
 greedy continuations bit for bit, at the price of batch-shape dependent results (speculative
-verification then no longer equals plain decoding bit for bit). CPU and ref backends only.
+verification decodes with decode(batch, one_row=True) to equal plain decoding). CPU and ref
+backends only.
 `flash_attn=True` adds llama.cpp's flash-attention arithmetic to "llama.cpp" numerics (what `-fa on`
 and llama.cpp's default `-fa auto` give on its CPU backend); "invariant" numerics ignore it.
 
@@ -153,8 +154,11 @@ class Context:
         return self.backend.rope(k, delta, **self.hp.rope_args(il))
 
     # -- decode -----------------------------------------------------------------------------
-    def decode(self, batch: Batch) -> int:
-        """llama_decode: 0 ok, 1 no memory slot (memory unchanged), -1 invalid batch."""
+    def decode(self, batch: Batch, one_row: bool = False) -> int:
+        """llama_decode: 0 ok, 1 no memory slot (memory unchanged), -1 invalid batch. one_row
+        (numerics "llama.cpp"; speculative verification): every token computed with the
+        arithmetic its own one-token decode would use, so the logits equal consecutive
+        one-token decodes' bit for bit (no effect in the invariant numerics)."""
         if batch.n_tokens == 0:
             log.error("decode: n_tokens == 0")
             return -1
@@ -176,7 +180,7 @@ class Context:
             return 1
         self._reserve_outputs(batch)
         for ub in ubatches:
-            self._decode_ubatch(ub)
+            self._decode_ubatch(ub, one_row)
         return 0
 
     def _reserve_outputs(self, batch: Batch) -> None:
@@ -192,11 +196,11 @@ class Context:
         out_row[np.flatnonzero(batch.logits)] = np.arange(n_out)
         self._out_row, self._n_outputs = out_row, n_out
 
-    def _decode_ubatch(self, ub) -> None:
+    def _decode_ubatch(self, ub, one_row: bool = False) -> None:
         out_local = np.flatnonzero(ub.output).astype(np.int32)
         g = Graph(self.backend, self.hp, self.memory, ub, out_local, self.numerics,
                   self.flash_attn, want_logits=not self.embeddings, loras=self.loras,
-                  cvec=self.cvec)
+                  cvec=self.cvec, one_row=one_row)
         logits = self.model.arch.forward(g, self.model.weights, self.hp)
         if not len(out_local):
             return
@@ -230,16 +234,18 @@ class Context:
         return out
 
     def _rank(self, v: np.ndarray) -> np.ndarray:
-        """The classification head of rank pooling: cls (tanh) then cls_out, softmax for qwen3."""
+        """The classification head of rank pooling: cls (tanh) then cls_out where the model has
+        them, softmax for qwen3."""
         head = self._cls_head
         be = self.backend
         x = v.reshape(1, -1)
         if head["cls"] is not None:
             x = np.tanh(be.add(be.matmul(head["cls"], x), be.vec(head["cls_b"]))
                         if head["cls_b"] is not None else be.matmul(head["cls"], x))
-        x = be.matmul(head["cls_out"], x)
-        if head["cls_out_b"] is not None:
-            x = be.add(x, be.vec(head["cls_out_b"]))
+        if head["cls_out"] is not None:
+            x = be.matmul(head["cls_out"], x)
+            if head["cls_out_b"] is not None:
+                x = be.add(x, be.vec(head["cls_out_b"]))
         x = np.asarray(x, dtype=np.float32).reshape(-1)
         if self.model.arch.name == "qwen3":
             e = np.exp(x - x.max())
@@ -407,14 +413,11 @@ def _pooling_type(model, pooling: str | None) -> str:
 
 
 def _cls_head(model) -> dict:
-    """The classification head rank pooling needs (cls_out, optional cls and biases)."""
+    """The classification head of rank pooling (cls, cls_out and their biases, each optional:
+    a model without any ranks by its pooled hidden state, as llama.cpp's build_pooling does)."""
     w = model.weights
     names = {"cls": "cls", "cls_b": "cls_b", "cls_out": "cls.output", "cls_out_b": "cls.output_b"}
-    head = {k: w.__dict__.get(name) for k, name in names.items()}
-    if head["cls_out"] is None and head["cls"] is None:
-        raise ContextError("pooling 'rank' needs a model with a classification head "
-                           "(cls.weight / cls.output.weight); this model has none")
-    return head
+    return {k: w.__dict__.get(name) for k, name in names.items()}
 
 
 def _check_numerics(numerics: str, backend) -> None:

@@ -67,9 +67,10 @@ def prepare_prompt(ctx, prompt: list[int], seq_id: int = 0) -> int:
 
 
 def decode_tokens(ctx, tokens: list[int], seq_id: int = 0, logits_last: bool = True,
-                  logits_all: bool = False) -> None:
+                  logits_all: bool = False, one_row: bool = False) -> None:
     """Decode tokens after what seq_id holds, in n_batch chunks; logits for the last one (or for
-    all of them: then the batch must fit in n_batch)."""
+    all of them: then the batch must fit in n_batch). one_row: Context.decode's (speculative
+    verification in the llama.cpp numerics)."""
     if logits_all and len(tokens) > ctx.n_batch:
         raise ContextError(f"{len(tokens)} tokens with logits do not fit in n_batch {ctx.n_batch}")
     toks = cached_tokens(ctx, seq_id)
@@ -80,7 +81,8 @@ def decode_tokens(ctx, tokens: list[int], seq_id: int = 0, logits_last: bool = T
         if logits_last and b0 + len(chunk) == len(tokens):
             flags[-1] = True
         pos = np.arange(start + b0, start + b0 + len(chunk), dtype=np.int32)
-        rc = ctx.decode(Batch(chunk, pos=pos, seq_ids=[seq_id] * len(chunk), logits=flags))
+        b = Batch(chunk, pos=pos, seq_ids=[seq_id] * len(chunk), logits=flags)
+        rc = ctx.decode(b, one_row=True) if one_row else ctx.decode(b)
         if rc != 0:
             raise ContextError("failed to find a memory slot (context full)" if rc == 1 else
                                f"decode failed with code {rc}")

@@ -20,9 +20,13 @@ from .hparams import HParams
 class Graph:
     def __init__(self, backend: Backend, hp: HParams, memory, ubatch, out_idx: np.ndarray,
                  numerics: str = "invariant", flash_attn: bool = False,
-                 want_logits: bool = True, loras: tuple = (), cvec=None):
+                 want_logits: bool = True, loras: tuple = (), cvec=None, one_row: bool = False):
         self.be = backend
         self.llama_cpp = numerics == "llama.cpp"    # llama.cpp's row-count dependent kernels
+        # llama.cpp numerics, one_row: every row computed with the arithmetic of a one-token
+        # decode (kernels chosen as for one row, attention per query over its own KV view):
+        # speculative verification rows then equal consecutive one-token decodes bit for bit
+        self.one_row = one_row and self.llama_cpp
         self.flash_attn = flash_attn                # with llama_cpp: its flash-attention kernels
         self._views: dict = {}                      # id(cache) -> its KV view for this ubatch
         self.hp = hp
@@ -62,7 +66,8 @@ class Graph:
         touch (deepseek2's q / kv projections and output)."""
         if len(w.shape) == 1:                 # a vector weight: the [1, cols] matrix (qwen2moe)
             w = as_matrix(w)
-        y = llama_cpp_numerics.matmul(self.be, w, x) if self.llama_cpp else self.be.matmul(w, x)
+        y = (llama_cpp_numerics.matmul(self.be, w, x, self.one_row) if self.llama_cpp
+             else self.be.matmul(w, x))
         if lora:
             y = self._lora_add(y, w, x)   # build_lora_mm: the adapters before the bias
         if bias is not None:
@@ -75,7 +80,7 @@ class Graph:
         as separate matmuls)."""
         if biases is None:
             biases = (None,) * len(ws)
-        if self.llama_cpp and not llama_cpp_numerics.plain_matmuls(ws, x):
+        if self.llama_cpp and not llama_cpp_numerics.plain_matmuls(ws, x, self.one_row):
             return [self.matmul(w, x, b) for w, b in zip(ws, biases)]
         if any(len(w.shape) == 1 for w in ws):
             return [self.matmul(w, x, b) for w, b in zip(ws, biases)]
@@ -97,7 +102,8 @@ class Graph:
     def _lora_mm(self, w: Weight, x: np.ndarray) -> np.ndarray:
         """A LoRA factor times x (in the llama.cpp numerics F32/F16 factors that tinyBLAS
         refuses, k = rank % 8 or rows = rank % 4, take ggml_vec_dot_*: backend/compat.py)."""
-        return llama_cpp_numerics.matmul(self.be, w, x) if self.llama_cpp else self.be.matmul(w, x)
+        return (llama_cpp_numerics.matmul(self.be, w, x, self.one_row) if self.llama_cpp
+                else self.be.matmul(w, x))
 
     def cvec_add(self, x: np.ndarray, il: int) -> np.ndarray:
         """build_cvec: layer il's control vector added to the layer output (when in range)."""
@@ -148,7 +154,7 @@ class Graph:
         [n, n_head, rows], head h by w[h] (MLA's attn_k_b / attn_v_b). src1_contiguous: whether
         llama.cpp's src1 is contiguous (its F32 kernel choice depends on it)."""
         if self.llama_cpp:
-            return llama_cpp_numerics.matmul_heads(self.be, w, x, src1_contiguous)
+            return llama_cpp_numerics.matmul_heads(self.be, w, x, src1_contiguous, self.one_row)
         out = np.empty((x.shape[0], x.shape[1], w.shape[1]), np.float32)
         for h in range(x.shape[1]):
             out[:, h] = self.be.matmul(expert_weight(w, h), np.ascontiguousarray(x[:, h]))
@@ -166,6 +172,9 @@ class Graph:
 
     def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """x [n, m, cols] by the experts ids [n, k] of w [n_expert, rows, cols] -> [n, k, rows]."""
+        if self.one_row and x.shape[0] > 1:       # each token's experts as in its own decode
+            return np.concatenate([self.be.mul_mat_id(w, x[i:i + 1], ids[i:i + 1], one_token=True)
+                                   for i in range(x.shape[0])])
         return self.be.mul_mat_id(w, x, ids, one_token=self.llama_cpp)
 
     @staticmethod
@@ -230,8 +239,14 @@ class Graph:
         if sinks is not None:
             if rot_k or rot_v or c is not None:
                 raise ValueError("attention sinks need f16 / f32 K/V caches")
-            out = self.be.attention_sinks(q, kbuf, vbuf, kv_cells, q_start, q_end, scale,
-                                          self.be.vec(sinks), one_token=self.llama_cpp)
+            if self.one_row and self.n_tokens > 1:     # each query as a one-token decode's
+                out = np.concatenate([self.be.attention_sinks(
+                    q[i:i + 1], kbuf, vbuf, kv_cells[q_start[i]:q_end[i]], np.zeros(1, np.int32),
+                    np.array([q_end[i] - q_start[i]], np.int32), scale, self.be.vec(sinks),
+                    one_token=True) for i in range(self.n_tokens)])
+            else:
+                out = self.be.attention_sinks(q, kbuf, vbuf, kv_cells, q_start, q_end, scale,
+                                              self.be.vec(sinks), one_token=self.llama_cpp)
             return out.reshape(self.n_tokens, -1)
         if self.llama_cpp:
             out = self._llama_cpp_attention(il, q, kbuf, vbuf, kv_cells, q_start, q_end, scale,
@@ -242,13 +257,19 @@ class Graph:
         return self.be.hadamard(out, rot_v) if rot_v else out
 
     def _llama_cpp_attention(self, il: int, *args):
-        view = None
-        if self.flash_attn and self.n_tokens == 1:      # the split-KV path needs llama.cpp's n_kv
-            cache = self.memory.cache_for(il)
-            view = self._views.get(id(cache))
-            if view is None:
-                view = self._views[id(cache)] = cache.kv_view(il)
-        return llama_cpp_numerics.attention(self.be, *args, flash_attn=self.flash_attn, view=view)
+        view = views = None
+        if self.flash_attn and (self.n_tokens == 1 or self.one_row):
+            cache = self.memory.cache_for(il)     # the split-KV path needs llama.cpp's n_kv
+            views = self._views.get(id(cache))
+            if views is None:
+                views = self._views[id(cache)] = (cache.kv_view(il) if self.n_tokens == 1
+                                                  else cache.kv_view_rows(il))
+            if self.n_tokens == 1:
+                view, views = views, None
+        elif self.one_row:
+            views = ()                            # per-query kernels, no view needed
+        return llama_cpp_numerics.attention(self.be, *args, flash_attn=self.flash_attn, view=view,
+                                            views=views)
 
     # -- outputs ------------------------------------------------------------------------
     def result_norm(self, x: np.ndarray) -> None:

@@ -79,8 +79,21 @@ def test_bad_pooling(tiny_model_path):
     model = pyllama.load_model(tiny_model_path("llama"))
     with pytest.raises(ContextError, match="unknown pooling"):
         pyllama.Context(model, n_ctx=64, embeddings=True, pooling="max")
-    with pytest.raises(ContextError, match="classification head"):
-        pyllama.Context(model, n_ctx=64, embeddings=True, pooling="rank")
+
+
+
+def test_rank_without_a_head_is_the_pooled_state(tiny_model_path):
+    """llama.cpp's build_pooling on a model without cls / cls_out: rank pooling is the row
+    llm_graph_input_cls picks (the last token of a causal model), unprojected."""
+    model = pyllama.load_model(tiny_model_path("llama"))
+    toks = np.array([5, 9, 17, 3], np.int32)
+    out = {}
+    for pooling in ("rank", "last"):
+        c = pyllama.Context(model, n_ctx=64, embeddings=True, pooling=pooling)
+        c.decode(pyllama.Batch(toks, pos=np.arange(4, dtype=np.int32),
+                               seq_ids=np.zeros(4, np.int32)))
+        out[pooling] = np.array(c.get_embeddings_seq(0))
+    np.testing.assert_array_equal(out["rank"], out["last"])
 
 
 def test_normalize_rules():

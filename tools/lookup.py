@@ -99,7 +99,8 @@ def run(argv) -> int:
     history = list(ids)
     # lookup.cpp stops once n_predict > -n (-n <= 0: at end of generation only)
     n = params.n_predict + 1 if params.n_predict > 0 else -1
-    spec = SpecParams(n_max=n_draft, n_min=0, mode="chain", round_stop=True)
+    # one_row=False: llama.cpp's llama-lookup verifies with its batch arithmetic (--numerics llama.cpp)
+    spec = SpecParams(n_max=n_draft, n_min=0, mode="chain", round_stop=True, one_row=False)
     # lookup.cpp decodes the prompt but its last token, then that token alone (its logits and
     # K/V then have the one-token arithmetic in the llama.cpp numerics)
     from pyllama.generate import decode_tokens

@@ -66,10 +66,10 @@ def mmid_uses_vec(wtype, n_rows_w: int, n: int) -> bool:
     return wtype in ref_compat.VEC_TYPES and n < 8
 
 
-def plain_matmuls(ws, x: np.ndarray) -> bool:
-    """Whether matmul(be, w, x) is be.matmul(w, x) for every w (no float mat-vec, no vec_dot
-    rows): then the weights may go to be.matmul_many."""
-    n = x.shape[0]
+def plain_matmuls(ws, x: np.ndarray, one_row: bool = False) -> bool:
+    """Whether matmul(be, w, x, one_row) is be.matmul(w, x) for every w (no float mat-vec, no
+    vec_dot rows): then the weights may go to be.matmul_many."""
+    n = 1 if one_row else x.shape[0]
     if x.ndim != 2:
         return True
     for w in ws:
@@ -80,12 +80,17 @@ def plain_matmuls(ws, x: np.ndarray) -> bool:
     return True
 
 
-def matmul(be, w, x: np.ndarray) -> np.ndarray:
-    """be.matmul(w, x) with llama.cpp's kernel choice for these n = len(x) rows."""
+def matmul(be, w, x: np.ndarray, one_row: bool = False) -> np.ndarray:
+    """be.matmul(w, x) with llama.cpp's kernel choice for these n = len(x) rows; one_row: the
+    choice for one row, applied to every row (each row gets the bits a one-token decode of it
+    would: the one-row kernels compute the rows independently, reading each weight block once)."""
     n = x.shape[0]
-    if x.ndim == 2 and w.type in _FLOATS and (n == 1 or not tinyblas_float(w)):
+    n_choice = 1 if one_row else n
+    if x.ndim == 2 and w.type in _FLOATS and (n_choice == 1 or not tinyblas_float(w)):
         return be.matvec_float(w, x)
-    s = vec_row_start(w.type, w.shape[0], n) if x.ndim == 2 else n
+    s = vec_row_start(w.type, w.shape[0], n_choice) if x.ndim == 2 else n_choice
+    if one_row:
+        return be.matmul(w, x) if s >= 1 else be.matmul_vec(w, x)
     if s >= n:
         return be.matmul(w, x)
     if s == 0:
@@ -104,16 +109,40 @@ def _fa_reproduced(k_cache, v_cache, n_q: int) -> bool:
 
 
 def attention(be, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0,
-              flash_attn: bool = False, view: tuple[int, int] | None = None):
+              flash_attn: bool = False, view: tuple[int, int] | None = None, views=None):
     """be.attention with llama.cpp's kernel choice: flash attention -> attention_fa where llama.cpp
     has the f16/f32 kernels (view: the (base cell, n_kv) KV view llama.cpp attends over); else
-    one query row over f16 caches -> vec_dot_f16."""
+    one query row over f16 caches -> vec_dot_f16. views: one (base cell, n_kv) per query row:
+    every row computed as a one-query ubatch over its own view (speculative verification)."""
+    if views is not None:
+        return _attention_rows(be, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
+                               flash_attn, views)
     if flash_attn and _fa_reproduced(k_cache, v_cache, q.shape[0]):
         return be.attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
                                view)
     if q.shape[0] == 1 and k_cache.dtype == np.float16 and v_cache.dtype == np.float16:
         return be.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
     return be.attention(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
+
+
+def _attention_rows(be, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
+                    flash_attn, views):
+    """attention() of each query row alone (the arithmetic of one-token decodes); the rows that
+    take the same per-query kernel in one call (vec_dot_f16 and the invariant kernel compute
+    every query independently)."""
+    n_q = q.shape[0]
+    if not (flash_attn and _fa_reproduced(k_cache, v_cache, 1)):
+        if k_cache.dtype == np.float16 and v_cache.dtype == np.float16:
+            return be.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
+        return be.attention(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap)
+    outs = []
+    for i in range(n_q):
+        a, b = int(q_start[i]), int(q_end[i])
+        cells = np.ascontiguousarray(kv_cells[a:b], np.int32)
+        outs.append(be.attention_fa(q[i:i + 1], k_cache, v_cache, cells,
+                                    np.zeros(1, np.int32), np.array([b - a], np.int32), scale,
+                                    softcap, tuple(views[i])))
+    return np.concatenate(outs)
 
 
 def _not_repacked(be, w, x: np.ndarray, vec: bool) -> np.ndarray:
@@ -133,7 +162,8 @@ def _not_repacked(be, w, x: np.ndarray, vec: bool) -> np.ndarray:
     return np.concatenate(parts, axis=1)
 
 
-def matmul_heads(be, w, x: np.ndarray, src1_contiguous: bool = True) -> np.ndarray:
+def matmul_heads(be, w, x: np.ndarray, src1_contiguous: bool = True,
+                 one_row: bool = False) -> np.ndarray:
     """ggml_mul_mat of a 3-D weight w [n_head, rows, cols] broadcast over x [n, n_head, cols]
     (MLA's attn_k_b / attn_v_b) -> [n, n_head, rows], with llama.cpp's kernel choice per head: a
     3-D weight is never repacked (repack.cpp takes 2-D MUL_MAT weights only), so K-quants (Q4_K
@@ -142,6 +172,7 @@ def matmul_heads(be, w, x: np.ndarray, src1_contiguous: bool = True) -> np.ndarr
     ggml_vec_dot_f32; F16 as a 2-D matmul; Q8_0 / Q5_0 / Q4_0 the same bits either way."""
     from .base import expert_weight
     n, h = x.shape[0], x.shape[1]
+    n_choice = 1 if one_row else n
     out = np.empty((n, h, w.shape[1]), np.float32)
     for i in range(h):
         wi = expert_weight(w, i)
@@ -149,7 +180,8 @@ def matmul_heads(be, w, x: np.ndarray, src1_contiguous: bool = True) -> np.ndarr
         if wi.type == GGMLType.F32 and not src1_contiguous:
             out[:, i] = be.matvec_float(wi, xi)
         elif wi.type in _FLOATS:
-            out[:, i] = matmul(be, wi, xi)
+            out[:, i] = matmul(be, wi, xi, one_row)
         else:
-            out[:, i] = _not_repacked(be, wi, xi, wi.type in ref_compat.VEC_TYPES and n < 8)
+            out[:, i] = _not_repacked(be, wi, xi,
+                                      wi.type in ref_compat.VEC_TYPES and n_choice < 8)
     return out

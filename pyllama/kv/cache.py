@@ -104,6 +104,7 @@ class KVCache:
         self._plan = (None, None, None)
         self._slots: dict = {}
         self.last_cells = np.zeros(0, dtype=np.int32)
+        self._used_before = [0] * n_stream      # used_max_p1 per stream before last_cells
 
     # -- geometry -----------------------------------------------------------------------------
     def seq_to_stream(self, s: int) -> int:
@@ -130,6 +131,16 @@ class KVCache:
             used = self.cells[int(st)].used_max_p1()
             n_kv = max(n_kv, min(self.n_cells, max(256, -(-used // 256) * 256)))
         return int(streams[0]) * self.n_cells, n_kv
+
+    def kv_view_rows(self, layer=None) -> list[tuple[int, int]]:
+        """kv_view as a one-token decode of each row of the last applied ubatch would see it:
+        the cells used before the ubatch plus those of its rows up to that one."""
+        out, used = [], list(self._used_before)
+        for c in self.last_cells.tolist():
+            st, idx = divmod(int(c), self.n_cells)
+            used[st] = u = max(used[st], idx + 1)
+            out.append((st * self.n_cells, min(self.n_cells, max(256, -(-u // 256) * 256))))
+        return out
 
     def k_offset(self, layer) -> np.ndarray | None:
         """f32[n_embd_k] to subtract from the layer's K rows before they are stored, or None."""
@@ -243,6 +254,7 @@ class KVCache:
         slot = self.find_slot(ub)
         if slot is None:
             raise ContextError("no KV slot for the ubatch (call init_batch first)")
+        self._used_before = [c.used_max_p1() for c in self.cells]
         self.last_cells = self._apply_slot(ub, slot)
         return self.last_cells
 

@@ -55,6 +55,9 @@ class ISWACache:
     def kv_view(self, layer) -> tuple[int, int]:
         return self._route[layer].kv_view(layer)
 
+    def kv_view_rows(self, layer) -> list[tuple[int, int]]:
+        return self._route[layer].kv_view_rows(layer)
+
     def k_offset(self, layer):
         return self._route[layer].k_offset(layer)
 

@@ -263,7 +263,7 @@ class Server:
                 n_cache_reuse=cfg.n_cache_reuse, n_ctx_slot=self.engine.n_ctx_slot,
                 cache_prompt=cfg.cache_prompt, sampling=self.engine.sampling_defaults,
                 eog_ids=tuple(self.engine.vocab.eog_ids), verbose=cfg.verbose,
-                reasoning_format=cfg.reasoning_format)
+                reasoning_format=cfg.reasoning_format, lora_names=self.engine.lora_names)
         return self._defaults
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True):
@@ -794,6 +794,10 @@ class Server:
                 if isinstance(ev, S.Progress):
                     if r.mode not in EVENT_MODES:
                         yield sse(self._progress_event(r, ev))
+                    elif r.mode == "responses":
+                        events = filters.setdefault(("events", ev.index), R.EventStream(r))
+                        for chunk in events.progress(ev):
+                            yield chunk
                     continue
                 if r.mode == "chat" and ev.index not in started:
                     started.add(ev.index)
@@ -1002,7 +1006,23 @@ def _metrics_text(engine: Engine) -> str:
         name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
         lines += [f"# HELP {name} Accepted tokens per draft position", f"# TYPE {name} counter"]
         lines += [f'{name}{{position="{i}"}} {v}' for i, v in enumerate(m.n_accepted_per_pos)]
+    if getattr(engine, "lora_names", ()):
+        # pyllama's extension: the inference gateway's LoRA adapter info, as vLLM's
+        # vllm:lora_requests_info gives it (a gauge whose value is the time of the reading; every
+        # loaded adapter is resident, so max_lora is their count) (deploy/README.md)
+        running, waiting = (_label(",".join(x)) for x in engine.lora_info())
+        name = "llamacpp:lora_requests_info"
+        lines += [f"# HELP {name} Running and waiting LoRA adapters (the value: a Unix time)",
+                  f"# TYPE {name} gauge",
+                  f'{name}{{max_lora="{len(engine.lora_names)}",'
+                  f'running_lora_adapters="{running}",'
+                  f'waiting_lora_adapters="{waiting}"}} {time.time():.3f}']
     return "\n".join(lines) + "\n"
+
+
+def _label(value: str) -> str:
+    """A Prometheus label value: backslash, double quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def cpp_double(value) -> str:

@@ -44,6 +44,29 @@ def _json_value(body: dict, key: str, default, ok):
     return v if v is not None and ok(v) else default
 
 
+_MEDIA = {"image_url": "image", "input_audio": "audio", "input_video": "video",
+          "video_url": "video"}
+
+
+def content_tokens(server, content) -> list[int]:
+    """tokenize_oai_content_array: an entry {"content": [{"type": "text", "text"}, ...]} is
+    the concatenated text; media parts need a multimodal projector (500, as llama.cpp's
+    runtime_error), other types are 400."""
+    if not isinstance(content, list):
+        raise invalid("\"content\" must be an array")
+    text = ""
+    for part in content:
+        kind = _json_value(part, "type", "", lambda v: isinstance(v, str)) \
+            if isinstance(part, dict) else ""
+        if kind in _MEDIA:
+            raise ServerError(500, f"{_MEDIA[kind]} input is not supported - hint: if this is "
+                                   "unexpected, you may need to provide the mmproj")
+        if kind != "text":
+            raise invalid("unsupported content[].type")
+        text += _json_value(part, "text", "", lambda v: isinstance(v, str))
+    return server.tokenize(text, True, True)
+
+
 def tokenize_subprompt(server, p, add_special: bool, parse_special: bool) -> list[int]:
     """tokenize_input_subprompt: a string, token ids, a mixed array or {"prompt_string": ...}."""
     if isinstance(p, str) or (isinstance(p, list) and all(
@@ -121,9 +144,9 @@ async def embeddings(server, request, oai: bool):
     tokenized = []
     for p in entries:
         if isinstance(p, dict) and "content" in p:
-            raise ServerError(500, "multimodal content parts are not supported by this server "
-                                   "(text prompts and token ids only)")
-        tokenized.append(tokenize_subprompt(server, p, True, True))
+            tokenized.append(content_tokens(server, p["content"]))
+        else:
+            tokenized.append(tokenize_subprompt(server, p, True, True))
     if not tokenized:
         raise invalid("\"input\" must not be empty")
     if any(not t for t in tokenized):

@@ -489,6 +489,19 @@ class Engine:
     def n_deferred(self) -> int:
         return len(self.pending)
 
+    def lora_info(self) -> tuple[list[str], list[str]]:
+        """The inference gateway's LoRA adapter info: the names of the adapters (non-zero scale)
+        that busy slots run with, and those that queued requests ask for."""
+        names = getattr(self, "lora_names", ())
+
+        def used(scales) -> set:
+            return {i for i, sc in enumerate(scales or ()) if sc != 0.0 and i < len(names)}
+        running = set().union(*(used(s.lora) for s in self.slots if s.busy))
+        waiting = set().union(*(used(self.lora_scales(getattr(t.params, "lora", None)))
+                                for t in list(self.pending)
+                                if t.kind in ("completion", "embedding", "rerank")))
+        return [names[i] for i in sorted(running)], [names[i] for i in sorted(waiting)]
+
     @property
     def kv_usage(self) -> float:
         """Fraction (0-1) of the KV cache held by requests in flight: the cells of the busy
@@ -535,6 +548,8 @@ class Engine:
         # without a `lora` field run with (POST /lora-adapters changes them; zero with
         # --lora-init-without-apply); each batch applies its lead slot's set (can_batch_with)
         self.loras = [a for a, _ in self.ctx.lora_adapters]
+        # the names a request's `model` may give to pick one adapter (schemas.build_params)
+        self.lora_names = tuple(os.path.basename(a.path).removesuffix(".gguf") for a in self.loras)
         apply_now = cfg.adapters.get("lora_apply", True)
         self.lora_base = tuple(s if apply_now else 0.0 for _, s in self.ctx.lora_adapters)
         self.memory = self.ctx.memory

@@ -253,57 +253,74 @@ class EventStream:
     def _resp(self, status: str) -> dict:
         return {"id": self.r.resp_id, "object": "response", "status": status}
 
-    def _open(self) -> list[bytes]:
+    def _open(self) -> list[tuple]:
         if self.created:
             return []
         self.created = True
-        return [sse_event("response.created", {"type": "response.created",
-                                               "response": self._resp("in_progress")}),
-                sse_event("response.in_progress", {"type": "response.in_progress",
-                                                   "response": self._resp("in_progress")})]
+        return [("response.created", {"type": "response.created",
+                                      "response": self._resp("in_progress")}),
+                ("response.in_progress", {"type": "response.in_progress",
+                                          "response": self._resp("in_progress")})]
 
-    def diffs(self, diffs: list[dict]) -> list[bytes]:
+    @staticmethod
+    def _encode(events: list[tuple], timings=None, progress=None) -> list[bytes]:
+        """llama.cpp puts a partial result's `timings` (timings_per_token) and
+        `prompt_progress` (return_progress) on the data of its last event."""
+        if events and timings is not None:
+            events[-1][1]["timings"] = timings.to_json()
+        if events and progress is not None:
+            events[-1][1]["prompt_progress"] = progress.to_json()
+        return [sse_event(n, d) for n, d in events]
+
+    def progress(self, p: S.Progress) -> list[bytes]:
+        """A prompt-progress result: the opening events the first time, then
+        response.in_progress, carrying prompt_progress."""
+        events = self._open() or [("response.in_progress", {
+            "type": "response.in_progress", "response": self._resp("in_progress")})]
+        return self._encode(events, p.timings, p)
+
+    def diffs(self, diffs: list[dict]) -> list[tuple]:
         out = []
         for d in diffs:
             if "reasoning_content" in d:
                 if not self.thinking:
                     self.thinking = True
-                    out.append(sse_event("response.output_item.added", {
+                    out.append(("response.output_item.added", {
                         "type": "response.output_item.added", "item": {
                             "id": self.rs_id, "summary": [], "type": "reasoning",
                             "content": [], "encrypted_content": "", "status": "in_progress"}}))
-                out.append(sse_event("response.reasoning_text.delta", {
+                out.append(("response.reasoning_text.delta", {
                     "type": "response.reasoning_text.delta", "delta": d["reasoning_content"],
                     "item_id": self.rs_id}))
             elif "content" in d:
                 if not self.text:
                     self.text = True
-                    out.append(sse_event("response.output_item.added", {
+                    out.append(("response.output_item.added", {
                         "type": "response.output_item.added", "item": {
                             "content": [], "id": self.msg_id, "role": "assistant",
                             "status": "in_progress", "type": "message"}}))
-                    out.append(sse_event("response.content_part.added", {
+                    out.append(("response.content_part.added", {
                         "type": "response.content_part.added", "item_id": self.msg_id,
                         "part": {"type": "output_text", "text": ""}}))
-                out.append(sse_event("response.output_text.delta", {
+                out.append(("response.output_text.delta", {
                     "type": "response.output_text.delta", "item_id": self.msg_id,
                     "delta": d["content"]}))
             elif "tool_call" in d:
                 _, call = d["tool_call"]
-                out.append(sse_event("response.output_item.added", {
+                out.append(("response.output_item.added", {
                     "type": "response.output_item.added",
                     "item": _call_item(call, "in_progress", "")}))
                 if call["function"]["arguments"]:
-                    out.append(sse_event("response.function_call_arguments.delta", {
+                    out.append(("response.function_call_arguments.delta", {
                         "type": "response.function_call_arguments.delta",
                         "delta": call["function"]["arguments"], "item_id": "fc_" + call["id"]}))
         return out
 
     def partial(self, p: S.Partial, diffs: list[dict]) -> list[bytes]:
-        return self._open() + self.diffs(diffs)
+        return self._encode(self._open() + self.diffs(diffs), p.timings)
 
     def final(self, f: S.Final, diffs: list[dict], msg: ChatMsg) -> list[bytes]:
-        out = self._open() + self.diffs(diffs)
+        out = [sse_event(n, d) for n, d in self._open() + self.diffs(diffs)]
         output = []
         if msg.reasoning_content:
             item = _reasoning_item(self.rs_id, msg.reasoning_content)

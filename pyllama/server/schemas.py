@@ -335,6 +335,10 @@ def build_params(body: CompletionBody, defaults: "RequestDefaults", *, n_vocab: 
     if body.lora is not None:
         p.lora = parse_lora(body.lora, "Error: 'lora' must be an array of objects with 'id' and "
                             "'scale' fields")
+    elif isinstance(body.model, str) and body.model in defaults.lora_names:
+        # pyllama's extension for the inference gateway's model server protocol: a `model` that
+        # names a loaded adapter serves that adapter alone at scale 1 (llama.cpp ignores `model`)
+        p.lora = {defaults.lora_names.index(body.model): 1.0}
     values = _clamped(body)
     p.sampling = _sampler_params(defaults.sampling, values, body, n_vocab, tokenize)
     from .structured import constrain
@@ -416,6 +420,7 @@ class RequestDefaults:
     eog_ids: tuple = ()          # ignore_eos adds these with bias -inf (logit_bias_eog)
     verbose: bool = False        # server -v: `__verbose` in OpenAI-style responses
     reasoning_format: str = "deepseek"   # --reasoning-format (common_params' default: deepseek)
+    lora_names: tuple = ()       # the loaded adapters' names (file names without .gguf), by id
 
 
 def generation_settings(p: TaskParams, defaults: RequestDefaults | None = None,

@@ -31,6 +31,10 @@ class SpecParams:
     # n_predict is checked at the end of a round only (llama.cpp's examples/lookup): the round's
     # accepted drafts are all emitted, so up to n_max tokens past n_predict
     round_stop: bool = False
+    # llama.cpp numerics: verify each row with a one-token decode's arithmetic (speculative ==
+    # plain decoding bit for bit); False: the batch arithmetic llama.cpp's own tools verify with
+    # (llama-lookup reproduces llama.cpp's llama-lookup that way). No effect in the invariant one.
+    one_row: bool = True
 
 
 @dataclass
@@ -129,7 +133,8 @@ def _round(ctx, sampler, history, drafter, p: SpecParams, st: SpecStats, seq_id,
     if len(drafts) < p.n_min:
         drafts = []
     st.t_draft += time.perf_counter() - t0
-    decode_tokens(ctx, [id_last] + drafts, seq_id, logits_all=True)
+    # one_row: in the llama.cpp numerics each row gets a one-token decode's arithmetic
+    decode_tokens(ctx, [id_last] + drafts, seq_id, logits_all=True, one_row=p.one_row)
     if p.mode == "rejection" and drafts:
         out = _accept_rejection(ctx, sampler, drafts, q_rows)
     else:

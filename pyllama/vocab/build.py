@@ -19,7 +19,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, models, pre_tokenizers
 
 from ..errors import TokenizerError
 from . import _merge, strings
-from .pretok import REGEXES, PreTok
+from .pretok import REGEXES, PreTok, engine_regex
 
 SPACE = "\u2581"
 
@@ -98,7 +98,8 @@ def splitter(table, partition: np.ndarray, special: np.ndarray, pre: PreTok | No
     tok = Tokenizer(models.WordLevel({text: 0}, unk_token=text))
     if pre is not None:
         tok.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Split(Regex(r), "isolated") for r in REGEXES[pre.regexes]])
+            [pre_tokenizers.Split(Regex(engine_regex(r)), "isolated")
+             for r in REGEXES[pre.regexes]])
     ids = [i for i in partition.tolist() if table.raw(i)]
     texts = [table.text(i) for i in ids]
     flags = dict(zip(partition.tolist(), special.tolist()))

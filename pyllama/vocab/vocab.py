@@ -287,7 +287,7 @@ def _defaults(model: str, pre_name: str | None) -> tuple[dict[str, int], dict]:
                      pre=None)
     else:
         pre = pre_tokenizer(pre_name)
-        special.update(bos=11, eos=11)
+        special.update(bos=-1 if pre.no_bos else 11, eos=11)
         flags = dict(add_space_prefix=False, add_bos=pre.add_bos, add_eos=False,
                      clean_spaces=pre.clean_spaces, pre=pre)
     return special, flags

@@ -142,3 +142,21 @@ def test_disabled_without_flag(server):
             "message": "This server does not support embeddings. Start it with `--embeddings`"}
     r = httpx.post(server.url + "/rerank", json={"query": "x", "documents": ["y"]})
     assert r.status_code == 501
+
+
+def test_content_part_entries(mean_server):
+    """An entry {"content": [{"type": "text", ...}, ...]} is its concatenated text
+    (tokenize_oai_content_array); media parts need a projector (500), other shapes are 400."""
+    url = mean_server.url + "/v1/embeddings"
+    r = httpx.post(url, timeout=60, json={"input": ["hello world", {"content": [
+        {"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]}]})
+    d = r.json()["data"]
+    assert d[0]["embedding"] == d[1]["embedding"]
+    for entry, code, msg in [
+            ({"content": "string"}, 400, "\"content\" must be an array"),
+            ({"content": [{"type": "unknown"}]}, 400, "unsupported content[].type"),
+            ({"content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}, 500,
+             "image input is not supported - hint: if this is unexpected, you may need to "
+             "provide the mmproj")]:
+        r = httpx.post(url, json={"input": [entry]}, timeout=60)
+        assert (r.status_code, r.json()["error"]["message"]) == (code, msg)

@@ -45,7 +45,7 @@ def adapters(tiny_llama, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lora_server(tiny_llama, adapters):
-    s = ServerProc(["-m", tiny_llama, "-c", "512", "-np", "2", "-t", "1",
+    s = ServerProc(["-m", tiny_llama, "-c", "512", "-np", "2", "-t", "1", "--metrics",
                     "--lora", adapters[0], "--lora-scaled", f"{adapters[1]}:0.5"]).wait_ready()
     yield s
     assert s.stop() == 0, s.output()
@@ -113,3 +113,56 @@ def test_init_without_apply_and_mismatch(tiny_llama, tiny_model_path, adapters):
     rc = bad.proc.wait(timeout=120)
     assert rc == 1, bad.output()
     assert "model arch and LoRA arch mismatch" in bad.output()
+
+
+def _lora_info(url) -> tuple[dict, float]:
+    """The llamacpp:lora_requests_info series (the gateway's LoRA adapter info): labels, value."""
+    text = httpx.get(url + "/metrics").text
+    assert "# TYPE llamacpp:lora_requests_info gauge" in text
+    line, = [ln for ln in text.splitlines() if ln.startswith("llamacpp:lora_requests_info{")]
+    labels, value = line[len("llamacpp:lora_requests_info{"):].rsplit("} ", 1)
+    pairs = (p.split("=", 1) for p in labels.split('",'))
+    return {k: v.strip('"') for k, v in pairs}, float(value)
+
+
+def test_model_field_names_an_adapter_for_the_inference_gateway(lora_server):
+    """The model server protocol's LoRA serving: `model` = an adapter's file name (no .gguf)
+    serves that adapter alone at scale 1; an unknown model name is ignored, as llama.cpp does."""
+    url = lora_server.url
+    only_a = _complete(url, lora=[{"id": 0, "scale": 1.0}])
+    only_b = _complete(url, lora=[{"id": 1, "scale": 1.0}])
+    assert only_a != only_b
+    body = {"prompt": "Once upon a time", "n_predict": 12, "temperature": 0, "n_probs": 3}
+    for model, want in (("a", only_a), ("b", only_b), ("gpt-4o", _complete(url))):
+        j = httpx.post(url + "/completion", json={**body, "model": model}, timeout=120).json()
+        got = j["content"], [[p["logprob"] for p in t["top_logprobs"]]
+                             for t in j["completion_probabilities"]]
+        assert got == want, model
+    # an explicit `lora` field wins over the model name
+    j = httpx.post(url + "/completion", json={**body, "model": "a",
+                                              "lora": [{"id": 1, "scale": 1.0}]}).json()
+    assert j["content"] == only_b[0]
+
+
+def test_lora_requests_info_metric(lora_server):
+    import threading
+    url = lora_server.url
+    labels, t0 = _lora_info(url)
+    assert labels == {"max_lora": "2", "running_lora_adapters": "", "waiting_lora_adapters": ""}
+    assert abs(t0 - __import__("time").time()) < 60
+    seen, started = [], threading.Event()
+
+    def stream():
+        body = {"prompt": "Once upon a time", "n_predict": 400, "ignore_eos": True,
+                "stream": True, "model": "b", "cache_prompt": False}
+        with httpx.stream("POST", url + "/completion", json=body, timeout=120) as r:
+            for ln in r.iter_lines():
+                if ln.startswith("data: "):
+                    started.set()
+    th = threading.Thread(target=stream)
+    th.start()
+    assert started.wait(60)
+    seen.append(_lora_info(url)[0])
+    th.join(120)
+    assert seen[0]["running_lora_adapters"] == "b"
+    assert _lora_info(url)[0]["running_lora_adapters"] == ""

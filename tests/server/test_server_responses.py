@@ -116,3 +116,20 @@ def test_bad_input(server, body, message):
         assert r.json()["error"] == {"code": 400, "message": message,
                                      "type": "invalid_request_error"}
     assert httpx.get(server.url + "/health").status_code == 200
+
+
+def test_stream_progress_and_timings(server):
+    """return_progress: response.in_progress events carry prompt_progress (the opening pair
+    the first time); timings_per_token: the last event of each partial result carries
+    timings, as llama.cpp's to_json_oaicompat_resp puts them."""
+    r = httpx.post(server.url + "/responses", timeout=60, json={
+        "input": "This is a test" * 10, "max_output_tokens": 4, "stream": True,
+        "timings_per_token": True, "return_progress": True})
+    events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+    prog = [e for e in events if "prompt_progress" in e]
+    assert prog and all(e["type"] == "response.in_progress" for e in prog)
+    assert events[0]["type"] == "response.created" and "prompt_progress" not in events[0]
+    assert all(e["prompt_progress"]["total"] > 0 for e in prog)
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert deltas and all("predicted_per_second" in e["timings"] for e in deltas)
+    assert events[-1]["type"] == "response.completed" and "timings" in events[-1]
