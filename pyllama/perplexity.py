@@ -385,19 +385,25 @@ def _block_rows(n_vocab: int) -> int:
     return max(1, (1 << 22) // max(1, n_vocab))      # ~4M elements per pass
 
 
-def token_logprobs(logits: np.ndarray, rows, tokens) -> np.ndarray:
-    """compute_logprobs (llama-perplexity's multiple-choice tasks): for each (row, token) pair
-    logit[token] - max - logf(sum), the sum of expf(l - max) in float, in vocab order -> float32."""
+def _row_blocks(logits: np.ndarray, rows, tokens):
+    """The (row, token) pairs in blocks of ~4M logits: yields (start, lg, mx, e, tok) with
+    lg the block's float32 rows, mx their maxima, e = expf(lg - mx) and tok the block's tokens."""
     rows = np.asarray(rows, dtype=np.int64)
     tokens = np.asarray(tokens, dtype=np.int64)
-    out = np.empty(len(rows), dtype=_F32)
     step = _block_rows(logits.shape[1])
     for b in range(0, len(rows), step):
         lg = np.ascontiguousarray(logits[rows[b:b + step]], dtype=_F32)
         mx = lg.max(axis=1)
-        e = expf(lg - mx[:, None])
+        yield b, lg, mx, expf(lg - mx[:, None]), tokens[b:b + step]
+
+
+def token_logprobs(logits: np.ndarray, rows, tokens) -> np.ndarray:
+    """compute_logprobs (llama-perplexity's multiple-choice tasks): for each (row, token) pair
+    logit[token] - max - logf(sum), the sum of expf(l - max) in float, in vocab order -> float32."""
+    out = np.empty(len(rows), dtype=_F32)
+    for b, lg, mx, e, tok in _row_blocks(logits, rows, tokens):
         s = np.cumsum(e, axis=1, dtype=_F32)[:, -1]          # sequential float sum
-        tl = lg[np.arange(len(lg)), tokens[b:b + step]]
+        tl = lg[np.arange(len(lg)), tok]
         for k in range(len(lg)):
             out[b + k] = _F32(_F32(tl[k] - mx[k]) - logf(s[k]))
     return out
@@ -406,16 +412,10 @@ def token_logprobs(logits: np.ndarray, rows, tokens) -> np.ndarray:
 def softmax_probs(logits: np.ndarray, rows, tokens) -> np.ndarray:
     """llama-perplexity's softmax(): p[token] = expf(l - max) / sum (the sum in double, in vocab
     order), rounded to float, for each (row, token) pair -> float32."""
-    rows = np.asarray(rows, dtype=np.int64)
-    tokens = np.asarray(tokens, dtype=np.int64)
     out = np.empty(len(rows), dtype=_F32)
-    step = _block_rows(logits.shape[1])
-    for b in range(0, len(rows), step):
-        lg = np.ascontiguousarray(logits[rows[b:b + step]], dtype=_F32)
-        mx = lg.max(axis=1)
-        e = expf(lg - mx[:, None])
+    for b, lg, _, e, tok in _row_blocks(logits, rows, tokens):
         s = np.cumsum(e, axis=1, dtype=np.float64)[:, -1]    # sequential double sum
-        et = e[np.arange(len(lg)), tokens[b:b + step]].astype(np.float64)
+        et = e[np.arange(len(lg)), tok].astype(np.float64)
         out[b:b + len(lg)] = (et / s).astype(_F32)
     return out
 
