@@ -29,19 +29,10 @@ class Glm4(Arch):
     @classmethod
     def tensor_specs(cls, hp):
         e, f = hp.n_embd, hp.n_ff[0]
-        qd, kd, vd = hp.n_head * hp.n_embd_head_k, hp.n_embd_k_gqa, hp.n_embd_v_gqa
         specs = cls.io_specs(hp)
         for il in range(hp.n_layer):
             p = f"blk.{il}."
-            specs += [TensorSpec(p + "attn_norm.weight", (e,)),
-                      TensorSpec(p + "attn_qkv.weight", (qd + kd + vd, e), required=False),
-                      TensorSpec(p + "attn_qkv.bias", (qd + kd + vd,), required=False),
-                      TensorSpec(p + "attn_q.weight", (qd, e), required=False),
-                      TensorSpec(p + "attn_k.weight", (kd, e), required=False),
-                      TensorSpec(p + "attn_v.weight", (vd, e), required=False),
-                      TensorSpec(p + "attn_q.bias", (qd,), required=False),
-                      TensorSpec(p + "attn_k.bias", (kd,), required=False),
-                      TensorSpec(p + "attn_v.bias", (vd,), required=False),
+            specs += [TensorSpec(p + "attn_norm.weight", (e,)), *qkv_specs(p, hp),
                       TensorSpec(p + "attn_output.weight", (e, hp.n_head * hp.n_embd_head_v)),
                       TensorSpec(p + "post_attention_norm.weight", (e,)),
                       TensorSpec(p + "ffn_norm.weight", (e,)),
@@ -71,3 +62,18 @@ class Glm4(Arch):
                 "feed_forward_length": 96, "attention.head_count": 4,
                 "attention.head_count_kv": 2, "attention.layer_norm_rms_epsilon": 1e-5,
                 "rope.freq_base": 10000.0, "rope.dimension_count": 8}
+
+
+def qkv_specs(p: str, hp) -> list:
+    """A GLM-4 layer's Q/K/V: fused attn_qkv or separate attn_q/k/v, each with optional biases
+    (llama.cpp loads whichever the file has)."""
+    e = hp.n_embd
+    qd, kd, vd = hp.n_head * hp.n_embd_head_k, hp.n_embd_k_gqa, hp.n_embd_v_gqa
+    return [TensorSpec(p + "attn_qkv.weight", (qd + kd + vd, e), required=False),
+            TensorSpec(p + "attn_qkv.bias", (qd + kd + vd,), required=False),
+            TensorSpec(p + "attn_q.weight", (qd, e), required=False),
+            TensorSpec(p + "attn_k.weight", (kd, e), required=False),
+            TensorSpec(p + "attn_v.weight", (vd, e), required=False),
+            TensorSpec(p + "attn_q.bias", (qd,), required=False),
+            TensorSpec(p + "attn_k.bias", (kd,), required=False),
+            TensorSpec(p + "attn_v.bias", (vd,), required=False)]

@@ -15,6 +15,7 @@ from ..hparams import (GATING_NONE, GATING_SIGMOID, GATING_SOFTMAX, ROPE_NEOX, M
                        drop_nextn_layers, load_common)
 from . import register
 from .base import Arch, TensorSpec
+from .glm4 import qkv_specs
 
 
 @register
@@ -64,19 +65,11 @@ class Glm4Moe(Arch):
     @classmethod
     def tensor_specs(cls, hp):
         e, hk = hp.n_embd, hp.n_embd_head_k
-        qd, kd, vd = hp.n_head * hk, hp.n_embd_k_gqa, hp.n_embd_v_gqa
+        qd = hp.n_head * hk
         specs = cls.io_specs(hp)
         for il in range(hp.n_layer):
             p = f"blk.{il}."
-            specs += [TensorSpec(p + "attn_norm.weight", (e,)),
-                      TensorSpec(p + "attn_qkv.weight", (qd + kd + vd, e), required=False),
-                      TensorSpec(p + "attn_qkv.bias", (qd + kd + vd,), required=False),
-                      TensorSpec(p + "attn_q.weight", (qd, e), required=False),
-                      TensorSpec(p + "attn_k.weight", (kd, e), required=False),
-                      TensorSpec(p + "attn_v.weight", (vd, e), required=False),
-                      TensorSpec(p + "attn_q.bias", (qd,), required=False),
-                      TensorSpec(p + "attn_k.bias", (kd,), required=False),
-                      TensorSpec(p + "attn_v.bias", (vd,), required=False),
+            specs += [TensorSpec(p + "attn_norm.weight", (e,)), *qkv_specs(p, hp),
                       TensorSpec(p + "attn_output.weight", (e, qd)),
                       TensorSpec(p + "attn_q_norm.weight", (hk,), required=False),
                       TensorSpec(p + "attn_k_norm.weight", (hk,), required=False),
