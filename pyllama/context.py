@@ -77,7 +77,9 @@ class Context:
                           n_embd_v_gqa=[hp.n_embd_v_gqa] * hp.n_layer,
                           n_head_kv=[hp.n_head_kv] * hp.n_layer, is_swa=list(hp.is_swa),
                           swa_type=hp.swa_type, n_swa=hp.n_swa,
-                          k_center=_k_centers(model, hp, type_k, kv_k_center))
+                          k_center=_k_centers(model, hp, type_k, kv_k_center),
+                          v_in_k=hp.is_mla, v_trans=not self.flash_attn,
+                          rope_offset=hp.n_embd_head_k - hp.n_rot if hp.n_lora_kv > 0 else 0)
         self.n_ctx, self.n_ctx_seq, _ = ctx_geometry(n_ctx, n_seq_max, kv_unified)
         # llama_context's RoPE cparams (rope: rope_scaling_type, rope_freq_base, rope_freq_scale,
         # yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow, yarn_orig_ctx)
@@ -436,6 +438,10 @@ def _k_centers(model, hp, type_k: str, want: bool | None) -> dict:
     softcap = hp.f_attn_logit_softcapping > 0
     if want and softcap:
         raise ContextError("kv_k_center needs attention without a logit softcap")
+    if hp.is_mla:         # V is a view of K: nothing may be taken off K (and attn_k_b is MLA's)
+        if want:
+            raise ContextError("kv_k_center is not available for MLA models (V is read from K)")
+        return {}
     if want is False or (want is None and (softcap or type_k not in ("q8_0", "q4_0"))):
         return {}
     return {il: np.asarray(L.attn_k_b.raw, dtype=np.float32)

@@ -218,7 +218,10 @@ class Graph:
         """Store k/v [n_tokens, n_head_kv, d] in layer il's cache, attend q [n_tokens, n_head, d]
         over each token's visible cells; returns [n_tokens, n_head * d_v]. sinks: the layer's
         attention sinks [n_head] (gpt-oss; llama.cpp's non-flash arithmetic, flash attention
-        or not)."""
+        or not). A cache whose V is a view of K (MLA: v the first d_v values of each k row, as
+        deepseek2 passes them) stores k only and attends with the K buffer as V, keeping the
+        first d_v values of each output head (each output value is its own sum over the cells,
+        so they are the bits a d_v-wide V would give)."""
         hp = self.hp
         if scale is None:
             scale = 1.0 / math.sqrt(hp.n_embd_head_k)
@@ -232,9 +235,14 @@ class Graph:
         if rot_v:
             v = self.be.hadamard(v, rot_v)
         cells = mem.cells_for(il)
-        kbuf, vbuf = mem.k[il], mem.v[il]
+        kbuf = mem.k[il]
         self.be.set_rows(kbuf, cells, k.reshape(self.n_tokens, -1))
-        self.be.set_rows(vbuf, cells, v.reshape(self.n_tokens, -1))
+        v_in_k = mem.cache_for(il).v_in_k
+        if v_in_k:
+            vbuf = kbuf
+        else:
+            vbuf = mem.v[il]
+            self.be.set_rows(vbuf, cells, v.reshape(self.n_tokens, -1))
         kv_cells, q_start, q_end = mem.attn_plan(self._ubatch, il)
         if sinks is not None:
             if rot_k or rot_v or c is not None:
@@ -247,14 +255,22 @@ class Graph:
             else:
                 out = self.be.attention_sinks(q, kbuf, vbuf, kv_cells, q_start, q_end, scale,
                                               self.be.vec(sinks), one_token=self.llama_cpp)
-            return out.reshape(self.n_tokens, -1)
+            return self._v_heads(out, v, v_in_k)
         if self.llama_cpp:
             out = self._llama_cpp_attention(il, q, kbuf, vbuf, kv_cells, q_start, q_end, scale,
                                             softcap)
         else:
             out = self.be.attention(q, kbuf, vbuf, kv_cells, q_start, q_end, scale, softcap)
-        out = out.reshape(self.n_tokens, -1)
+        out = self._v_heads(out, v, v_in_k)
         return self.be.hadamard(out, rot_v) if rot_v else out
+
+    def _v_heads(self, out, v, v_in_k: bool) -> np.ndarray:
+        """out [n_tokens, n_head, d] -> [n_tokens, n_head * d_v]: with V read from the K
+        buffer, the first d_v values of each head."""
+        if v_in_k:
+            out = np.ascontiguousarray(np.asarray(out).reshape(self.n_tokens, -1, out.shape[-1])
+                                       [:, :, :v.shape[-1]])
+        return out.reshape(self.n_tokens, -1)
 
     def _llama_cpp_attention(self, il: int, *args):
         view = views = None

@@ -80,6 +80,12 @@ class HParams:
     rope_layers: list[bool] = field(default_factory=list)   # False: a layer without RoPE
 
     @property
+    def is_mla(self) -> bool:
+        """llama_hparams::is_mla: key_length_mla and value_length_mla set (deepseek2's absorbed
+        MLA: the K cache holds the compressed KV, V is a view of it)."""
+        return self.n_embd_head_k_mla != 0 and self.n_embd_head_v_mla != 0
+
+    @property
     def n_embd_k_gqa(self) -> int:
         return self.n_embd_head_k * self.n_head_kv
 

@@ -56,3 +56,123 @@ def test_nextn_blocks_are_not_run(tiny_model_path):
     a = pyllama.Context(full, n_ctx=64).eval(toks, logits_all=True)
     b = pyllama.Context(trunk, n_ctx=64).eval(toks, logits_all=True)
     assert np.array_equal(a, b)          # the same tensors (the writer draws the same specs)
+
+
+# -- MLA KV cache: K only, V a view of it (llama.cpp's llama_kv_cache with is_mla) ---------------
+
+def _mla(tiny_model_path):
+    m = pyllama.load_model(tiny_model_path("deepseek2"))
+    assert m.hparams.is_mla
+    return m
+
+
+@pytest.mark.parametrize("n_ctx,n_seq,unified", [(512, 1, False), (768, 2, False),
+                                                 (512, 3, True)])
+def test_mla_cache_holds_k_only_llamacpps_bytes(tiny_model_path, n_ctx, n_seq, unified):
+    """llama_kv_cache allocates for MLA only K: n_stream tensors of kv_size rows of
+    ggml_row_size(type_k, kv_lora_rank + n_rot) per layer, no V tensor (has_v = !is_mla)."""
+    m = _mla(tiny_model_path)
+    hp = m.hparams
+    ctx = pyllama.Context(m, n_ctx=n_ctx, n_seq_max=n_seq, kv_unified=unified)
+    mem = ctx.memory
+    assert mem.v == {}
+    n_stream = 1 if unified else n_seq
+    kv_size = -(-(n_ctx // n_stream) // 256) * 256                # llama_context: n_ctx_seq
+    row = (hp.n_lora_kv + hp.n_rot) * 2                           # f16
+    want_k = hp.n_layer * n_stream * kv_size * row
+    br = mem.memory_breakdown()
+    assert (br["k_bytes"], br["v_bytes"]) == (want_k, 0)
+    assert sum(b.nbytes for b in mem.k.values()) == want_k
+
+
+def _state_sections(data: bytes, n_layer: int):
+    """Parse one stream of a KV state: (v_trans word, [(type, row bytes, rows bytes)], end)."""
+    import struct
+    off = 0
+    n_stream, count = struct.unpack_from("<II", data, off)
+    off += 8
+    for _ in range(count):
+        _, n = struct.unpack_from("<iI", data, off)
+        off += 8 + 4 * n
+    v_trans, nl = struct.unpack_from("<II", data, off)
+    off += 8
+    secs = []
+    while off < len(data):
+        t, rb = struct.unpack_from("<iQ", data, off)
+        off += 12
+        secs.append((t, rb, data[off:off + count * rb]))
+        off += count * rb
+    assert n_stream == 1 and nl == n_layer
+    return v_trans, secs, count
+
+
+@pytest.mark.parametrize("fa", [False, True])
+def test_mla_state_has_no_v_rows_and_round_trips(tiny_model_path, fa):
+    """llama_kv_cache::state_write for MLA: the v_trans word (1 without flash attention), the
+    layer count, the K rows of each layer and no V section (v_stream is null)."""
+    m = _mla(tiny_model_path)
+    hp = m.hparams
+    toks = np.arange(5, 17, dtype=np.int32)
+    a = pyllama.Context(m, n_ctx=256, flash_attn=fa, numerics="llama.cpp")
+    a.eval(toks[:10])
+    data = a.memory.state_write()
+    v_trans, secs, count = _state_sections(data, hp.n_layer)
+    assert v_trans == (0 if fa else 1) and count == 10
+    row = (hp.n_lora_kv + hp.n_rot) * 2
+    assert [(t, rb) for t, rb, _ in secs] == [(1, row)] * hp.n_layer        # K only, GGML f16
+    for il, (_, _, rows) in enumerate(secs):
+        assert rows == a.memory.k[il][:10].tobytes()
+    want = a.eval(toks[10:], logits_all=True)
+    for fa_b in (fa, not fa):                    # no V rows: either word reads back
+        b = pyllama.Context(m, n_ctx=256, flash_attn=fa_b, numerics="llama.cpp")
+        assert b.memory.state_read(data) == len(data)
+        if fa_b == fa:
+            assert np.array_equal(b.eval(toks[10:], logits_all=True), want)
+
+
+def test_mla_v_view_gives_the_bits_of_a_separate_v(tiny_model_path):
+    """The backends' attention kernels with the K buffer as V equal, on the first d_v values of
+    each head, the same kernels given a separate V of those values (every path the MLA graph
+    takes: invariant, llama.cpp one-query vec_dot_f16, flash attention one-chunk, tiled and
+    split-KV)."""
+    be = _mla(tiny_model_path).backend
+    rng = np.random.default_rng(3)
+    n_cells, dk, dv, nh = 600, 48, 32, 4
+    k = rng.standard_normal((n_cells, dk)).astype(np.float16)
+    v = np.ascontiguousarray(k[:, :dv])
+    for n_q in (1, 7, 70):
+        q = rng.standard_normal((n_q, nh, dk)).astype(np.float32)
+        cells = np.arange(n_cells, dtype=np.int32)
+        qs = np.zeros(n_q, np.int32)
+        qe = np.minimum(np.arange(n_q, dtype=np.int32) + 530, n_cells).astype(np.int32)
+        runs = [lambda kk, vv: be.attention(q, kk, vv, cells, qs, qe, 0.3),
+                lambda kk, vv: be.attention_fa(q, kk, vv, cells, qs, qe, 0.3)]
+        if n_q == 1:
+            runs += [lambda kk, vv: be.attention_vec(q, kk, vv, cells, qs, qe, 0.3),
+                     lambda kk, vv: be.attention_fa(q, kk, vv, cells, qs, qe, 0.3,
+                                                    view=(0, 768))]
+        for run in runs:
+            got = np.asarray(run(k, k)).reshape(n_q, nh, dk)[:, :, :dv]
+            assert np.array_equal(got, np.asarray(run(k, v)).reshape(n_q, nh, dv))
+
+
+def test_mla_k_shift_rotates_k_pe(tiny_model_path):
+    """build_graph_shift rotates the n_rot values after kv_cmpr: a prompt decoded at 0.. and
+    shifted by +5 continues as the same prompt decoded at 5.. (up to f16 rounding of the
+    re-roped rows); rotating kv_cmpr instead is far off."""
+    m = _mla(tiny_model_path)
+    toks = np.arange(20, 32, dtype=np.int32)
+    b = pyllama.Context(m, n_ctx=256)
+    b.decode(pyllama.Batch(toks[:10], pos=np.arange(5, 15), seq_ids=[[0]] * 10))
+    b.decode(pyllama.Batch(toks[10:11], pos=[15], seq_ids=[[0]]))
+    lb = b.get_logits_ith(-1)
+    errs = []
+    for offset in (None, 0):                     # 0: the first n_rot values (kv_cmpr) rotated
+        a = pyllama.Context(m, n_ctx=256)
+        if offset is not None:
+            a.memory.rope_offset = offset
+        a.decode(pyllama.Batch(toks[:10], pos=np.arange(10), seq_ids=[[0]] * 10))
+        a.memory.seq_add(0, 0, -1, 5)
+        a.decode(pyllama.Batch(toks[10:11], pos=[15], seq_ids=[[0]]))
+        errs.append(np.abs(a.get_logits_ith(-1) - lb).max() / np.abs(lb).max())
+    assert errs[0] < 0.05 < errs[1]              # measured: 0.028 vs 0.89

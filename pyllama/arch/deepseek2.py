@@ -10,10 +10,10 @@ rope.dimension_count); each head's Q splits into a no-RoPE part and a RoPE part 
   absorbed form. q_nope goes through attn_k_b per head (into the kv_lora_rank space), the cache
   holds one "head" per token, K = [kv_cmpr | k_pe] (key_length = kv_lora_rank + n_rot) and V =
   kv_cmpr (value_length = kv_lora_rank); attention is MQA over it, and attn_v_b decompresses each
-  head's output to value_length_mla before attn_output. llama.cpp reads V as a view of the K
-  cache; pyllama stores V = kv_cmpr in the V cache, the same f16 values (with an f16 cache the
-  numbers are llama.cpp's; a V cache type other than K's is used as given, where llama.cpp would
-  ignore it). The second copy makes the KV cache about 1.9x llama.cpp's for these files.
+  head's output to value_length_mla before attn_output. As in llama.cpp the cache stores K
+  only and V is a view of it (the first kv_lora_rank values of each K row; KVLayout.v_in_k): no
+  V buffer, the V cache type unused, no V rows in state files, no Hadamard rotation of a
+  quantized K (llama.cpp's K-only attention input has none), and the KV memory is llama.cpp's.
 - legacy files (attn_kv_b, no *_mla keys): attn_kv_b decompresses K_nope and V for every head
   and attention is plain MHA with K = [k_nope | k_pe] (k_pe shared by the heads).
 
@@ -33,7 +33,8 @@ expert_feed_forward_length * expert_shared_count), added ungated.
 
 LoRA adapters apply where llama.cpp's graph uses build_lora_mm (attn_output, the FFNs, the
 router), not to the q / kv projections or the output (plain ggml_mul_mat there). A K-shift rotates
-the first n_rot values of each cached K row, as llama.cpp's build_rope_shift does.
+the last n_rot values of each cached K head (k_pe, after kv_cmpr or k_nope), as llama.cpp's
+build_graph_shift does (its view starts at n_embd_head_k - n_rot when n_lora_kv > 0).
 
 Experts as separate ffn_gate_exps / ffn_up_exps or fused ffn_gate_up_exps ([gate | up] rows, the
 converter's --fuse-gate-up-exps). NextN/MTP blocks (nextn_predict_layers) are not run, as in
@@ -58,9 +59,9 @@ def _f32(x) -> np.float32:
 
 
 def is_mla(hp) -> bool:
-    """llama_hparams::is_mla: key_length_mla and value_length_mla set (the absorbed layout:
-    attn_k_b / attn_v_b, the compressed KV cached)."""
-    return hp.n_embd_head_k_mla != 0 and hp.n_embd_head_v_mla != 0
+    """llama_hparams::is_mla (the absorbed layout: attn_k_b / attn_v_b, the compressed KV
+    cached, V a view of K)."""
+    return hp.is_mla
 
 
 def head_k(hp) -> int:
@@ -267,7 +268,8 @@ def mla_attention(g, L, hp, il: int, h: np.ndarray, scale: float, mla: bool,
         kc = np.concatenate([kv.reshape(n, 1, r), k_pe], axis=-1)
         if q_mul is not None:
             qc = g.mul(qc, q_mul)
-        o = g.attention(il, qc, kc, kv.reshape(n, 1, r), scale=scale)      # [n, nh * r]
+        o = g.attention(il, qc, kc, kv.reshape(n, 1, r), scale=scale)      # [n, nh * r]; V
+        # = kv: the first r values of each K row, read from the K cache (KVLayout.v_in_k)
         o = g.matmul_heads(L.attn_v_b, o.reshape(n, nh, r)).reshape(n, -1)
     else:
         dv = head_v(hp)

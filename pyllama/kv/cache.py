@@ -76,7 +76,7 @@ def _range(p0, p1):
 class KVCache:
     def __init__(self, *, n_cells, layers, n_embd_k, n_embd_v, n_seq_max, n_stream, swa_type=SWA_NONE,
                  n_swa=0, swa_extra=0, type_k="f16", type_v="f16", alloc=None, rope=None,
-                 n_head_kv=None, k_center=None):
+                 n_head_kv=None, k_center=None, v_in_k=False, v_trans=False, rope_offset=0):
         if type_k not in DTYPES or type_v not in DTYPES:
             raise ContextError(f"unsupported KV cache type {type_k}/{type_v} "
                                f"({', '.join(DTYPES)})")
@@ -87,8 +87,17 @@ class KVCache:
         self.n_head_kv = dict(zip(self.layers, n_head_kv or [1] * len(self.layers)))
         self.swa_type, self.n_swa, self.swa_extra = swa_type, n_swa, swa_extra
         self.type_k, self.type_v, self.rope = type_k, type_v, rope
+        # MLA (KVLayout.v_in_k): V rows are the first n_embd_v values of the K rows, read from
+        # the K buffer; no V buffer, no V in the state, the V type unused (as llama.cpp)
+        self.v_in_k, self.v_trans, self.rope_offset = bool(v_in_k), bool(v_trans), rope_offset
+        if self.v_in_k:
+            bad = [il for il in self.layers if self.n_embd_v[il] > self.n_embd_k[il]]
+            if bad or (k_center and any(c is not None for c in k_center)):
+                raise ContextError("a V view of the K cache needs V rows no longer than K's "
+                                   "and no K centering")
         self.k_center = _centers(self.layers, k_center, self.n_embd_k, type_k)
-        self.rot_k, self.rot_v = attn_rot(
+        # llama.cpp's MLA attention input (llm_graph_input_attn_k) has no Hadamard rotation
+        self.rot_k, self.rot_v = (0, 0) if self.v_in_k else attn_rot(
             type_k, type_v, [self.n_embd_k[il] // self.n_head_kv[il] for il in self.layers],
             [self.n_embd_v[il] // self.n_head_kv[il] for il in self.layers])
         self.cells = [KVCells(n_cells, n_seq_max) for _ in range(n_stream)]
@@ -98,7 +107,8 @@ class KVCache:
         if alloc is not None:
             for il in self.layers:
                 self.k[il] = alloc(n_stream * n_cells, self.n_embd_k[il], type_k)
-                self.v[il] = alloc(n_stream * n_cells, self.n_embd_v[il], type_v)
+                if not self.v_in_k:
+                    self.v[il] = alloc(n_stream * n_cells, self.n_embd_v[il], type_v)
         self._copies: list[tuple[int, int]] = []
         self._version = next(_STATE_IDS)
         self._plan = (None, None, None)
@@ -155,7 +165,8 @@ class KVCache:
     def memory_breakdown(self) -> dict:
         n = self.n_stream * self.n_cells
         k = sum(n * row_bytes(self.type_k, self.n_embd_k[il]) for il in self.layers)
-        v = sum(n * row_bytes(self.type_v, self.n_embd_v[il]) for il in self.layers)
+        v = 0 if self.v_in_k else sum(n * row_bytes(self.type_v, self.n_embd_v[il])
+                                      for il in self.layers)
         return {"cells": self.n_cells, "n_stream": self.n_stream, "layers": len(self.layers),
                 "k_bytes": k, "v_bytes": v, "swa_extra": self.swa_extra}
 
@@ -466,7 +477,7 @@ class KVCache:
         k = self.k[il]
         if self.type_k in ("f16", "f32"):
             rows = k[g].astype(np.float32).reshape(len(g), self.n_head_kv[il], -1)
-            k[g] = np.asarray(self.rope(rows, delta, il)).reshape(len(g), -1)
+            k[g] = self._rope_rows(rows, delta, il).reshape(len(g), -1)
             return
         rows = kv_decode(k[g], self.type_k).reshape(len(g), self.n_head_kv[il], -1)
         c = self.k_center.get(il)
@@ -475,12 +486,22 @@ class KVCache:
             rows = hadamard(rows, self.rot_k)
         if c is not None:                     # stored k - c: rope(k) - c
             rows = rows + c
-        rot = np.asarray(self.rope(rows, delta, il), dtype=np.float32)
+        rot = self._rope_rows(rows, delta, il)
         if c is not None:
             rot = rot - c
         if self.rot_k:
             rot = hadamard(rot, self.rot_k)
         k[g] = kv_encode(rot.reshape(len(g), -1), self.type_k)
+
+    def _rope_rows(self, rows, delta, il) -> np.ndarray:
+        """rows [m, n_head_kv, head_dim] f32 with the RoPE part of each head (from rope_offset)
+        rotated by delta."""
+        if not self.rope_offset:
+            return np.asarray(self.rope(rows, delta, il), dtype=np.float32)
+        out = np.array(rows, dtype=np.float32)
+        out[..., self.rope_offset:] = self.rope(
+            np.ascontiguousarray(out[..., self.rope_offset:]), delta, il)
+        return out
 
     # -- state ---------------------------------------------------------------------------------
     def state_cells(self, st: int, seq_id: int) -> np.ndarray:

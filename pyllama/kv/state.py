@@ -2,7 +2,9 @@
 
 Layout (little-endian): u32 n_stream; per stream: u32 cell_count; per cell i32 pos, u32 n_seq,
 i32 seq ids; then u32 v_trans (0: V row-major), u32 n_layer; per layer i32 K type, u64 K row
-bytes, the K rows of the saved cells; the same for V.
+bytes, the K rows of the saved cells; the same for V. A cache whose V is a view of K (MLA,
+KVLayout.v_in_k) has no V section, and its v_trans word is llama.cpp's flag (1 without flash
+attention), as llama.cpp writes it for these models; either word is read back.
 """
 from __future__ import annotations
 
@@ -54,8 +56,12 @@ def _meta_bytes(cells, idx, seq_id) -> bytes:
 K_CENTERED = 2
 
 
+def _v_trans_word(cache) -> int:
+    return (K_CENTERED if cache.k_center else 0) | (1 if cache.v_in_k and cache.v_trans else 0)
+
+
 def _data_bytes(cache, g) -> bytes:
-    parts = [struct.pack("<II", K_CENTERED if cache.k_center else 0, len(cache.k))]
+    parts = [struct.pack("<II", _v_trans_word(cache), len(cache.k))]
     for bufs, typ in ((cache.k, cache.type_k), (cache.v, cache.type_v)):
         for il in cache.layers:
             if il in bufs:
@@ -92,10 +98,13 @@ def _read_stream(cache, r: _Reader):
 
 def _read_data(cache, r: _Reader, count: int) -> dict:
     v_trans, n_layer = r.take("II")
-    if v_trans & ~K_CENTERED or n_layer != len(cache.k):
+    if n_layer != len(cache.k):
         raise ContextError(f"state layer count {n_layer} != cache layer count {len(cache.k)}")
-    if bool(v_trans & K_CENTERED) != bool(cache.k_center):
-        raise ContextError("state K rows are " + ("" if v_trans else "not ") + "centered "
+    if v_trans & ~(K_CENTERED | (1 if cache.v_in_k else 0)):
+        raise ContextError("incompatible V transposition (state V rows transposed)")
+    centered = bool(v_trans & K_CENTERED)
+    if centered != bool(cache.k_center):
+        raise ContextError("state K rows are " + ("" if centered else "not ") + "centered "
                            "(kv_k_center) but this context's are " + ("" if cache.k_center
                                                                       else "not"))
     rows = {}
