@@ -140,10 +140,12 @@ class Graph:
         """a / b elementwise in f32 (ggml_div)."""
         return self.be.div(a, b)
 
-    def attn_temperature(self, temp_scale: float, floor_scale: int) -> np.ndarray:
-        """llm_graph_input_attn_temp (Llama 4 / Mistral 3): per token log(floor(pos / floor_scale)
-        + 1) * temp_scale + 1 (in double, stored as f32), shaped [n_tokens, 1, 1] to scale Q."""
-        p = self.pos.astype(np.float32)
+    def attn_temperature(self, temp_scale: float, floor_scale: int,
+                         offset: float = 0.0) -> np.ndarray:
+        """llm_graph_input_attn_temp (Llama 4 / Mistral 3): per token log(floor((pos + offset) /
+        floor_scale) + 1) * temp_scale + 1 (the quotient in f32, the rest in double, stored as
+        f32), shaped [n_tokens, 1, 1] to scale Q; offset f_attn_temp_offset (Llama 4: 1)."""
+        p = self.pos.astype(np.float32) + np.float32(offset)
         f = np.floor((p / np.float32(floor_scale)).astype(np.float32)).astype(np.float64)
         s = np.log(f + 1.0) * np.float64(np.float32(temp_scale)) + 1.0
         return s.astype(np.float32).reshape(-1, 1, 1)

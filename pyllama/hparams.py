@@ -48,6 +48,9 @@ class HParams:
     f_residual_scale: float = 0.0            # 0 -> none (granite)
     f_attn_temp_scale: float = 0.0           # 0 -> none (mistral3: Q times a per-position scale)
     n_attn_temp_floor_scale: int = 0
+    f_attn_temp_offset: float = 0.0          # added to pos before the floor (llama4: 1)
+    use_kq_norm: bool = False                # llama4: weightless RMSNorm of Q/K after RoPE
+    n_moe_layer_step: int = 0                # llama4 interleave_moe_layer_step: (il+1) % step == 0
     # mixture of experts (llama_model_base::load_hparams: expert_count, expert_used_count)
     n_expert: int = 0
     n_expert_used: int = 0

@@ -24,7 +24,7 @@ def names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-from . import (deepseek2, gemma2, gemma3, glm4, glm4moe, gpt_oss, granite, llama, mistral3,  # noqa: E402,F401,E501
-               olmo2, phi3, qwen2, qwen2moe, qwen3, qwen3moe, smollm3)  # (registration)
+from . import (deepseek2, gemma2, gemma3, glm4, glm4moe, gpt_oss, granite, llama, llama4,  # noqa: E402,F401,E501
+               mistral3, olmo2, phi3, qwen2, qwen2moe, qwen3, qwen3moe, smollm3)  # (registration)
 
 __all__ = ["Arch", "LayerWeights", "ModelWeights", "register", "get", "names"]

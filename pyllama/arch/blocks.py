@@ -9,7 +9,8 @@ from ..hparams import HParams
 def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool | str = False,
                    q_scale: float | None = None, kq_scale: float | None = None,
                    softcap: float = 0.0, rope: bool = True,
-                   q_mul: np.ndarray | None = None, sinks=None) -> np.ndarray:
+                   q_mul: np.ndarray | None = None, sinks=None,
+                   kq_l2_norm: bool = False) -> np.ndarray:
     """Q/K/V projections (+bias), optional Q/K RMSNorm, RoPE, attention, output proj.
     h [n_tokens, n_embd] -> [n_tokens, n_embd].
 
@@ -17,7 +18,8 @@ def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool |
     q_scale: multiply Q after RoPE (Gemma's f_attention_scale, then kq_scale = 1);
     kq_scale: the attention scale (default 1/sqrt(head_dim)); rope: False for a layer without
     RoPE (smollm3); q_mul [n_tokens, 1, 1]: multiply Q after RoPE (mistral3's attention
-    temperature).
+    temperature); kq_l2_norm: Q and K RMS-normalised per head without a weight after RoPE
+    (llama4's Llama4TextL2Norm, ggml_rms_norm).
     """
     n = h.shape[0]
     if L.attn_qkv is not None:          # fused [q | k | v] rows (phi3): one matmul, then views
@@ -39,6 +41,9 @@ def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool |
     if rope:
         q = g.rope(q, il)
         k = g.rope(k, il)
+    if kq_l2_norm:
+        q = g.rms_norm(q, None)
+        k = g.rms_norm(k, None)
     if q_mul is not None:
         q = g.mul(q, q_mul)
     if q_scale is not None:

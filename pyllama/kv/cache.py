@@ -15,7 +15,7 @@ from ..batch import UBatch, split_equal, split_simple
 from ..errors import ContextError
 from .cells import INF_POS, KVCells
 from .state import read_state, write_state
-from .swa import SWA_NONE, is_masked_swa, window_start
+from .swa import SWA_NONE, is_expired, window_start
 
 DTYPES = KV_TYPES            # cache type name -> buffer item dtype (block types: one item = 32)
 
@@ -171,19 +171,17 @@ class KVCache:
                 "k_bytes": k, "v_bytes": v, "swa_extra": self.swa_extra}
 
     # -- slot search ----------------------------------------------------------------------------
-    def _retain_window(self) -> int:
-        return self.n_swa + self.swa_extra
-
     def _usable(self, cells: KVCells) -> np.ndarray:
-        """Empty cells, plus single-owner cells masked for the owner's next position with the
-        retention window n_swa + swa_extra (--swa-extra, docs/architecture.md)."""
+        """Empty cells, plus single-owner cells masked for the owner's next position and the
+        swa_extra before it (swa.is_expired; --swa-extra, docs/architecture.md)."""
         usable = cells.empty()
         if self.swa_type == SWA_NONE:
             return usable
         single = cells.seq_count() == 1
         if single.any():
             owner_pmax = cells.pos_max_all()[cells.has.argmax(axis=0)]
-            usable |= single & is_masked_swa(self._retain_window(), self.swa_type, cells.pos, owner_pmax + 1)
+            usable |= single & is_expired(self.n_swa, self.swa_extra, self.swa_type, cells.pos,
+                                          owner_pmax + 1)
         return usable
 
     def _find_slot_stream(self, st: int, n_tokens: int):
@@ -512,7 +510,8 @@ class KVCache:
             return np.flatnonzero(cells.pos >= 0)
         m = cells.has[seq_id].copy()
         if self.swa_type != SWA_NONE and m.any():
-            m &= ~is_masked_swa(self._retain_window(), self.swa_type, cells.pos, cells.seq_pos_max(seq_id))
+            m &= ~is_expired(self.n_swa, self.swa_extra, self.swa_type, cells.pos,
+                              cells.seq_pos_max(seq_id))
         return np.flatnonzero(m)
 
     def state_write(self, seq_id: int = -1, flags: int = 0) -> bytes:

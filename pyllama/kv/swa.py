@@ -25,6 +25,17 @@ def is_masked_swa(n_swa: int, swa_type: int, p0, p1):
     raise ContextError(f"unknown swa_type {swa_type}")
 
 
+def is_expired(n_swa: int, swa_extra: int, swa_type: int, p0, p1):
+    """True where key position p0 may be dropped by a sequence whose next query is at p1 and that
+    keeps swa_extra positions for rollback (--swa-extra): p0 is masked for every query position
+    from p1 - swa_extra to p1. Sliding window: is_masked_swa with window n_swa + swa_extra (the
+    same); chunked: masked for p1 - swa_extra in the grid of n_swa (a window n_swa + swa_extra
+    would move the chunk boundaries); swa_extra 0: is_masked_swa itself, llama.cpp's test."""
+    if swa_type == SWA_CHUNKED:
+        return is_masked_swa(n_swa, swa_type, p0, np.asarray(p1) - swa_extra)
+    return is_masked_swa(n_swa + swa_extra, swa_type, p0, p1)
+
+
 def window_start(n_swa: int, swa_type: int, p1: np.ndarray) -> np.ndarray:
     """Smallest key position not masked for a causal query at p1 (all masks are intervals)."""
     p1 = np.asarray(p1, dtype=np.int64)

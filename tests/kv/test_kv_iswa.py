@@ -193,3 +193,56 @@ def test_iswa_unified_coupled_prefix_shared():
     assert mem.swa.used_cells() == 10 and mem.seq_pos_max(1) == 9
     ubs = decode(mem, Batch([1, 2], [10, 10], [[0], [1]]), 64)
     assert visible(mem, ubs[0], 0, 0) == list(range(11)) and visible(mem, ubs[0], 0, 1) == list(range(11))
+
+
+# -- chunked attention (llama4: LLAMA_SWA_TYPE_CHUNKED) ------------------------------------------------
+
+def chunked(n_ubatch=64, swa_extra=0, n_ctx=4096, n_seq_max=1, kv_unified=False, n_swa=256):
+    """Gemma's geometry with llama4's mask: the query at p sees its own chunk p // n_swa * n_swa
+    and on (the cache is generic; llama4 models use n_swa 8192)."""
+    lay = gemma270m_layout()
+    lay.swa_type, lay.n_swa = 2, n_swa
+    return make_memory(lay, n_ctx=n_ctx, n_seq_max=n_seq_max, n_ubatch=n_ubatch,
+                       swa_extra=swa_extra, kv_unified=kv_unified)
+
+
+def chunk_ok(cache, s, p_new):
+    """Every position of p_new's chunk before p_new is in the cache."""
+    have = set(seq_positions(cache, s).tolist())
+    return all(p in have for p in range(p_new // cache.n_swa * cache.n_swa, p_new))
+
+
+def test_chunked_attn_plan_matches_oracle_and_recycles():
+    mem = chunked()
+    assert mem.swa.n_cells == 512
+    ubs = decode(mem, prompt(1100), 64)
+    last = ubs[-1]
+    assert plan_lists(mem.swa, last) == oracle_plan(mem.swa, last)
+    assert plan_lists(mem.base, last) == oracle_plan(mem.base, last)
+    p = int(last.pos[-1])                # 1099: its chunk starts at 1024
+    assert visible(mem, last, 0) == list(range(1024, p + 1))
+    assert visible(mem, last, 5) == list(range(0, p + 1))
+    assert mem.seq_pos_min(0) > 0        # cells of earlier chunks were recycled
+    ub = one(mem, 1100)[0]
+    assert plan_lists(mem.swa, ub) == oracle_plan(mem.swa, ub)
+
+
+@pytest.mark.parametrize("extra", [3, 40])
+def test_chunked_swa_extra_keeps_the_chunk_of_every_rollback(extra):
+    """Two sequences in a unified chunked cache: after every step, rolling A back by r <= N
+    leaves every position of its new chunk cached (a window of n_swa + N would move the chunk
+    grid and recycle cells of the current chunk)."""
+    mem = chunked(n_ubatch=64, swa_extra=extra, n_ctx=4096, n_seq_max=2, kv_unified=True)
+    decode(mem, prompt(300, seq=0), 64)
+    pa, pb = 300, 0
+    recycled = False
+    while pb < 2400:
+        decode(mem, Batch(np.ones(100, np.int32), np.arange(pb, pb + 100), [[1]] * 100), 64)
+        pb += 100
+        for _ in range(7):
+            one(mem, pa, seq=0)
+            pa += 1
+        recycled |= mem.seq_pos_min(0) > 0
+        for r in range(1, extra + 1):
+            assert chunk_ok(mem.swa, 0, pa - r), (pa, r, mem.seq_pos_min(0))
+    assert recycled
