@@ -176,3 +176,83 @@ def test_mla_k_shift_rotates_k_pe(tiny_model_path):
         a.decode(pyllama.Batch(toks[10:11], pos=[15], seq_ids=[[0]]))
         errs.append(np.abs(a.get_logits_ith(-1) - lb).max() / np.abs(lb).max())
     assert errs[0] < 0.05 < errs[1]              # measured: 0.028 vs 0.89
+
+
+# -- llama.cpp's own files (tests/make_mla_session_fixture.py, llama-completion 0c1e570) ----------
+
+def _session_fixture():
+    import json
+    import os
+    with open(os.path.join(os.path.dirname(__file__), "data",
+                           "session-deepseek2-llamacpp.json")) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def specs_deepseek2(tmp_path_factory):
+    """The random deepseek2 model of tests/archsupport/specs.py the fixture was recorded on."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "archsupport"))
+    import specs
+    path = str(tmp_path_factory.mktemp("mla") / "deepseek2.gguf")
+    specs.write_model(path, "deepseek2")
+    return path
+
+
+def _mib(line: str, what: str) -> float:
+    import re
+    return float(re.search(what + r" \(f16\):\s+([0-9.]+) MiB", line).group(1))
+
+
+@pytest.mark.parametrize("n_ctx,key", [(4096, "kv_4096"), (256, "fa_on")])
+def test_mla_kv_bytes_equal_what_llamacpp_logged(specs_deepseek2, n_ctx, key):
+    fx = _session_fixture()
+    log = fx[key] if key == "kv_4096" else fx["runs"][key]["kv_log"]
+    line = [ln for ln in log if "size =" in ln][-1]
+    br = pyllama.Context(pyllama.load_model(specs_deepseek2), n_ctx=n_ctx).memory_breakdown()
+    assert round(br["k_bytes"] / 2**20, 2) == _mib(line, "K")
+    assert br["v_bytes"] == 0 == _mib(line, "V")
+    if n_ctx == 4096:                                  # 6.75 MiB: printed exactly
+        assert br["k_bytes"] == 6.75 * 2**20
+
+
+def _completion(model, fx, run, session, *extra):
+    import os
+    import subprocess
+    import sys
+    cmd = [sys.executable, "-m", "pyllama", "completion", "-m", model, "-p", fx["prompt"],
+           *fx["args"], *run["args"], "--prompt-cache", str(session), *extra]
+    return subprocess.run(cmd, capture_output=True, timeout=600,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _llamacpp_session(run) -> bytes:
+    import base64
+    import gzip
+    return gzip.decompress(base64.b64decode(run["session_gz_b64"]))
+
+
+@pytest.mark.parametrize("run_name", ["fa_on", "fa_off"])
+def test_pyllama_writes_llamacpps_mla_session_file(specs_deepseek2, tmp_path, run_name):
+    """Byte for byte: llama.cpp's K rows (both numerics of its graph: flash attention on and
+    off), its v_trans word, and no V section."""
+    fx = _session_fixture()
+    run = fx["runs"][run_name]
+    path = tmp_path / "s.bin"
+    r = _completion(specs_deepseek2, fx, run, path)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    assert r.stdout.decode("utf-8", "replace") == run["stdout"]
+    assert path.read_bytes() == _llamacpp_session(run)
+
+
+@pytest.mark.parametrize("run_name", ["fa_on", "fa_off"])
+def test_pyllama_reads_llamacpps_mla_session_file(specs_deepseek2, tmp_path, run_name):
+    fx = _session_fixture()
+    run = fx["runs"][run_name]
+    path = tmp_path / "s.bin"
+    path.write_bytes(_llamacpp_session(run))
+    r = _completion(specs_deepseek2, fx, run, path, "--prompt-cache-ro")
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    assert "session file has exact match for prompt!" in r.stderr.decode()
+    assert r.stdout.decode("utf-8", "replace") == run["stdout"]

@@ -14,6 +14,8 @@ rope.dimension_count); each head's Q splits into a no-RoPE part and a RoPE part 
   only and V is a view of it (the first kv_lora_rank values of each K row; KVLayout.v_in_k): no
   V buffer, the V cache type unused, no V rows in state files, no Hadamard rotation of a
   quantized K (llama.cpp's K-only attention input has none), and the KV memory is llama.cpp's.
+  With flash attention llama.cpp gives attn_v_b the permuted attention output, a non-contiguous
+  src1 for more than one token (an F32 attn_v_b then takes ggml_vec_dot_f32, not tinyBLAS).
 - legacy files (attn_kv_b, no *_mla keys): attn_kv_b decompresses K_nope and V for every head
   and attention is plain MHA with K = [k_nope | k_pe] (k_pe shared by the heads).
 
@@ -270,7 +272,12 @@ def mla_attention(g, L, hp, il: int, h: np.ndarray, scale: float, mla: bool,
             qc = g.mul(qc, q_mul)
         o = g.attention(il, qc, kc, kv.reshape(n, 1, r), scale=scale)      # [n, nh * r]; V
         # = kv: the first r values of each K row, read from the K cache (KVLayout.v_in_k)
-        o = g.matmul_heads(L.attn_v_b, o.reshape(n, nh, r)).reshape(n, -1)
+        # flash attention: llama.cpp permutes its output before attn_v_b, a non-contiguous
+        # src1 when n > 1 (ggml_is_contiguous skips the size-1 dimension of one token; one_row:
+        # each row as its own one-token decode)
+        fa_perm = g.flash_attn and n > 1 and not g.one_row
+        o = g.matmul_heads(L.attn_v_b, o.reshape(n, nh, r),
+                           src1_contiguous=not fa_perm).reshape(n, -1)
     else:
         dv = head_v(hp)
         kvb = g.matmul(L.attn_kv_b, kv, lora=False).reshape(n, nh, nope + dv)
