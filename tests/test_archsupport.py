@@ -56,7 +56,7 @@ def test_every_supported_spec_has_fixtures():
 @pytest.mark.parametrize("path", FIXTURES, ids=IDS)
 def test_llamacpp_numerics(rebuilt, path):
     f, m = rebuilt(path)
-    ours = compare.run_pyllama(m, f["tokens"], int(f["n_prefill"]), "llama.cpp")
+    ours = compare.run_pyllama(m, f["tokens"], int(f["n_prefill"]), "llama.cpp", pos0=f["pos0"])
     r = compare.figures(ours, f["logits"], f["tokens"])
     assert r["mean_dlogp"] <= 1e-4 and r["top1"] == 1.0, r
     if os.path.basename(path)[:-4] not in NOT_BIT_EXACT:
@@ -66,7 +66,7 @@ def test_llamacpp_numerics(rebuilt, path):
 @pytest.mark.parametrize("path", FIXTURES, ids=IDS)
 def test_invariant_numerics(rebuilt, path):
     f, m = rebuilt(path)
-    ours = compare.run_pyllama(m, f["tokens"], int(f["n_prefill"]), "invariant")
+    ours = compare.run_pyllama(m, f["tokens"], int(f["n_prefill"]), "invariant", pos0=f["pos0"])
     r = compare.figures(ours, f["logits"], f["tokens"])
     assert r["mean_dlogp"] <= 0.02, r
 
@@ -83,6 +83,7 @@ def test_live_sweep_against_llamacpp(tmp_path):
         gg = str(tmp_path / (p.name[:-4] + ".gguf"))
         assert not compare.rebuild(f, gg)
         m = pyllama.load_model(gg)
-        r = compare.figures(compare.run_pyllama(m, f["tokens"], int(f["n_prefill"]), "llama.cpp"),
-                            f["logits"], f["tokens"])
+        ours = compare.run_pyllama(m, f["tokens"], int(f["n_prefill"]), "llama.cpp",
+                                   pos0=f["pos0"])
+        r = compare.figures(ours, f["logits"], f["tokens"])
         assert r["mean_dlogp"] <= 1e-4 and r["top1"] == 1.0, (p.name, r)

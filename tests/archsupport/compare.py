@@ -27,6 +27,7 @@ def load_fixture(path: str) -> dict:
     with np.load(path) as z:
         f = {k: z[k] for k in z.files}
     f["table"] = json.loads(str(f["table"]))
+    f["pos0"] = int(f.get("pos0", 0))         # the first position (record.py: the spec's pos0)
     base = os.path.basename(path)[:-4]
     f["name"], f["ftype"] = base.rsplit("-", 1)
     return f
@@ -47,13 +48,22 @@ def rebuild(f: dict, path: str) -> list[str]:
 
 
 def run_pyllama(model, toks: np.ndarray, n_prefill: int, numerics: str,
-                n_threads: int | None = 2) -> np.ndarray:
+                n_threads: int | None = 2, pos0: int = 0) -> np.ndarray:
     import pyllama
     ctx = pyllama.Context(model, n_ctx=512, n_batch=512, n_ubatch=512, numerics=numerics,
                           n_threads=n_threads)
-    rows = [ctx.eval(toks[:n_prefill], logits_all=True)]
-    for t in toks[n_prefill:]:
-        rows.append(ctx.eval([int(t)]))
+    if pos0 == 0:
+        rows = [ctx.eval(toks[:n_prefill], logits_all=True)]
+        for t in toks[n_prefill:]:
+            rows.append(ctx.eval([int(t)]))
+        return np.concatenate(rows).astype(np.float32)
+    rows = []                                 # the sequence starts at pos0 (empty memory)
+    for a, b in [(0, n_prefill)] + [(i, i + 1) for i in range(n_prefill, len(toks))]:
+        rc = ctx.decode(pyllama.Batch(toks[a:b], pos=np.arange(pos0 + a, pos0 + b),
+                                      seq_ids=[0] * (b - a), logits=np.ones(b - a, bool)))
+        if rc != 0:
+            raise RuntimeError(f"decode failed with code {rc}")
+        rows.append(ctx.get_logits().copy())
     return np.concatenate(rows).astype(np.float32)
 
 
@@ -79,7 +89,7 @@ def figures(ours: np.ndarray, ref: np.ndarray, toks: np.ndarray) -> dict:
 def compare(f: dict, path: str, numerics: str) -> dict:
     import pyllama
     m = pyllama.load_model(path)
-    ours = run_pyllama(m, f["tokens"], int(f["n_prefill"]), numerics)
+    ours = run_pyllama(m, f["tokens"], int(f["n_prefill"]), numerics, pos0=f["pos0"])
     return figures(ours, f["logits"], f["tokens"])
 
 

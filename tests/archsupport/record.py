@@ -5,12 +5,17 @@ Runs under the llama.cpp oracle (llama-cpp-python 0.3.36 = llama.cpp 0c1e570, AV
 only numpy, gguf and llama_cpp (not pyllama): the F32 model is written with the gguf package,
 quantized by llama.cpp itself (llama_model_quantize, no imatrix), and decoded by llama.cpp through its
 C API: a prefill of N_PREFILL tokens in one batch with every row's logits, then N_DECODE single-token
-decodes, n_ctx 512, f16 K/V, flash attention off, 2 threads. The fixture keeps the tokens, the logits,
+decodes (from position 0, or the spec's pos0: a sequence may start anywhere), n_ctx 512, f16 K/V,
+flash attention off, 2 threads. The fixture keeps the tokens, the first position, the logits,
 each tensor's type in the quantized file and the sha256 of its data (so a test can prove it rebuilt
 the same model with pyllama's quantizers).
 
     /work/oracle/bin/python tests/archsupport/record.py [--archs llama,qwen3] [--ftypes Q8_0,Q4_K_M]
         [--out tests/data/arch]
+
+llama-cpp-python's bindings also run over the libllama of a llama.cpp build of the same source
+(LLAMA_CPP_LIB_PATH=<build>/bin; AVX2, GGML_NATIVE off): the llama4 fixtures were recorded so, and
+that setup reproduced the llama-Q8_0, qwen3moe-Q4_K_M and mixtral-Q4_K_M fixtures bit for bit.
 """
 from __future__ import annotations
 
@@ -57,7 +62,7 @@ def tensor_table(path: str) -> tuple[dict, dict]:
 
 
 def run_llamacpp(L, path: str, toks: np.ndarray, n_threads: int = 2,
-                 flash_attn: int = 0) -> np.ndarray:
+                 flash_attn: int = 0, pos0: int = 0) -> np.ndarray:
     """Logits [N_PREFILL + N_DECODE, n_vocab]: the prefill rows, then one row per decode."""
     mp = L.llama_model_default_params()
     model = L.llama_model_load_from_file(path.encode(), mp)
@@ -86,9 +91,9 @@ def run_llamacpp(L, path: str, toks: np.ndarray, n_threads: int = 2,
             p = L.llama_get_logits_ith(ctx, i)
             out.append(np.ctypeslib.as_array(p, shape=(n_vocab,)).copy())
 
-    decode(toks[:N_PREFILL], 0, True)
+    decode(toks[:N_PREFILL], pos0, True)
     for j in range(N_DECODE):
-        decode(toks[N_PREFILL + j:N_PREFILL + j + 1], N_PREFILL + j, True)
+        decode(toks[N_PREFILL + j:N_PREFILL + j + 1], pos0 + N_PREFILL + j, True)
     L.llama_batch_free(batch)
     L.llama_free(ctx)
     L.llama_model_free(model)
@@ -105,9 +110,10 @@ def record(L, name: str, ftype: str, out_dir: str, tmp: str) -> str:
         quantize(L, src, path, ftype)
     types, hashes = tensor_table(path)
     toks = tokens_for(name)
-    logits = run_llamacpp(L, path, toks)
+    pos0 = int(specs.spec(name).c.get("pos0", 0))
+    logits = run_llamacpp(L, path, toks, pos0=pos0)
     dst = os.path.join(out_dir, f"{name}-{ftype}.npz")
-    np.savez_compressed(dst, tokens=toks, n_prefill=N_PREFILL, logits=logits,
+    np.savez_compressed(dst, tokens=toks, n_prefill=N_PREFILL, logits=logits, pos0=pos0,
                         table=json.dumps({"types": types, "sha256": hashes, "seed": SEED}))
     return dst
 

@@ -441,6 +441,31 @@ def _glm4moe(s: Spec):                    # glm4-moe.cpp: biased QKV, half NEOX 
     s.t(tn(T.NEXTN_HNORM, il), e)
 
 
+def _llama4(s: Spec):                     # llama4.cpp: interleaved MoE + shared expert, chunked
+    c = s.c                               # attention (no sliding_window key, as the converter)
+    s.common_kv()
+    s.kv(K.Rope.DIMENSION_COUNT, c["head"])
+    s.moe_kv()
+    s.kv(K.LLM.EXPERT_FEED_FORWARD_LENGTH, c["n_ff_exp"])
+    s.kv(K.LLM.INTERLEAVE_MOE_LAYER_STEP, c["moe_step"])
+    s.io()
+    s.t(tn(T.ROPE_FREQS), c["head"] // 2)
+    e, x, f = c["n_embd"], c["n_expert"], c["n_ff_exp"]
+    for il in range(c["n_layer"]):
+        s.attn(il)
+        if (il + 1) % c["moe_step"]:
+            s.ffn(il)
+            continue
+        s.t(tn(T.FFN_NORM, il), e)
+        s.t(tn(T.FFN_GATE_INP, il), x, e)
+        s.t(tn(T.FFN_GATE_EXP, il), x, f, e)
+        s.t(tn(T.FFN_DOWN_EXP, il), x, e, f)
+        s.t(tn(T.FFN_UP_EXP, il), x, f, e)
+        s.t(tn(T.FFN_GATE_SHEXP, il), f, e)
+        s.t(tn(T.FFN_DOWN_SHEXP, il), e, f)
+        s.t(tn(T.FFN_UP_SHEXP, il), f, e)
+
+
 ARCHS = {
     # name: (general.architecture, builder, config overrides)
     "llama": ("llama", _llama, {}),
@@ -507,6 +532,19 @@ ARCHS = {
         "eps": 1e-6, "n_layer": 3, "n_dense": 1, "kv_lora": 256, "rope": 32, "nope": 64,
         "v_mla": 64, "mla": False, "n_expert": 8, "n_expert_used": 2, "n_ff_exp": 256,
         "n_shared": 2, "yarn_factor": 4.0, "orig_ctx": 256, "mscale_all_dim": 0.707}),
+    # Llama 4 shaped: 4 layers (0-2 chunked with RoPE + L2 Q/K norm, 3 global NoPE with the
+    # attention temperature), MoE on layers 1 and 3 (16 experts: llama.cpp's 17B-16E type, top 2,
+    # sigmoid weights before the experts, a shared expert), Llama 3 rope_freqs. pos0: the tokens
+    # are decoded from position 8180, so llama.cpp's fixed 8192-position chunk boundary and the
+    # temperature step (pos + 1 = 8192) fall inside the prefill
+    "llama4": ("llama4", _llama4, {"n_layer": 4, "rope_base": 500000.0, "n_expert": 16,
+                                   "n_expert_used": 2, "n_ff_exp": 256, "moe_step": 2,
+                                   "pos0": 8180}),
+    # Maverick shaped: 128 experts (llama.cpp's 17B-128E type: no Q/K L2 norm), top 1, narrow
+    # experts (256 x 32) to stay small
+    "llama4maverick": ("llama4", _llama4, {"n_layer": 4, "rope_base": 500000.0, "n_expert": 128,
+                                           "n_expert_used": 1, "n_ff_exp": 32, "moe_step": 2,
+                                           "pos0": 8180}),
 }
 
 
