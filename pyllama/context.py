@@ -61,6 +61,9 @@ class Context:
         if type_k not in KV_CACHE_TYPES or type_v not in KV_CACHE_TYPES:
             raise ContextError(f"unsupported KV cache type {type_k}/{type_v} "
                                f"({', '.join(KV_CACHE_TYPES)})")
+        if hp.is_mla and type_k != type_v:     # llama_init_from_model: V is a view of K
+            raise ContextError(f"model does not support different K ({type_k}) and V ({type_v}) "
+                               "cache types")
         _check_block_heads(hp, type_k, type_v)
         _check_numerics(numerics, model.backend)
         self.numerics = numerics

@@ -2,9 +2,10 @@
 llama-completion into tests/data/session-deepseek2-llamacpp.json (read by
 tests/test_arch_deepseek2.py): the random deepseek2 model of tests/archsupport/specs.py (absorbed
 MLA: the cache holds K only, V a view of it), F32, one thread, greedy, -c 256, with flash
-attention on and off (its v_trans word differs); per run the session file (base64 of its gzip),
-the printed text, and llama.cpp's KV cache size log lines (llama_kv_cache: size = ... K / V;
--v), plus those lines alone for -c 4096 (a size printed exactly in MiB).
+attention on and off (its v_trans word differs) and q8_0 / q4_0 caches; per run the session
+file (base64 of its gzip), the printed text, and llama.cpp's KV cache size log lines
+(llama_kv_cache: size = ... K / V; -v), plus those lines alone for -c 4096 (a size printed
+exactly in MiB).
 
 Usage: python tests/make_mla_session_fixture.py [/work/llamacpp/build/bin]
 """
@@ -23,7 +24,9 @@ import specs  # noqa: E402
 
 PROMPT = "The capital of France is"
 ARGS = ["--temp", "0", "-no-cnv", "-c", "256", "-n", "4", "-t", "1"]
-RUNS = {"fa_on": ["-fa", "on"], "fa_off": ["-fa", "off"]}
+RUNS = {"fa_on": ["-fa", "on"], "fa_off": ["-fa", "off"],     # quantized: K (V its view) needs FA
+        "q8_0": ["-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"],
+        "q4_0": ["-fa", "on", "-ctk", "q4_0", "-ctv", "q4_0"]}
 
 
 def run(bindir, model, session, *extra):

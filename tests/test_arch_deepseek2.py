@@ -8,7 +8,7 @@ import pytest
 import pyllama
 from pyllama.arch.deepseek2 import kq_scale
 from pyllama.backend.ref import ggml_sigmoid, moe_group_mask
-from pyllama.errors import ModelError
+from pyllama.errors import ContextError, ModelError
 from pyllama.hparams import with_rope_cparams
 
 
@@ -83,6 +83,13 @@ def test_mla_cache_holds_k_only_llamacpps_bytes(tiny_model_path, n_ctx, n_seq, u
     br = mem.memory_breakdown()
     assert (br["k_bytes"], br["v_bytes"]) == (want_k, 0)
     assert sum(b.nbytes for b in mem.k.values()) == want_k
+
+
+def test_mla_k_and_v_types_must_match(tiny_model_path):
+    """llama_init_from_model refuses different K and V types for an MLA model."""
+    with pytest.raises(ContextError, match=r"does not support different K \(q8_0\) and V "
+                                           r"\(f16\) cache types"):
+        pyllama.Context(_mla(tiny_model_path), n_ctx=256, type_k="q8_0")
 
 
 def _state_sections(data: bytes, n_layer: int):
@@ -239,10 +246,13 @@ def _llamacpp_session(run) -> bytes:
     return gzip.decompress(base64.b64decode(run["session_gz_b64"]))
 
 
-@pytest.mark.parametrize("run_name", ["fa_on", "fa_off"])
+RUNS = ["fa_on", "fa_off", "q8_0", "q4_0"]
+
+
+@pytest.mark.parametrize("run_name", RUNS)
 def test_pyllama_writes_llamacpps_mla_session_file(specs_deepseek2, tmp_path, run_name):
-    """Byte for byte: llama.cpp's K rows (both numerics of its graph: flash attention on and
-    off), its v_trans word, and no V section."""
+    """Byte for byte: llama.cpp's K rows (flash attention on and off; f16, q8_0 and q4_0
+    caches), its v_trans word, and no V section."""
     fx = _session_fixture()
     run = fx["runs"][run_name]
     path = tmp_path / "s.bin"
@@ -252,7 +262,7 @@ def test_pyllama_writes_llamacpps_mla_session_file(specs_deepseek2, tmp_path, ru
     assert path.read_bytes() == _llamacpp_session(run)
 
 
-@pytest.mark.parametrize("run_name", ["fa_on", "fa_off"])
+@pytest.mark.parametrize("run_name", RUNS)
 def test_pyllama_reads_llamacpps_mla_session_file(specs_deepseek2, tmp_path, run_name):
     fx = _session_fixture()
     run = fx["runs"][run_name]

@@ -12,8 +12,9 @@ rope.dimension_count); each head's Q splits into a no-RoPE part and a RoPE part 
   kv_cmpr (value_length = kv_lora_rank); attention is MQA over it, and attn_v_b decompresses each
   head's output to value_length_mla before attn_output. As in llama.cpp the cache stores K
   only and V is a view of it (the first kv_lora_rank values of each K row; KVLayout.v_in_k): no
-  V buffer, the V cache type unused, no V rows in state files, no Hadamard rotation of a
-  quantized K (llama.cpp's K-only attention input has none), and the KV memory is llama.cpp's.
+  V buffer, a V cache type other than K's refused (as llama.cpp), no V rows in state files, no
+  Hadamard rotation of a quantized K (llama.cpp's K-only attention input has none), and the KV
+  memory is llama.cpp's.
   With flash attention llama.cpp gives attn_v_b the permuted attention output, a non-contiguous
   src1 for more than one token (an F32 attn_v_b then takes ggml_vec_dot_f32, not tinyBLAS).
 - legacy files (attn_kv_b, no *_mla keys): attn_kv_b decompresses K_nope and V for every head

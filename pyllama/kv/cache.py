@@ -88,7 +88,8 @@ class KVCache:
         self.swa_type, self.n_swa, self.swa_extra = swa_type, n_swa, swa_extra
         self.type_k, self.type_v, self.rope = type_k, type_v, rope
         # MLA (KVLayout.v_in_k): V rows are the first n_embd_v values of the K rows, read from
-        # the K buffer; no V buffer, no V in the state, the V type unused (as llama.cpp)
+        # the K buffer; no V buffer, no V in the state, the V type unused (the Context refuses
+        # one other than type_k, as llama.cpp)
         self.v_in_k, self.v_trans, self.rope_offset = bool(v_in_k), bool(v_trans), rope_offset
         if self.v_in_k:
             bad = [il for il in self.layers if self.n_embd_v[il] > self.n_embd_k[il]]
