@@ -138,6 +138,27 @@ def test_repacked_8x8_kernel_equals_oracle(ref, name):
     np.testing.assert_allclose(full, ref["vd_" + name], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["Q4_0", "IQ4_NL", "MXFP4"])
+def test_repacked_8x8_simd_bodies_and_tails_equal_oracle(ref, name):
+    """The SIMD paths of the 8x8 arithmetic (under 8 tokens: 4 rows per block reduced together;
+    from 8: groups of 8 tokens with the block scales laid out per chunk of 64 blocks, the rest
+    token by token) on 80 blocks per row (a full chunk and a partial one) and 24 rows (6 row
+    tiles), every token count up to 8 and a few past it: the numpy oracle's bits."""
+    from pyllama.backend.base import Weight
+    from pyllama.backend.cpu import matmul as mm
+    from pyllama.backend.ref_matmul import matmul_ref
+    raw = np.ascontiguousarray(np.tile(ref["raw_" + name], (2, 5))[:24])
+    w = Weight("w." + name, GGMLType[name], (24, 2560), raw)
+    x = np.random.default_rng(7).standard_normal((25, 2560)).astype(np.float32)
+    x[3, 64:96] = 0.0                      # an all-zero activation block (d = 0)
+    x[10] *= 1e-3
+    want = matmul_ref(w.type, w.raw, x)
+    assert np.array_equal(mm.matmul(w, x), want)
+    for n in list(range(1, 10)) + [16, 17]:
+        assert np.array_equal(mm.matmul(w, x[:n]), want[:n]), n
+        assert np.array_equal(mm.matmul(w, x[25 - n:]), want[25 - n:]), n
+
+
 @pytest.mark.parametrize("name", ["TQ1_0", "TQ2_0"])
 def test_ternary_matmul_equals_llama_cpp(ref, name):
     """TQ1_0 / TQ2_0: llama.cpp's ggml_vec_dot_tq*_q8_K at every row count (lanes minus bsums,

@@ -1504,6 +1504,132 @@ static float pyl_vecdot_iq(int t, const uint8_t *row, int nsb, const int8_t *q8a
 }
 #endif
 
+#if PYL_AVX2
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+#define PYL_VNNI 1
+#else
+#define PYL_VNNI 0
+#endif
+/* the 4 rows' block scales as one vector (lanes >= nr repeat the last row) */
+static inline __attribute__((always_inline)) __m128
+pyl_scale4(const int t, const uint8_t *x0, const uint8_t *x1, const uint8_t *x2, const uint8_t *x3) {
+    return _mm_set_ps(*pyl_scaleA_ref(t, x3), *pyl_scaleA_ref(t, x2), *pyl_scaleA_ref(t, x1),
+                      *pyl_scaleA_ref(t, x0));
+}
+/* R8 weights times n < 8 tokens, rows r0..r0+nr (nr <= 4) together: per block the exact integer
+ * dot I of each row, then acc = fma((float)I, d_w * d_x, acc) (lane = row), blocks in order: the
+ * operations of the 8x8 gemv. With VNNI the integers come from unsigned weight bytes u = w + off
+ * (Q4_0: the nibble, off 8; IQ4_NL / MXFP4: the table value + 128): lanes = dpbusd(-off * sum4(y),
+ * u, y) = sum4(w * y) exactly (no saturation: dpbusd sums in int32); without VNNI |w| . sign(y, w)
+ * as the tiles. */
+static inline __attribute__((always_inline)) void
+pyl_r8_few(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int nb,
+           const pyl_acts *A, int64_t n, float *out, int64_t os) {
+    const int bb = pyl_block_bytes(t), qo = t == PYL_MXFP4 ? 1 : 2;
+    const uint8_t *x0 = wsrc + r0 * wstride;
+    const uint8_t *x1 = nr > 1 ? x0 + wstride : x0, *x2 = nr > 2 ? x1 + wstride : x1;
+    const uint8_t *x3 = nr > 3 ? x2 + wstride : x2;
+#if PYL_VNNI
+    const __m256i lut = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+        (const __m128i *)(t == PYL_MXFP4 ? pyl_kvalues_fp4 : pyl_kvalues_iq4nl))), _mm256_set1_epi8((char)0x80));
+    const __m256i offv = _mm256_set1_epi8(t == PYL_Q4_0 ? 8 : (char)0x80), z = _mm256_setzero_si256();
+#define PYL_R8U(x) (t == PYL_Q4_0 ? pyl_nib32((x) + qo) : _mm256_shuffle_epi8(lut, pyl_nib32((x) + qo)))
+#define PYL_R8P(x) _mm256_dpbusd_epi32(corr, PYL_R8U(x), y)
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+#define PYL_R8P(x) (w_ = pyl_dec32_avx2(t, (x)), PYL_DOT4(_mm256_abs_epi8(w_), _mm256_sign_epi8(y, w_), ones))
+#endif
+    for (int64_t i = 0; i < n; i++) {
+        const pyl_arow X = pyl_act_row(A, i);
+        __m128 acc = _mm_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            const int64_t o = (int64_t)bb * b;
+            const __m256i y = _mm256_loadu_si256((const __m256i *)(X.q + 32 * b));
+#if PYL_VNNI
+            const __m256i corr = _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, offv, y));
+#else
+            __m256i w_;
+#endif
+            const __m256i p0 = PYL_R8P(x0 + o), p1 = PYL_R8P(x1 + o);
+            const __m256i p2 = PYL_R8P(x2 + o), p3 = PYL_R8P(x3 + o);
+            const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+            const __m128i I = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            const __m128 dw = pyl_scale4(t, x0 + o, x1 + o, x2 + o, x3 + o);
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(I), _mm_mul_ps(dw, _mm_set1_ps(X.d[b])), acc);
+        }
+        float r4[4];
+        _mm_storeu_ps(r4, acc);
+        for (int r = 0; r < nr; r++) out[i * os + r0 + r] = r4[r];
+    }
+#undef PYL_R8P
+#undef PYL_R8U
+}
+
+#if PYL_VNNI
+/* [sum a_i lanes] of 8 int32x8 vectors: lane i = the sum of vector i */
+static inline __m256i pyl_hsum8x8_i32(const __m256i *p) {
+    const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+}
+/* R8 weights times the first n8 (a multiple of 8) tokens, 8 tokens per group (lane = token):
+ * per row and block I = sum(u * y) - off * sum(y) (exact integers, u = w + off as pyl_r8_few),
+ * acc = fma((float)I, d_w * d_y, acc), blocks in order: the 8-token gemm operations. The tokens'
+ * off * sum(y) and scales are laid out once per group and chunk of blocks, for all rows. */
+enum { PYL_R8_CH = 64 };
+static inline __attribute__((always_inline)) void
+pyl_r8_g8(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int nb,
+          const pyl_acts *A, int64_t n8, float *out, int64_t os) {
+    const int bb = pyl_block_bytes(t), qo = t == PYL_MXFP4 ? 1 : 2;
+    const __m256i lut = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+        (const __m128i *)(t == PYL_MXFP4 ? pyl_kvalues_fp4 : pyl_kvalues_iq4nl))), _mm256_set1_epi8((char)0x80));
+    const __m256i offv = _mm256_set1_epi8(t == PYL_Q4_0 ? 8 : (char)0x80), z = _mm256_setzero_si256();
+    __m256 dyT[PYL_R8_CH];
+    __m256i biasT[PYL_R8_CH];
+    for (int64_t t0 = 0; t0 < n8; t0 += 8) {
+        const int8_t *q0 = A->q + t0 * A->sq;
+        const int64_t sq = A->sq;
+        const float *d0 = A->d + t0 * A->sd;
+        const int64_t sd = A->sd;
+        __m256 acc[PYL_R];
+        for (int r = 0; r < PYL_R; r++) acc[r] = _mm256_setzero_ps();
+        for (int c0 = 0; c0 < nb; c0 += PYL_R8_CH) {
+            const int cn = nb - c0 < PYL_R8_CH ? nb - c0 : PYL_R8_CH;
+            for (int j = 0; j < cn; j++) {
+                const int8_t *yb = q0 + 32 * (c0 + j);
+                const float *db = d0 + c0 + j;
+                __m256i s[8];
+                for (int i = 0; i < 8; i++)
+                    s[i] = _mm256_dpbusd_epi32(z, offv, _mm256_loadu_si256((const __m256i *)(yb + i * sq)));
+                biasT[j] = pyl_hsum8x8_i32(s);
+                dyT[j] = _mm256_set_ps(db[7 * sd], db[6 * sd], db[5 * sd], db[4 * sd],
+                                       db[3 * sd], db[2 * sd], db[sd], db[0]);
+            }
+            for (int r = 0; r < nr; r++) {
+                const uint8_t *x = wsrc + (r0 + r) * wstride + (int64_t)bb * c0;
+                const int8_t *yb = q0 + 32 * c0;
+                __m256 a = acc[r];
+                for (int j = 0; j < cn; j++, x += bb, yb += 32) {
+                    const __m256i u = t == PYL_Q4_0 ? pyl_nib32(x + qo) : _mm256_shuffle_epi8(lut, pyl_nib32(x + qo));
+                    __m256i p[8];
+                    for (int i = 0; i < 8; i++)
+                        p[i] = _mm256_dpbusd_epi32(z, u, _mm256_loadu_si256((const __m256i *)(yb + i * sq)));
+                    const __m256i I = _mm256_sub_epi32(pyl_hsum8x8_i32(p), biasT[j]);
+                    a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(_mm256_set1_ps(*pyl_scaleA_ref(t, x)), dyT[j]), a);
+                }
+                acc[r] = a;
+            }
+        }
+        for (int r = 0; r < nr; r++) {
+            float o8[8];
+            _mm256_storeu_ps(o8, acc[r]);
+            for (int i = 0; i < 8; i++) out[(t0 + i) * os + r0 + r] = o8[i];
+        }
+    }
+}
+#endif
+#endif
+
 /* ---- repacked 32-block types (weight type | PYL_R8): llama.cpp's ggml_gemm/gemv_*_8x8_q8_0
  * arithmetic (the same for every row count): per block the exact integer dot I of the 32
  * values, acc = fma((float)I, d_w * d_x, acc) in block order.  Each block is decoded once per
@@ -1514,34 +1640,26 @@ static void pyl_rowtile_r8(int t, const uint8_t *wsrc, int64_t wstride, int64_t 
     enum { G = 8 };
 #if PYL_AVX2
     if (n < G) {   /* few tokens: the tile's rows reduced together (4 block integers, one fma) */
-        const __m256i ones = _mm256_set1_epi16(1), z = _mm256_setzero_si256();
-        for (int64_t i = 0; i < n; i++) {
-            const pyl_arow X = pyl_act_row(A, i);
-            __m128 acc = _mm_setzero_ps();
-            for (int b = 0; b < nb; b++) {
-                const __m256i y = _mm256_loadu_si256((const __m256i *)(X.q + 32 * b));
-                __m256i p[4] = {z, z, z, z};
-                float dw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                for (int r = 0; r < nr; r++) {
-                    const uint8_t *x = wsrc + (r0 + r) * wstride + (int64_t)bb * b;
-                    const __m256i w = pyl_dec32_avx2(t, x);
-                    p[r] = PYL_DOT4(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w), ones);
-                    dw[r] = *pyl_scaleA_ref(t, x);
-                }
-                const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-                const __m128i I = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-                acc = _mm_fmadd_ps(_mm_cvtepi32_ps(I), _mm_mul_ps(_mm_loadu_ps(dw), _mm_set1_ps(X.d[b])), acc);
-            }
-            float o[4];
-            _mm_storeu_ps(o, acc);
-            for (int r = 0; r < nr; r++) out[i * os + r0 + r] = o[r];
+        switch (t) {
+        case PYL_Q4_0: pyl_r8_few(PYL_Q4_0, wsrc, wstride, r0, nr, nb, A, n, out, os); return;
+        case PYL_IQ4_NL: pyl_r8_few(PYL_IQ4_NL, wsrc, wstride, r0, nr, nb, A, n, out, os); return;
+        default: pyl_r8_few(PYL_MXFP4, wsrc, wstride, r0, nr, nb, A, n, out, os); return;
         }
-        return;
     }
+#endif
+    int64_t tstart = 0;
+#if PYL_AVX2 && PYL_VNNI
+    tstart = n & ~(int64_t)(G - 1);   /* groups of 8 tokens, then the rest below */
+    switch (t) {
+    case PYL_Q4_0: pyl_r8_g8(PYL_Q4_0, wsrc, wstride, r0, nr, nb, A, tstart, out, os); break;
+    case PYL_IQ4_NL: pyl_r8_g8(PYL_IQ4_NL, wsrc, wstride, r0, nr, nb, A, tstart, out, os); break;
+    default: pyl_r8_g8(PYL_MXFP4, wsrc, wstride, r0, nr, nb, A, tstart, out, os); break;
+    }
+    if (tstart == n) return;
 #endif
     for (int r = 0; r < nr; r++) {
         const uint8_t *row = wsrc + (r0 + r) * wstride;
-        for (int64_t t0 = 0; t0 < n; t0 += G) {
+        for (int64_t t0 = tstart; t0 < n; t0 += G) {
             const int nt = n - t0 < G ? (int)(n - t0) : G;
             pyl_arow X[G];
             float acc[G];
