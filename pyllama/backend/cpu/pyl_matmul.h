@@ -531,6 +531,22 @@ static inline void pyl_iq_signed8(uint64_t g, uint8_t signs, uint8_t *u) {
         u[j] = (uint8_t)(PYL_IQ_OFF + ((signs >> j) & 1 ? -v : v));
     }
 }
+/* four 8-value groups (g[l]: grid entry, s[l]: its 8 sign bits) -> 32 values u (AVX2: the same
+ * bytes in one register: sign masks by bit test, v ^ m - m) */
+static inline void pyl_iq_signed4(const uint64_t *g, const uint8_t *s, uint8_t *u) {
+#if PYL_AVX2
+    const __m256i v = _mm256_set_epi64x((long long)g[3], (long long)g[2], (long long)g[1], (long long)g[0]);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                           0x0101010101010101, 0x0000000000000000);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const int s4 = (int)((uint32_t)s[0] | (uint32_t)s[1] << 8 | (uint32_t)s[2] << 16 | (uint32_t)s[3] << 24);
+    const __m256i m = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(s4), shuf), bits), bits);
+    _mm256_storeu_si256((__m256i *)u, _mm256_add_epi8(_mm256_sub_epi8(_mm256_xor_si256(v, m), m),
+                                                      _mm256_set1_epi8(PYL_IQ_OFF)));
+#else
+    for (int l = 0; l < 4; l++) pyl_iq_signed8(g[l], s[l], u + 8 * l);
+#endif
+}
 static inline void pyl_iq_scales32(int s, int ib, int16_t *s16) { s16[2 * ib] = s16[2 * ib + 1] = (int16_t)s; }
 static inline void pyl_dec_iq(int t, const uint8_t *__restrict x, uint8_t *__restrict u,
                               int16_t *__restrict s16, int16_t *__restrict mn, float *d, float *dm) {
@@ -542,9 +558,13 @@ static inline void pyl_dec_iq(int t, const uint8_t *__restrict x, uint8_t *__res
             uint32_t a[2];
             memcpy(a, x + 2 + 8 * ib, 8);
             pyl_iq_scales32(2 * (int)(a[1] >> 28) + 1, ib, s16);
-            for (int l = 0; l < 4; l++)
-                pyl_iq_signed8(pyl_iq2xxs_grid[(a[0] >> (8 * l)) & 0xFF],
-                               pyl_ksigns_iq2xs[(a[1] >> (7 * l)) & 127], u + 32 * ib + 8 * l);
+            uint64_t g[4];
+            uint8_t sg[4];
+            for (int l = 0; l < 4; l++) {
+                g[l] = pyl_iq2xxs_grid[(a[0] >> (8 * l)) & 0xFF];
+                sg[l] = pyl_ksigns_iq2xs[(a[1] >> (7 * l)) & 127];
+            }
+            pyl_iq_signed4(g, sg, u + 32 * ib);
         }
         break;
     }
@@ -554,11 +574,15 @@ static inline void pyl_dec_iq(int t, const uint8_t *__restrict x, uint8_t *__res
         for (int ib = 0; ib < 8; ib++) {
             s16[2 * ib] = (int16_t)(2 * (sc[ib] & 0xF) + 1);
             s16[2 * ib + 1] = (int16_t)(2 * (sc[ib] >> 4) + 1);
+            uint64_t g[4];
+            uint8_t sg[4];
             for (int l = 0; l < 4; l++) {
                 uint16_t q;
                 memcpy(&q, x + 2 + 8 * ib + 2 * l, 2);
-                pyl_iq_signed8(pyl_iq2xs_grid[q & 511], pyl_ksigns_iq2xs[q >> 9], u + 32 * ib + 8 * l);
+                g[l] = pyl_iq2xs_grid[q & 511];
+                sg[l] = pyl_ksigns_iq2xs[q >> 9];
             }
+            pyl_iq_signed4(g, sg, u + 32 * ib);
         }
         break;
     }
@@ -568,9 +592,9 @@ static inline void pyl_dec_iq(int t, const uint8_t *__restrict x, uint8_t *__res
         for (int ib = 0; ib < 8; ib++) {
             s16[2 * ib] = (int16_t)(2 * (sc[ib] & 0xF) + 1);
             s16[2 * ib + 1] = (int16_t)(2 * (sc[ib] >> 4) + 1);
-            for (int l = 0; l < 4; l++)
-                pyl_iq_signed8(pyl_iq2s_grid[qs[4 * ib + l] | ((qh[ib] << (8 - 2 * l)) & 0x300)],
-                               signs[4 * ib + l], u + 32 * ib + 8 * l);
+            uint64_t g[4];
+            for (int l = 0; l < 4; l++) g[l] = pyl_iq2s_grid[qs[4 * ib + l] | ((qh[ib] << (8 - 2 * l)) & 0x300)];
+            pyl_iq_signed4(g, signs + 4 * ib, u + 32 * ib);
         }
         break;
     }
@@ -581,11 +605,13 @@ static inline void pyl_dec_iq(int t, const uint8_t *__restrict x, uint8_t *__res
             uint32_t a;
             memcpy(&a, ss + 4 * ib, 4);
             pyl_iq_scales32(2 * (int)(a >> 28) + 1, ib, s16);
+            uint64_t g[4];
+            uint8_t sg[4];
             for (int l = 0; l < 4; l++) {
-                const uint64_t g = (uint64_t)pyl_iq3xxs_grid[qs[8 * ib + 2 * l + 1]] << 32 |
-                                   pyl_iq3xxs_grid[qs[8 * ib + 2 * l]];
-                pyl_iq_signed8(g, pyl_ksigns_iq2xs[(a >> (7 * l)) & 127], u + 32 * ib + 8 * l);
+                g[l] = (uint64_t)pyl_iq3xxs_grid[qs[8 * ib + 2 * l + 1]] << 32 | pyl_iq3xxs_grid[qs[8 * ib + 2 * l]];
+                sg[l] = pyl_ksigns_iq2xs[(a >> (7 * l)) & 127];
             }
+            pyl_iq_signed4(g, sg, u + 32 * ib);
         }
         break;
     }
@@ -594,12 +620,13 @@ static inline void pyl_dec_iq(int t, const uint8_t *__restrict x, uint8_t *__res
         const uint8_t *qs = x + 2, *qh = x + 66, *signs = x + 74, *sc = x + 106;
         for (int ib = 0; ib < 8; ib++) {
             pyl_iq_scales32(1 + 2 * ((sc[ib / 2] >> (4 * (ib % 2))) & 0xF), ib, s16);
+            uint64_t g[4];
             for (int l = 0; l < 4; l++) {
                 const int i0 = qs[8 * ib + 2 * l] | ((qh[ib] << (8 - 2 * l)) & 256);
                 const int i1 = qs[8 * ib + 2 * l + 1] | ((qh[ib] << (7 - 2 * l)) & 256);
-                const uint64_t g = (uint64_t)pyl_iq3s_grid[i1] << 32 | pyl_iq3s_grid[i0];
-                pyl_iq_signed8(g, signs[4 * ib + l], u + 32 * ib + 8 * l);
+                g[l] = (uint64_t)pyl_iq3s_grid[i1] << 32 | pyl_iq3s_grid[i0];
             }
+            pyl_iq_signed4(g, signs + 4 * ib, u + 32 * ib);
         }
         break;
     }
@@ -670,10 +697,15 @@ static inline void pyl_dec_iq(int t, const uint8_t *__restrict x, uint8_t *__res
         for (int ib = 0; ib < 8; ib++) {
             const int ls = ((sl[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4);
             pyl_iq_scales32(ls - 32, ib, s16);
+#if PYL_AVX2
+            _mm256_storeu_si256((__m256i *)(u + 32 * ib), _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(
+                _mm_loadu_si128((const __m128i *)pyl_kvalues_iq4nl)), pyl_nib32(qs + 16 * ib)));
+#else
             for (int j = 0; j < 16; j++) {
                 u[32 * ib + j] = (uint8_t)pyl_kvalues_iq4nl[qs[16 * ib + j] & 0xF];
                 u[32 * ib + 16 + j] = (uint8_t)pyl_kvalues_iq4nl[qs[16 * ib + j] >> 4];
             }
+#endif
         }
         for (int j = 0; j < 16; j++) mn[j] = 0;
         return;
