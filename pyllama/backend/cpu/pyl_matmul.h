@@ -498,10 +498,18 @@ static inline void pyl_dec_q2_K(const uint8_t *__restrict x, uint8_t *__restrict
     const uint8_t *sc = x, *qs = x + 16;
     *d = pyl_rd_f16(x + 80); *dm = pyl_rd_f16(x + 82);
     for (int j = 0; j < 16; j++) { s16[j] = sc[j] & 0xF; mn[j] = sc[j] >> 4; }
+#if PYL_AVX2   /* the same bytes: a 16-bit shift keeps bits 0-1 of each byte its own (shift <= 6) */
+    for (int h = 0; h < 2; h++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * h)), m3 = _mm256_set1_epi8(3);
+        for (int j = 0; j < 4; j++)
+            _mm256_storeu_si256((__m256i *)(u + 128 * h + 32 * j), _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3));
+    }
+#else
     for (int h = 0; h < 2; h++)
         for (int j = 0; j < 4; j++)
             for (int l = 0; l < 32; l++)
                 u[128 * h + 32 * j + l] = (qs[32 * h + l] >> (2 * j)) & 3;
+#endif
 }
 static inline void pyl_dec_q3_K(const uint8_t *__restrict x, uint8_t *__restrict u, int *__restrict s16, int *__restrict mn, float *d, float *dm) {
     const uint8_t *hm = x, *qs = x + 32, *sc = x + 96;
@@ -512,12 +520,25 @@ static inline void pyl_dec_q3_K(const uint8_t *__restrict x, uint8_t *__restrict
         s16[s] = (lo | (hi << 4)) - 32;
         mn[s] = 4 * s16[s];
     }
+#if PYL_AVX2
+    const __m256i hv = _mm256_loadu_si256((const __m256i *)hm), m3 = _mm256_set1_epi8(3), b4 = _mm256_set1_epi8(4);
+    for (int h = 0; h < 2; h++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+        for (int j = 0; j < 4; j++) {
+            const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * h + j)));
+            const __m256i hi = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, bit), bit), b4);
+            _mm256_storeu_si256((__m256i *)(u + 128 * h + 32 * j),
+                                _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3), hi));
+        }
+    }
+#else
     for (int h = 0; h < 2; h++)
         for (int j = 0; j < 4; j++) {
             const int m = 1 << (4 * h + j);
             for (int l = 0; l < 32; l++)
                 u[128 * h + 32 * j + l] = (uint8_t)(((qs[32 * h + l] >> (2 * j)) & 3) + ((hm[l] & m) ? 4 : 0));
         }
+#endif
 }
 
 /* ---- i-quant decoders (family K, llama.cpp's tiled-kernel representation, ggml-cpu/tiled):
