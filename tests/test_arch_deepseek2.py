@@ -305,3 +305,19 @@ def test_llamacpp_reads_pyllama_mla_session_file(specs_deepseek2, tmp_path, fa):
         # llama-completion's stdout here (the random model's text ends in split UTF-8
         # sequences) now and then lacks its last few bytes: seen once in six identical runs
         assert out == r.stdout or (r.stdout.startswith(out) and len(r.stdout) - len(out) <= 4)
+
+
+@pytest.mark.parametrize("fa", [True, False])
+def test_one_row_batch_equals_one_token_decodes(specs_deepseek2, fa):
+    """Speculative verification (one_row) in the llama.cpp numerics equals one-token decodes
+    bit for bit on the MLA graph, with flash attention (K as V, the attn_v_b after it) too."""
+    m = pyllama.load_model(specs_deepseek2)
+    toks = np.arange(30, 50, dtype=np.int32)
+    a = pyllama.Context(m, n_ctx=256, numerics="llama.cpp", flash_attn=fa)
+    a.eval(toks[:10])
+    assert a.decode(pyllama.Batch(toks[10:14], pos=np.arange(10, 14), seq_ids=[[0]] * 4,
+                                  logits=[True] * 4), one_row=True) == 0
+    b = pyllama.Context(m, n_ctx=256, numerics="llama.cpp", flash_attn=fa)
+    b.eval(toks[:10])
+    want = np.concatenate([b.eval(toks[i:i + 1]) for i in range(10, 14)])
+    assert np.array_equal(a.get_logits(), want)
