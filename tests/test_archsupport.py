@@ -5,7 +5,9 @@ tests/archsupport/record.py. The default suite rebuilds each model with pyllama'
 quantizers (every tensor's sha256 equals llama.cpp's file) and compares:
 - numerics="llama.cpp": mean |Δ log p| <= 1e-4 and the same top-1 on every row (the issue's bar;
   every fixture is in fact bit-identical, see `test_llamacpp_numerics_bit_identical`);
-- numerics="invariant": mean |Δ log p| <= 0.02.
+- numerics="invariant": mean |Δ log p| <= 0.02;
+- the fixtures recorded with flash attention too (record.py --flash-attn; llama4): pyllama's
+  flash-attention path in the llama.cpp numerics, bit-identical.
 The live sweep against the oracle itself is the slow test at the end (LLAMACPP_PYTHON: a python
 with llama_cpp importable)."""
 import glob
@@ -61,6 +63,21 @@ def test_llamacpp_numerics(rebuilt, path):
     assert r["mean_dlogp"] <= 1e-4 and r["top1"] == 1.0, r
     if os.path.basename(path)[:-4] not in NOT_BIT_EXACT:
         assert r["bit_identical"], r
+
+
+FA_FIXTURES = [p for p in FIXTURES if "logits_fa" in compare.load_fixture(p)]
+
+
+@pytest.mark.parametrize("path", FA_FIXTURES, ids=[os.path.basename(p)[:-4] for p in FA_FIXTURES])
+def test_llamacpp_numerics_flash_attention(rebuilt, path):
+    """The fixtures recorded with --flash-attn: llama.cpp's flash-attention logits (which differ
+    from its non-flash ones) against pyllama's llama.cpp numerics with flash_attn=True."""
+    f, m = rebuilt(path)
+    ours = compare.run_pyllama(m, f["tokens"], int(f["n_prefill"]), "llama.cpp", pos0=f["pos0"],
+                               flash_attn=True)
+    r = compare.figures(ours, f["logits_fa"], f["tokens"])
+    assert r["mean_dlogp"] <= 1e-4 and r["top1"] == 1.0, r
+    assert r["bit_identical"], r
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=IDS)

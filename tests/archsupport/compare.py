@@ -48,10 +48,10 @@ def rebuild(f: dict, path: str) -> list[str]:
 
 
 def run_pyllama(model, toks: np.ndarray, n_prefill: int, numerics: str,
-                n_threads: int | None = 2, pos0: int = 0) -> np.ndarray:
+                n_threads: int | None = 2, pos0: int = 0, flash_attn: bool = False) -> np.ndarray:
     import pyllama
     ctx = pyllama.Context(model, n_ctx=512, n_batch=512, n_ubatch=512, numerics=numerics,
-                          n_threads=n_threads)
+                          n_threads=n_threads, flash_attn=flash_attn)
     if pos0 == 0:
         rows = [ctx.eval(toks[:n_prefill], logits_all=True)]
         for t in toks[n_prefill:]:

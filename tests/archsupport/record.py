@@ -6,7 +6,8 @@ only numpy, gguf and llama_cpp (not pyllama): the F32 model is written with the 
 quantized by llama.cpp itself (llama_model_quantize, no imatrix), and decoded by llama.cpp through its
 C API: a prefill of N_PREFILL tokens in one batch with every row's logits, then N_DECODE single-token
 decodes (from position 0, or the spec's pos0: a sequence may start anywhere), n_ctx 512, f16 K/V,
-flash attention off, 2 threads. The fixture keeps the tokens, the first position, the logits,
+flash attention off (with --flash-attn also on: logits_fa), 2 threads. The fixture keeps the
+tokens, the first position, the logits,
 each tensor's type in the quantized file and the sha256 of its data (so a test can prove it rebuilt
 the same model with pyllama's quantizers).
 
@@ -100,7 +101,7 @@ def run_llamacpp(L, path: str, toks: np.ndarray, n_threads: int = 2,
     return np.stack(out).astype(np.float32)
 
 
-def record(L, name: str, ftype: str, out_dir: str, tmp: str) -> str:
+def record(L, name: str, ftype: str, out_dir: str, tmp: str, flash_attn: bool = False) -> str:
     src = os.path.join(tmp, f"{name}-f32.gguf")
     if not os.path.exists(src):
         specs.write_model(src, name)
@@ -112,9 +113,13 @@ def record(L, name: str, ftype: str, out_dir: str, tmp: str) -> str:
     toks = tokens_for(name)
     pos0 = int(specs.spec(name).c.get("pos0", 0))
     logits = run_llamacpp(L, path, toks, pos0=pos0)
+    extra = {}
+    if flash_attn:
+        extra["logits_fa"] = run_llamacpp(L, path, toks, flash_attn=1, pos0=pos0)
     dst = os.path.join(out_dir, f"{name}-{ftype}.npz")
     np.savez_compressed(dst, tokens=toks, n_prefill=N_PREFILL, logits=logits, pos0=pos0,
-                        table=json.dumps({"types": types, "sha256": hashes, "seed": SEED}))
+                        table=json.dumps({"types": types, "sha256": hashes, "seed": SEED}),
+                        **extra)
     return dst
 
 
@@ -131,6 +136,8 @@ def main(argv=None):
     ap.add_argument("--archs", default=",".join(specs.ARCHS))
     ap.add_argument("--ftypes", default="Q8_0,Q4_K_M")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "data", "arch"))
+    ap.add_argument("--flash-attn", action="store_true",
+                    help="also record the logits with flash attention on (logits_fa)")
     a = ap.parse_args(argv)
     import llama_cpp as L
     L.llama_backend_init()
@@ -141,7 +148,7 @@ def main(argv=None):
         for name in a.archs.split(","):
             for ft in a.ftypes.split(","):
                 try:
-                    print(record(L, name, ft, a.out, tmp), flush=True)
+                    print(record(L, name, ft, a.out, tmp, a.flash_attn), flush=True)
                 except Exception as e:          # one arch failing must not stop the sweep
                     print(f"{name} {ft}: FAILED {e}", flush=True)
 
