@@ -52,8 +52,11 @@ def self_attention(g, L, hp: HParams, il: int, h: np.ndarray, *, qk_norm: bool |
     return g.matmul(L.attn_output, o, L.attn_output_b)
 
 
-def ffn_swiglu(g, L, x: np.ndarray) -> np.ndarray:
-    return g.matmul(L.ffn_down, g.swiglu(*g.matmuls((L.ffn_gate, L.ffn_up), x)))
+def ffn_swiglu(g, L, x: np.ndarray, sfx: str = "") -> np.ndarray:
+    """down(silu(gate x) * up x) with L.ffn_{gate,up,down}<sfx> (sfx "_shexp": llama4's shared
+    expert)."""
+    gate, up, down = (getattr(L, f"ffn_{t}{sfx}") for t in ("gate", "up", "down"))
+    return g.matmul(down, g.swiglu(*g.matmuls((gate, up), x)))
 
 
 def ffn_geglu(g, L, x: np.ndarray) -> np.ndarray:

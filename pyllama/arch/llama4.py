@@ -23,6 +23,7 @@ from ..errors import ModelError
 from ..hparams import ROPE_NORM, SWA_CHUNKED, MetaReader, load_common, load_swa_pattern
 from . import register
 from .base import Arch, TensorSpec
+from .blocks import ffn_swiglu
 from .glm4 import qkv_specs
 
 CHUNK = 8192                 # llama.cpp's n_swa for llama4 (attention_chunk_size)
@@ -49,6 +50,8 @@ class Llama4(Arch):
                              "last layer needs an attention temperature that is never set)")
         if hp.n_expert == 0:
             raise ModelError("llama4 model cannot have zero experts")
+        if hp.n_embd_head_k != hp.n_embd_head_v or hp.n_rot != hp.n_embd_head_k:
+            raise ModelError("llama4: key, value and RoPE head sizes must be equal")
         hp.swa_type, hp.n_swa = SWA_CHUNKED, CHUNK
         hp.f_attn_temp_scale, hp.n_attn_temp_floor_scale = TEMP_SCALE, TEMP_FLOOR
         hp.f_attn_temp_offset = TEMP_OFFSET
@@ -86,8 +89,6 @@ class Llama4(Arch):
 
     @classmethod
     def forward(cls, g, w, hp):
-        if hp.n_embd_head_k != hp.n_embd_head_v or hp.n_rot != hp.n_embd_head_k:
-            raise ModelError("llama4: key, value and RoPE head sizes must be equal")
         for il, L in enumerate(w.layers):
             if L.attn_qkv is None and (L.attn_q is None or L.attn_k is None or L.attn_v is None):
                 raise ModelError(f"llama4: layer {il} has neither attn_qkv nor attn_q/k/v")
@@ -111,7 +112,7 @@ class Llama4(Arch):
 
 def llama4_decoder(g, w, hp, is_moe_layer):
     """The llama4 graph (llama_model_llama4::graph): pre-norm attention and FFN as above."""
-    from .blocks import ffn_swiglu, output, self_attention
+    from .blocks import output, self_attention
     temp = g.attn_temperature(hp.f_attn_temp_scale, hp.n_attn_temp_floor_scale,
                               hp.f_attn_temp_offset)
     x = g.embed(w.token_embd)
@@ -143,5 +144,4 @@ def moe_weighted_input(g, L, hp, x):
     gate = g.mul_mat_id(L.ffn_gate_exps, xw, ids)
     down = g.mul_mat_id(L.ffn_down_exps, g.swiglu(gate, up), ids)    # [n, k, n_embd]
     moe = g.sum_experts(down)
-    sh = g.matmul(L.ffn_down_shexp, g.swiglu(*g.matmuls((L.ffn_gate_shexp, L.ffn_up_shexp), x)))
-    return g.add(moe, sh)
+    return g.add(moe, ffn_swiglu(g, L, x, "_shexp"))
