@@ -321,3 +321,36 @@ def test_one_row_batch_equals_one_token_decodes(specs_deepseek2, fa):
     b.eval(toks[:10])
     want = np.concatenate([b.eval(toks[i:i + 1]) for i in range(10, 14)])
     assert np.array_equal(a.get_logits(), want)
+
+
+@pytest.mark.parametrize("run_name", ["fa_on", "fa_off"])
+def test_mla_seq_state_is_llamacpps(specs_deepseek2, run_name):
+    """llama_state_seq_get_data of sequence 1 beside sequence 0 (one stream each), recorded by
+    tests/make_mla_state_seq_fixture.py (after its u32 io magic and i32 seq id, which
+    Context.state_seq_get leaves out): pyllama's bytes are llama.cpp's, and llama.cpp's bytes
+    restored into another sequence of a fresh context continue as the original."""
+    import base64
+    import gzip
+    import json
+    import os
+    with open(os.path.join(os.path.dirname(__file__), "data",
+                           "state-seq-deepseek2-llamacpp.json")) as f:
+        fx = json.load(f)
+    import struct
+    run = fx["runs"][run_name]
+    raw = gzip.decompress(base64.b64decode(run["seq1_gz_b64"]))
+    assert struct.unpack_from("<Ii", raw) == (0xAF143CD8, 1)      # llama_context's io header
+    want = raw[8:]                                                # the memory's state
+    m = pyllama.load_model(specs_deepseek2)
+
+    def ctx():
+        return pyllama.Context(m, n_ctx=fx["n_ctx"], n_seq_max=fx["n_seq_max"], n_threads=2,
+                               numerics="llama.cpp", flash_attn=run["flash_attn"])
+    a = ctx()
+    a.eval(fx["seq0"], seq_id=0)
+    a.eval(fx["seq1"], seq_id=1)
+    assert a.state_seq_get(1) == want
+    b = ctx()
+    assert b.state_seq_set(want, 0) == len(want)
+    assert b.memory.seq_pos_max(0) == len(fx["seq1"]) - 1
+    assert np.array_equal(b.eval([7], seq_id=0), a.eval([7], seq_id=1))
