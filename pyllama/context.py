@@ -178,7 +178,8 @@ class Context:
             batch = Batch(batch.tokens, pos=batch.pos, seq_ids=batch.seq_ids,
                           logits=np.ones(batch.n_tokens, bool))
         self.memory.update()
-        ubatches = self.memory.init_batch(batch, self.n_ubatch)
+        ubatches = (self.memory.init_batch(batch, self.n_ubatch, one_row=True) if one_row else
+                    self.memory.init_batch(batch, self.n_ubatch))
         if ubatches is None:
             log.warning("decode: failed to find a memory slot for a batch of "
                         f"{batch.n_tokens} tokens")

@@ -69,6 +69,12 @@ def attn_rot(type_k: str, type_v: str, heads_k: list[int], heads_v: list[int]) -
     return nk, nv
 
 
+def mark_one_row(ubs, one_row: bool) -> None:
+    """Flag the ubatches of a Context.decode(one_row=True) (speculative verification)."""
+    for ub in ubs:
+        ub.one_row = one_row
+
+
 def _range(p0, p1):
     return (0 if p0 is None or p0 < 0 else p0), (INF_POS if p1 is None or p1 < 0 else p1)
 
@@ -116,6 +122,12 @@ class KVCache:
         self._slots: dict = {}
         self.last_cells = np.zeros(0, dtype=np.int32)
         self._used_before = [0] * n_stream      # used_max_p1 per stream before last_cells
+        # one_row ubatches applied since the last other change: per stream the state before the
+        # first, the rows placed since [(ubatch, row, cell)], and where the K/V rows they
+        # overwrote are saved ({cell: row of _save}); seq_rm of their tail undoes them exactly
+        self._undo: dict | None = None
+        self._save: dict[tuple, np.ndarray] = {}
+        self._n_saved = 0
 
     # -- geometry -----------------------------------------------------------------------------
     def seq_to_stream(self, s: int) -> int:
@@ -172,27 +184,29 @@ class KVCache:
                 "k_bytes": k, "v_bytes": v, "swa_extra": self.swa_extra}
 
     # -- slot search ----------------------------------------------------------------------------
-    def _usable(self, cells: KVCells) -> np.ndarray:
+    def _usable(self, cells: KVCells, pos_max=None) -> np.ndarray:
         """Empty cells, plus single-owner cells masked for the owner's next position and the
-        swa_extra before it (swa.is_expired; --swa-extra, docs/architecture.md)."""
+        swa_extra before it (swa.is_expired; --swa-extra, docs/architecture.md). pos_max: each
+        sequence's pos_max to mask for (default: the current ones)."""
         usable = cells.empty()
         if self.swa_type == SWA_NONE:
             return usable
         single = cells.seq_count() == 1
         if single.any():
-            owner_pmax = cells.pos_max_all()[cells.has.argmax(axis=0)]
+            pm = cells.pos_max_all() if pos_max is None else pos_max
+            owner_pmax = pm[cells.has.argmax(axis=0)]
             usable |= single & is_expired(self.n_swa, self.swa_extra, self.swa_type, cells.pos,
                                           owner_pmax + 1)
         return usable
 
-    def _find_slot_stream(self, st: int, n_tokens: int):
+    def _find_slot_stream(self, st: int, n_tokens: int, pos_max=None):
         cells = self.cells[st]
         head = self.head[st]
         if head > cells.used() + 2 * n_tokens:
             head = 0
         if n_tokens > cells.size:
             return None
-        usable = self._usable(cells)        # walk order: head .. size-1, then 0 .. head-1
+        usable = self._usable(cells, pos_max)   # walk order: head .. size-1, then 0 .. head-1
         sel = np.flatnonzero(usable[head:])[:n_tokens] + head
         if len(sel) < n_tokens:
             sel = np.concatenate((sel, np.flatnonzero(usable[:head])[:n_tokens - len(sel)]))
@@ -218,13 +232,40 @@ class KVCache:
         hit = self._slots.get(key)
         if hit is not None and hit[0] is ub:
             return hit[1]
-        out = []
-        for st, a, b in self._groups(ub):
+        out = self._find_slot_rows(ub) if getattr(ub, "one_row", False) else []
+        if out is None:
+            return None
+        for st, a, b in ([] if out else self._groups(ub)):
             idx = self._find_slot_stream(st, b - a)
             if idx is None:
                 return None
             out.append((st, a, b, idx))
         self._slots[key] = (ub, out)
+        return out
+
+    def _find_slot_rows(self, ub: UBatch):
+        """A one_row ubatch (speculative verification) is placed row by row as consecutive
+        one-token decodes place their tokens: each row's slot search starts where the row before
+        it left the head, with the one-token heuristics, so the rows land in the cells plain
+        decoding gives them (the cell order is the summation order of llama.cpp's attention).
+        A cell still visible to an earlier row of the ubatch is never taken: the SWA masks are
+        those of the ubatch's first position of each sequence, as llama.cpp's find_slot has them
+        for a whole ubatch. [(stream, i, i + 1, cell idx int[1])] per row, or None."""
+        snap = self._snapshot()
+        pos_max = {}
+        out = []
+        try:
+            for i in range(ub.n_tokens):
+                st = self.seq_to_stream(ub.seq_ids[i][0])
+                if st not in pos_max:
+                    pos_max[st] = self.cells[st].pos_max_all()
+                idx = self._find_slot_stream(st, 1, pos_max[st])
+                if idx is None:
+                    return None
+                self._apply_group(st, idx, ub, i, i + 1)
+                out.append((st, i, i + 1, idx))
+        finally:
+            self._restore(snap)
         return out
 
     # -- batch placement --------------------------------------------------------------------------
@@ -236,12 +277,14 @@ class KVCache:
         except ContextError:
             return None
 
-    def init_batch(self, batch, n_ubatch: int):
-        """Split the (validated) batch and check every ubatch finds a slot; None = no slot."""
+    def init_batch(self, batch, n_ubatch: int, one_row: bool = False):
+        """Split the (validated) batch and check every ubatch finds a slot; None = no slot.
+        one_row: the ubatches are placed row by row (_find_slot_rows)."""
         ubs = self.split(batch, n_ubatch)
-        if ubs is None or not self.prepare(ubs):
+        if ubs is None:
             return None
-        return ubs
+        mark_one_row(ubs, one_row)
+        return ubs if self.prepare(ubs) else None
 
     def prepare(self, ubatches) -> bool:
         """Simulate find_slot + apply of every ubatch in order, then undo everything."""
@@ -265,8 +308,78 @@ class KVCache:
         if slot is None:
             raise ContextError("no KV slot for the ubatch (call init_batch first)")
         self._used_before = [c.used_max_p1() for c in self.cells]
+        if getattr(ub, "one_row", False):
+            self._log_rows(ub, slot)
+        else:
+            self._undo = None
         self.last_cells = self._apply_slot(ub, slot)
         return self.last_cells
+
+    # -- exact rollback of one_row rows (speculative verification) --------------------------------
+    def _log_rows(self, ub: UBatch, slot) -> None:
+        """Before a one_row ubatch is placed: note its rows, the state of their streams before
+        the first such ubatch and the K/V rows of the occupied cells they are going to take."""
+        if self._undo is None:
+            self._undo, self._n_saved = {}, 0
+        for st, a, _, idx in slot:
+            log = self._undo.get(st)
+            if log is None:
+                log = self._undo[st] = {"snap": self.cells[st].snapshot(), "head": self.head[st],
+                                        "rows": [], "data": {}}
+            c = int(idx[0])
+            if log["snap"][0][c] >= 0 and c not in log["data"] and self.k:
+                log["data"][c] = self._save_rows(st * self.n_cells + c)
+            log["rows"].append((ub, a, c))
+
+    def _buffers(self):
+        """(key, buffer) of every K and V buffer (MLA: K only)."""
+        return [(("k", il), b) for il, b in self.k.items()] + [(("v", il), b) for il, b in self.v.items()]
+
+    def _save_rows(self, g: int) -> int:
+        """Copy global cell g's K/V rows of every layer aside; returns their row in the buffers
+        (grown by doubling, reused from row 0 whenever the log starts over)."""
+        n = self._n_saved
+        for key, buf in self._buffers():
+            sb = self._save.get(key)
+            if sb is None or n >= len(sb):
+                nb = np.empty((max(16, 2 * n),) + buf.shape[1:], buf.dtype)
+                if sb is not None:
+                    nb[:n] = sb[:n]
+                self._save[key] = sb = nb
+            sb[n] = buf[g]
+        self._n_saved = n + 1
+        return n
+
+    def _undo_rm(self, seq_id: int, p0: int) -> bool:
+        """seq_rm(seq_id, p0, -1) when every cell it would free holds a row of the one_row log:
+        the stream goes back to its state before the log, the kept rows are placed again in
+        their cells and the dropped rows' cells get back what they held (bookkeeping and K/V),
+        so the memory is what consecutive one-token decodes of the kept rows leave (also the
+        head and the cells the dropped rows took from expired positions). False: not the case."""
+        st = self.seq_to_stream(seq_id)
+        log = self._undo.get(st) if self._undo else None
+        if log is None:
+            return False
+        drop = [ub.seq_ids[i] == (seq_id,) and int(ub.pos[i]) >= p0 for ub, i, _ in log["rows"]]
+        cells = self.cells[st]
+        held = np.count_nonzero(cells.has[seq_id] & (cells.pos >= p0))
+        if not any(drop) or held != sum(drop) or any(
+                seq_id in ub.seq_ids[i] and int(ub.pos[i]) >= p0 and not d
+                for (ub, i, _), d in zip(log["rows"], drop)):
+            return False
+        cells.restore(log["snap"])
+        self.head[st] = log["head"]
+        kept = []
+        for (ub, i, c), d in zip(log["rows"], drop):
+            if not d:
+                self._apply_group(st, np.array([c]), ub, i, i + 1)
+                kept.append((ub, i, c))
+            elif c in log["data"]:
+                n, g = log["data"].pop(c), st * self.n_cells + c
+                for key, buf in self._buffers():
+                    buf[g] = self._save[key][n]
+        log["rows"] = kept
+        return True
 
     def _apply_slot(self, ub: UBatch, slot) -> np.ndarray:
         out = np.empty(ub.n_tokens, dtype=np.int32)
@@ -277,8 +390,9 @@ class KVCache:
         return out
 
     def _bump(self) -> None:
-        """New state id after any change other than placing a ubatch."""
+        """New state id after any change other than placing a ubatch (ends the one_row log)."""
         self._version = next(_STATE_IDS)
+        self._undo = None
 
     def _apply_group(self, st, idx, ub, a, b):
         cells = self.cells[st]
@@ -353,6 +467,14 @@ class KVCache:
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         p0, p1 = _range(p0, p1)
+        if self._undo and seq_id >= 0 and p1 == INF_POS and self._undo_rm(seq_id, p0):
+            undo = self._undo
+            self._bump()
+            self._undo = undo             # the other rows stay undoable (several slots)
+            return True
+        if seq_id >= 0 and not any((c.has[seq_id] & c.in_range(p0, p1)).any()
+                                   for c in (self.cells[st] for st in self._streams_of(seq_id))):
+            return True                   # nothing to remove: the state (and the log) stay
         for st in self._streams_of(seq_id):
             self._seq_rm_stream(st, seq_id, p0, p1)
         self._bump()

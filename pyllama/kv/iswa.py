@@ -8,7 +8,7 @@ import numpy as np
 
 from ..batch import split_equal, split_simple
 from ..errors import ContextError
-from .cache import KVCache
+from .cache import KVCache, mark_one_row
 from .layout import KVLayout
 from .swa import SWA_NONE, ctx_geometry, swa_cells
 
@@ -71,17 +71,19 @@ class ISWACache:
         return {name: c.memory_breakdown() for name, c in self.caches.items()}
 
     # -- batches --------------------------------------------------------------------------------
-    def init_batch(self, batch, n_ubatch: int):
+    def init_batch(self, batch, n_ubatch: int, one_row: bool = False):
         """Unified: split_simple first; then split_equal (sequential = not unified). Both caches
-        must place the same ubatches; None = no slot."""
+        must place the same ubatches; None = no slot. one_row: placed row by row (KVCache)."""
         if self.kv_unified:
             ubs = split_simple(batch, n_ubatch)
+            mark_one_row(ubs, one_row)
             if self.base.prepare(ubs) and self.swa.prepare(ubs):
                 return ubs
         try:
             ubs = split_equal(batch, n_ubatch, sequential=not self.kv_unified)
         except ContextError:
             return None
+        mark_one_row(ubs, one_row)
         if self.base.prepare(ubs) and self.swa.prepare(ubs):
             return ubs
         return None

@@ -82,3 +82,49 @@ def test_greedy_speculative_equals_plain_llama_cpp_numerics(model, kind, fa):
     got = iter(s.rows)
     for r in ref.rows:
         assert any(np.array_equal(r, g) for g in got)
+
+
+# -- past the SWA window without --swa-full (Gemma 3: n_swa 512; n_ubatch 64 -> an SWA cache of
+# 768 cells per sequence, smaller than the context, so generation wraps around its ring) -------
+LONG = "".join(f"def f{i}(x):\n    return x * {i} + {i * 7 % 13}\n\n" for i in range(37))
+N_LONG = 100
+
+
+def long_ctx(model, numerics, n_seq_max):
+    return pyllama.Context(model, n_ctx=1024 * n_seq_max, n_ubatch=64, n_seq_max=n_seq_max,
+                           kv_unified=n_seq_max > 1, numerics=numerics, n_threads=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("numerics", ["llama.cpp", "invariant"])
+@pytest.mark.parametrize("n_seq_max", [1, 2])
+def test_greedy_speculative_equals_plain_past_the_swa_window(gemma_path, numerics, n_seq_max):
+    """692 prompt tokens + 100 generated through a 768-cell SWA ring (one sequence), or through
+    a 1280-cell unified ring that another slot's 500-token prompt shares (two): the rounds'
+    rejections cross the ring's end. Tokens and every sampled logit row equal plain decoding's
+    (on main before the row-by-row placement, the llama.cpp numerics' logits parted at the 81st
+    token of the one-sequence case)."""
+    model = pyllama.load_model(gemma_path)
+    prompt = model.tokenize(LONG)
+    runs = []
+    for spec in (False, True):
+        ctx = long_ctx(model, numerics, n_seq_max)
+        assert ctx.memory.swa.n_cells < ctx.memory.base.n_cells
+        if n_seq_max == 2:
+            decode_tokens(ctx, model.tokenize(LONG[:1500])[:500], seq_id=1)
+        s = Recording(SamplerParams(temp=0.0), model.n_vocab, eog_ids=())
+        st = SpecStats()
+        if spec:
+            toks = list(speculative_generate(ctx, s, prompt, NgramDrafter(size_n=3, size_m=8, min_n=1),
+                                             SpecParams(n_max=8), n_predict=N_LONG, stop_tokens=(),
+                                             stats=st))
+            assert st.n_accept > 0 and st.n_drafted > st.n_accept   # rollbacks happened
+        else:
+            toks = list(generate(ctx, prompt, s, n_predict=N_LONG, stop_tokens=()))
+        assert len(prompt) + len(toks) > ctx.memory.swa.n_cells - 500 * (n_seq_max - 1)
+        runs.append((toks, s.rows))
+    (ref_toks, ref_rows), (toks, rows) = runs
+    assert toks == ref_toks
+    got = iter(rows)
+    for r in ref_rows:
+        assert any(np.array_equal(r, g) for g in got)
