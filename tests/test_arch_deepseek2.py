@@ -1,6 +1,14 @@
 """deepseek2 / glm4moe specifics beyond the llama.cpp fixtures (tests/test_archsupport.py): what
 llama.cpp's loader refuses or derives, and the numpy references the MoE router uses."""
+import base64
+import gzip
+import json
 import math
+import os
+import re
+import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -103,7 +111,6 @@ def test_mla_k_and_v_types_must_match(tiny_model_path):
 
 def _state_sections(data: bytes, n_layer: int):
     """Parse one stream of a KV state: (v_trans word, [(type, row bytes, rows bytes)], end)."""
-    import struct
     off = 0
     n_stream, count = struct.unpack_from("<II", data, off)
     off += 8
@@ -203,8 +210,6 @@ def test_k_shift_rotates_k_pe(tiny_model_path, overrides):
 # -- llama.cpp's own files (tests/make_mla_session_fixture.py, llama-completion 0c1e570) ----------
 
 def _session_fixture():
-    import json
-    import os
     with open(os.path.join(os.path.dirname(__file__), "data",
                            "session-deepseek2-llamacpp.json")) as f:
         return json.load(f)
@@ -213,8 +218,6 @@ def _session_fixture():
 @pytest.fixture(scope="module")
 def specs_deepseek2(tmp_path_factory):
     """The random deepseek2 model of tests/archsupport/specs.py the fixture was recorded on."""
-    import os
-    import sys
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "archsupport"))
     import specs
     path = str(tmp_path_factory.mktemp("mla") / "deepseek2.gguf")
@@ -223,7 +226,6 @@ def specs_deepseek2(tmp_path_factory):
 
 
 def _mib(line: str, what: str) -> float:
-    import re
     return float(re.search(what + r" \(f16\):\s+([0-9.]+) MiB", line).group(1))
 
 
@@ -240,9 +242,6 @@ def test_mla_kv_bytes_equal_what_llamacpp_logged(specs_deepseek2, n_ctx, key):
 
 
 def _completion(model, fx, run, session, *extra):
-    import os
-    import subprocess
-    import sys
     cmd = [sys.executable, "-m", "pyllama", "completion", "-m", model, "-p", fx["prompt"],
            *fx["args"], *run["args"], "--prompt-cache", str(session), *extra]
     return subprocess.run(cmd, capture_output=True, timeout=600,
@@ -250,8 +249,6 @@ def _completion(model, fx, run, session, *extra):
 
 
 def _llamacpp_session(run) -> bytes:
-    import base64
-    import gzip
     return gzip.decompress(base64.b64decode(run["session_gz_b64"]))
 
 
@@ -288,8 +285,6 @@ def test_pyllama_reads_llamacpps_mla_session_file(specs_deepseek2, tmp_path, run
 def test_llamacpp_reads_pyllama_mla_session_file(specs_deepseek2, tmp_path, fa):
     """Live (llama.cpp's llama-completion): another prompt, pyllama's file equals the one
     llama.cpp writes, and llama.cpp reads pyllama's back to the text of a fresh run."""
-    import os
-    import subprocess
     exe = os.path.join(os.environ.get("LLAMACPP_BIN", "/work/llamacpp/build/bin"),
                        "llama-completion")
     if not os.path.exists(exe):
@@ -338,14 +333,9 @@ def test_mla_seq_state_is_llamacpps(specs_deepseek2, run_name):
     tests/make_mla_state_seq_fixture.py (after its u32 io magic and i32 seq id, which
     Context.state_seq_get leaves out): pyllama's bytes are llama.cpp's, and llama.cpp's bytes
     restored into another sequence of a fresh context continue as the original."""
-    import base64
-    import gzip
-    import json
-    import os
     with open(os.path.join(os.path.dirname(__file__), "data",
                            "state-seq-deepseek2-llamacpp.json")) as f:
         fx = json.load(f)
-    import struct
     run = fx["runs"][run_name]
     raw = gzip.decompress(base64.b64decode(run["seq1_gz_b64"]))
     assert struct.unpack_from("<Ii", raw) == (0xAF143CD8, 1)      # llama_context's io header
