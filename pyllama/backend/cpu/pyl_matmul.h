@@ -1708,7 +1708,17 @@ static void pyl_rowtile_r8(int t, const uint8_t *wsrc, int64_t wstride, int64_t 
     case PYL_IQ4_NL: pyl_r8_g8(PYL_IQ4_NL, wsrc, wstride, r0, nr, nb, A, tstart, out, os); break;
     default: pyl_r8_g8(PYL_MXFP4, wsrc, wstride, r0, nr, nb, A, tstart, out, os); break;
     }
-    if (tstart == n) return;
+    if (tstart < n) {   /* the last n % 8 tokens: each alone, as under 8 tokens */
+        pyl_acts R = *A;
+        R.q += tstart * A->sq;
+        R.d += tstart * A->sd;
+        switch (t) {
+        case PYL_Q4_0: pyl_r8_few(PYL_Q4_0, wsrc, wstride, r0, nr, nb, &R, n - tstart, out + tstart * os, os); break;
+        case PYL_IQ4_NL: pyl_r8_few(PYL_IQ4_NL, wsrc, wstride, r0, nr, nb, &R, n - tstart, out + tstart * os, os); break;
+        default: pyl_r8_few(PYL_MXFP4, wsrc, wstride, r0, nr, nb, &R, n - tstart, out + tstart * os, os); break;
+        }
+    }
+    return;
 #endif
     for (int r = 0; r < nr; r++) {
         const uint8_t *row = wsrc + (r0 + r) * wstride;
