@@ -371,7 +371,7 @@ OPTIONS: list[Opt] = [
     _O("--numerics", "enum", "numerics", "arithmetic: 'llama.cpp' (llama.cpp's CPU kernels, chosen by "
        "batch size as llama.cpp does: same tokens as llama.cpp) or 'invariant' (results independent "
        "of batch shape; exact speculative decoding)\n(default: llama.cpp on the CPU for "
-       "llama-cli/-completion/-perplexity, else invariant)", choices=("invariant", "llama.cpp"),
+       "llama-cli/-completion/-perplexity/-speculative(-simple), else invariant)", choices=("invariant", "llama.cpp"),
        hint="MODE", env="LLAMA_ARG_NUMERICS", tools={S, C, CO, SP, P, LK}),
     _O("-kvu --kv-unified", "bool", "kv_unified", "use single unified KV buffer shared across "
        "all sequences (default: false)", neg="-no-kvu --no-kv-unified", env="LLAMA_ARG_KV_UNIFIED",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 SEED_RANDOM = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED
 K_CENTER = {"auto": None, "on": True, "off": False}      # --kv-k-center -> Context kwarg
 # tools whose default --numerics is llama.cpp's (Params.numerics_for)
-LLAMA_CPP_NUMERICS_TOOLS = frozenset({"cli", "completion", "perplexity", "embedding"})
+LLAMA_CPP_NUMERICS_TOOLS = frozenset({"cli", "completion", "perplexity", "embedding", "speculative"})
 
 
 @dataclass
@@ -306,8 +306,9 @@ class Params:
     def numerics_for(self, backend_name: str) -> str:
         """--numerics, else llama.cpp's arithmetic where llama.cpp's CPU outputs are the
         reference users compare with (one sequence, prompt then token by token: llama-cli,
-        llama-completion, llama-perplexity) and the batch-invariant one elsewhere (server slots,
-        speculative decoding, which must equal plain decoding)."""
+        llama-completion, llama-perplexity, and llama-speculative(-simple), whose one-row
+        verification prints llama-completion's text) and the batch-invariant one elsewhere
+        (server slots, llama-lookup)."""
         if self.numerics:
             return self.numerics
         single = self.tool in LLAMA_CPP_NUMERICS_TOOLS

@@ -83,15 +83,18 @@ def run_spec(params, tool: str) -> int:
         return 1
     t_load = time.perf_counter() - t0
     return _generate(params, model, ctx, drafter, n_max, ids, make_sampler(model, params, ctx),
-                     t_load)
+                     t_load, tool)
 
 
-def _generate(params, model, ctx, drafter, n_max, ids, sampler, t_load) -> int:
+def _generate(params, model, ctx, drafter, n_max, ids, sampler, t_load, tool) -> int:
     from pyllama.speculative import SpecParams, SpecStats, speculative_generate
     sp = params.speculative
     out = Output(params)
     out.raw(b"\n\n" + b"".join(model.token_to_piece(t, True) for t in ids))
-    mode = "rejection" if params.tool == "speculative" and sampler.params.temp > 0 else "chain"
+    # llama-speculative samples drafts and accepts them by rejection at temperature > 0;
+    # llama-speculative-simple samples the target chain at each row (common_sampler_sample_and_
+    # accept_n): the same seed then gives plain decoding's tokens
+    mode = "rejection" if tool == "speculative" and sampler.params.temp > 0 else "chain"
     st = SpecStats()
     n = params.n_predict + 1 if params.n_predict >= 0 else -1   # llama.cpp stops at n_predict > n
     for tok in speculative_generate(ctx, sampler, ids, drafter,

@@ -298,11 +298,12 @@ def test_kv_k_center_flag():
 
 
 def test_numerics_defaults_per_tool_flag_and_env():
-    # one sequence, prompt then token by token: llama.cpp's arithmetic on the CPU
-    for tool in ("cli", "completion", "perplexity"):
+    # one sequence, prompt then token by token: llama.cpp's arithmetic on the CPU (speculative:
+    # llama-speculative(-simple), whose one-row verification prints llama-completion's text)
+    for tool in ("cli", "completion", "perplexity", "speculative"):
         p, _ = P(tool)
         assert p.numerics_for("cpu") == "llama.cpp" and p.numerics_for("cuda") == "invariant"
-    for tool in ("server", "speculative"):       # slots / exact speculation: batch-invariant
+    for tool in ("server", "lookup"):            # slots, llama-lookup: batch-invariant
         assert P(tool)[0].numerics_for("cpu") == "invariant"
     p, _ = P("completion", "--numerics", "invariant")
     assert p.numerics_for("cpu") == "invariant"
