@@ -1576,46 +1576,65 @@ pyl_scale4(const int t, const uint8_t *x0, const uint8_t *x1, const uint8_t *x2,
  * u, y) = sum4(w * y) exactly (no saturation: dpbusd sums in int32); without VNNI |w| . sign(y, w)
  * as the tiles. */
 static inline __attribute__((always_inline)) void
-pyl_r8_few(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int nb,
-           const pyl_acts *A, int64_t n, float *out, int64_t os) {
+pyl_r8_few_nt(const int t, const int NT, const uint8_t *x0, const uint8_t *x1, const uint8_t *x2,
+              const uint8_t *x3, int nr, int nb, const pyl_arow *X, float *out, int64_t os) {
     const int bb = pyl_block_bytes(t), qo = t == PYL_MXFP4 ? 1 : 2;
-    const uint8_t *x0 = wsrc + r0 * wstride;
-    const uint8_t *x1 = nr > 1 ? x0 + wstride : x0, *x2 = nr > 2 ? x1 + wstride : x1;
-    const uint8_t *x3 = nr > 3 ? x2 + wstride : x2;
 #if PYL_VNNI
     const __m256i lut = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128(
         (const __m128i *)(t == PYL_MXFP4 ? pyl_kvalues_fp4 : pyl_kvalues_iq4nl))), _mm256_set1_epi8((char)0x80));
     const __m256i offv = _mm256_set1_epi8(t == PYL_Q4_0 ? 8 : (char)0x80), z = _mm256_setzero_si256();
 #define PYL_R8U(x) (t == PYL_Q4_0 ? pyl_nib32((x) + qo) : _mm256_shuffle_epi8(lut, pyl_nib32((x) + qo)))
-#define PYL_R8P(x) _mm256_dpbusd_epi32(corr, PYL_R8U(x), y)
 #else
     const __m256i ones = _mm256_set1_epi16(1);
-#define PYL_R8P(x) (w_ = pyl_dec32_avx2(t, (x)), PYL_DOT4(_mm256_abs_epi8(w_), _mm256_sign_epi8(y, w_), ones))
 #endif
-    for (int64_t i = 0; i < n; i++) {
-        const pyl_arow X = pyl_act_row(A, i);
-        __m128 acc = _mm_setzero_ps();
-        for (int b = 0; b < nb; b++) {
-            const int64_t o = (int64_t)bb * b;
-            const __m256i y = _mm256_loadu_si256((const __m256i *)(X.q + 32 * b));
+    __m128 acc[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
+    for (int b = 0; b < nb; b++) {
+        const int64_t o = (int64_t)bb * b;
+#if PYL_VNNI   /* each row's block decoded once for the NT tokens */
+        const __m256i u0 = PYL_R8U(x0 + o), u1 = PYL_R8U(x1 + o), u2 = PYL_R8U(x2 + o), u3 = PYL_R8U(x3 + o);
+#else
+        const __m256i w0 = pyl_dec32_avx2(t, x0 + o), w1 = pyl_dec32_avx2(t, x1 + o);
+        const __m256i w2 = pyl_dec32_avx2(t, x2 + o), w3 = pyl_dec32_avx2(t, x3 + o);
+        const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1), a2 = _mm256_abs_epi8(w2), a3 = _mm256_abs_epi8(w3);
+#endif
+        const __m128 dw = pyl_scale4(t, x0 + o, x1 + o, x2 + o, x3 + o);
+        for (int j = 0; j < NT; j++) {
+            const __m256i y = _mm256_loadu_si256((const __m256i *)(X[j].q + 32 * b));
 #if PYL_VNNI
             const __m256i corr = _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, offv, y));
+            const __m256i p0 = _mm256_dpbusd_epi32(corr, u0, y), p1 = _mm256_dpbusd_epi32(corr, u1, y);
+            const __m256i p2 = _mm256_dpbusd_epi32(corr, u2, y), p3 = _mm256_dpbusd_epi32(corr, u3, y);
 #else
-            __m256i w_;
+            const __m256i p0 = PYL_DOT4(a0, _mm256_sign_epi8(y, w0), ones), p1 = PYL_DOT4(a1, _mm256_sign_epi8(y, w1), ones);
+            const __m256i p2 = PYL_DOT4(a2, _mm256_sign_epi8(y, w2), ones), p3 = PYL_DOT4(a3, _mm256_sign_epi8(y, w3), ones);
 #endif
-            const __m256i p0 = PYL_R8P(x0 + o), p1 = PYL_R8P(x1 + o);
-            const __m256i p2 = PYL_R8P(x2 + o), p3 = PYL_R8P(x3 + o);
             const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
             const __m128i I = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-            const __m128 dw = pyl_scale4(t, x0 + o, x1 + o, x2 + o, x3 + o);
-            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(I), _mm_mul_ps(dw, _mm_set1_ps(X.d[b])), acc);
+            acc[j] = _mm_fmadd_ps(_mm_cvtepi32_ps(I), _mm_mul_ps(dw, _mm_set1_ps(X[j].d[b])), acc[j]);
         }
-        float r4[4];
-        _mm_storeu_ps(r4, acc);
-        for (int r = 0; r < nr; r++) out[i * os + r0 + r] = r4[r];
     }
-#undef PYL_R8P
+    for (int j = 0; j < NT; j++) {
+        float r4[4];
+        _mm_storeu_ps(r4, acc[j]);
+        for (int r = 0; r < nr; r++) out[j * os + r] = r4[r];
+    }
 #undef PYL_R8U
+}
+static inline __attribute__((always_inline)) void
+pyl_r8_few(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int nb,
+           const pyl_acts *A, int64_t n, float *out, int64_t os) {
+    const uint8_t *x0 = wsrc + r0 * wstride;
+    const uint8_t *x1 = nr > 1 ? x0 + wstride : x0, *x2 = nr > 2 ? x1 + wstride : x1;
+    const uint8_t *x3 = nr > 3 ? x2 + wstride : x2;
+    int64_t i = 0;
+    for (; i + 1 < n; i += 2) {   /* token pairs share the decoded blocks; each token's operations as alone */
+        const pyl_arow X[2] = {pyl_act_row(A, i), pyl_act_row(A, i + 1)};
+        pyl_r8_few_nt(t, 2, x0, x1, x2, x3, nr, nb, X, out + i * os + r0, os);
+    }
+    if (i < n) {
+        const pyl_arow X[1] = {pyl_act_row(A, i)};
+        pyl_r8_few_nt(t, 1, x0, x1, x2, x3, nr, nb, X, out + i * os + r0, os);
+    }
 }
 
 #if PYL_VNNI
