@@ -21,7 +21,7 @@ TYPES = ["f16", "q8_0", "q4_0"]
 def test_tg32(benchmark, model, kv, depth, tokens):
     toks = tokens(depth + 32)
     ctx = pyllama.Context(model, n_ctx=depth + 256, n_batch=512, n_ubatch=512, type_k=kv,
-                          type_v=kv)
+                          type_v=kv, flash_attn=True)
     ctx.eval(toks[:depth])
 
     def setup():

@@ -12,7 +12,10 @@ greedy continuations bit for bit, at the price of batch-shape dependent results 
 verification decodes with decode(batch, one_row=True) to equal plain decoding). CPU and ref
 backends only.
 `flash_attn=True` adds llama.cpp's flash-attention arithmetic to "llama.cpp" numerics (what `-fa on`
-and llama.cpp's default `-fa auto` give on its CPU backend); "invariant" numerics ignore it.
+and llama.cpp's default `-fa auto` give on its CPU backend); "invariant" numerics keep their one
+attention path. Either way it decides what llama.cpp's flag decides beyond arithmetic: a
+quantized V cache (q8_0, q4_0) needs it (llama_init_from_model refuses `-fa off`), and state
+written without it stores V transposed (llama.cpp's v_trans), as llama.cpp's does.
 
 `kv_k_center` (None: auto, on for a quantized K cache of a model with K biases; not llama.cpp's
 bytes) stores quantized K rows minus the layer's K bias (docs/kv_cache_types.md): the same logits
@@ -38,6 +41,7 @@ from .graph import Graph
 from .hparams import with_rope_cparams
 from .kv import KVLayout, ctx_geometry, make_memory
 from .kv.cache import DTYPES as KV_CACHE_TYPES
+from .kv.cache import QUANTIZED as KV_QUANTIZED
 from .log import get_logger
 
 log = get_logger("context")
@@ -64,6 +68,8 @@ class Context:
         if hp.is_mla and type_k != type_v:     # llama_init_from_model: V is a view of K
             raise ContextError(f"model does not support different K ({type_k}) and V ({type_v}) "
                                "cache types")
+        if type_v in KV_QUANTIZED and not flash_attn:   # llama_init_from_model (-fa auto: on)
+            raise ContextError("quantized V cache requires flash_attn to be enabled")
         _check_block_heads(hp, type_k, type_v)
         _check_numerics(numerics, model.backend)
         self.numerics = numerics

@@ -97,9 +97,11 @@ def test_mla_refuses_kv_k_center(specs_deepseek2):
     """Nothing can be taken off K when V is read from it (and attn_k_b is MLA's weight there,
     not a K bias): off by default with a quantized K, refused when asked for."""
     m = pyllama.load_model(specs_deepseek2)
-    assert pyllama.Context(m, n_ctx=256, type_k="q8_0", type_v="q8_0").memory.k_center == {}
+    ctx = pyllama.Context(m, n_ctx=256, type_k="q8_0", type_v="q8_0", flash_attn=True)
+    assert ctx.memory.k_center == {}
     with pytest.raises(ContextError, match="kv_k_center is not available for MLA"):
-        pyllama.Context(m, n_ctx=256, type_k="q8_0", type_v="q8_0", kv_k_center=True)
+        pyllama.Context(m, n_ctx=256, type_k="q8_0", type_v="q8_0", kv_k_center=True,
+                        flash_attn=True)
 
 
 def test_mla_k_and_v_types_must_match(tiny_model_path):

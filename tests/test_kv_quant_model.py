@@ -35,7 +35,7 @@ def models(tiny_model_path):
 
 def ctx_q(m, t="q8_0", tv=None, **kw):
     kw.setdefault("n_ctx", 512)
-    return pyllama.Context(m, type_k=t, type_v=tv or t, **kw)
+    return pyllama.Context(m, type_k=t, type_v=tv or t, flash_attn=True, **kw)
 
 
 def one_by_one(ctx, toks, seq_id=0):

@@ -17,6 +17,12 @@ QWEN64 = {"attention.key_length": 64, "attention.value_length": 64}
 GEMMA128 = {"attention.key_length": 128, "attention.value_length": 128}
 
 
+def context(model, **kw):
+    """A Context with flash attention on, which a quantized V cache needs (llama_init_from_model);
+    in the invariant numerics of these tests it changes no arithmetic."""
+    return pyllama.Context(model, flash_attn=True, **kw)
+
+
 def sylvester(n):
     h = np.ones((1, 1))
     while h.shape[0] < n:
@@ -100,9 +106,9 @@ def test_cache_holds_rotated_rows(qwen64, kt, vt):
     """Layer 0's K/V rows are the type's encoding of H k / H v (k, v from an f32-KV run: the
     layer-0 projections do not depend on the cache type)."""
     toks = tokens(20)
-    ref = pyllama.Context(qwen64, n_ctx=256, type_k="f32", type_v="f32")
+    ref = context(qwen64, n_ctx=256, type_k="f32", type_v="f32")
     ref.eval(toks)
-    ctx = pyllama.Context(qwen64, n_ctx=256, type_k=kt, type_v=vt, kv_k_center=False)
+    ctx = context(qwen64, n_ctx=256, type_k=kt, type_v=vt, kv_k_center=False)
     ctx.eval(toks)
     assert ctx.memory.attn_rot(0) == (64 if kt != "f16" else 0, 64 if vt != "f16" else 0)
     for buf, t, r in ((ctx.memory.k[0], kt, ref.memory.k[0]), (ctx.memory.v[0], vt, ref.memory.v[0])):
@@ -114,10 +120,10 @@ def test_cache_holds_rotated_rows(qwen64, kt, vt):
 def test_rotation_cancels_in_the_logits(qwen64, kt, monkeypatch):
     """Rotated q8_0 logits stay close to f32 KV, and differ from the unrotated run."""
     toks = tokens(40, seed=3)
-    f32 = pyllama.Context(qwen64, n_ctx=256, type_k="f32", type_v="f32").eval(toks, logits_all=True)
-    rot = pyllama.Context(qwen64, n_ctx=256, type_k=kt, type_v=kt).eval(toks, logits_all=True)
+    f32 = context(qwen64, n_ctx=256, type_k="f32", type_v="f32").eval(toks, logits_all=True)
+    rot = context(qwen64, n_ctx=256, type_k=kt, type_v=kt).eval(toks, logits_all=True)
     monkeypatch.setenv("LLAMA_ATTN_ROT_DISABLE", "1")
-    plain = pyllama.Context(qwen64, n_ctx=256, type_k=kt, type_v=kt).eval(toks, logits_all=True)
+    plain = context(qwen64, n_ctx=256, type_k=kt, type_v=kt).eval(toks, logits_all=True)
     tol = {"q8_0": 0.1, "q4_0": 0.6}[kt] * np.abs(f32).max()
     assert np.abs(rot - f32).max() < tol and np.abs(plain - f32).max() < tol
     assert not np.array_equal(rot, plain)
@@ -129,14 +135,14 @@ def test_rotated_caches_are_batch_invariant(gemma128, kt, vt):
     small SWA cache == --swa-full past its size."""
     toks = tokens(60, seed=4)
     kw = dict(n_ctx=512, type_k=kt, type_v=vt)
-    a = pyllama.Context(gemma128, **kw).eval(toks, logits_all=True)
-    b = pyllama.Context(gemma128, n_ubatch=5, **kw).eval(toks, logits_all=True)
-    one = pyllama.Context(gemma128, **kw)
+    a = context(gemma128, **kw).eval(toks, logits_all=True)
+    b = context(gemma128, n_ubatch=5, **kw).eval(toks, logits_all=True)
+    one = context(gemma128, **kw)
     c = np.concatenate([one.eval([t]) for t in toks])
     assert one.memory.attn_rot(0) == (128, 64)
     assert np.array_equal(a, b) and np.array_equal(a, c)
-    full = pyllama.Context(gemma128, n_ubatch=32, swa_full=True, **kw).eval(toks, logits_all=True)
-    small = pyllama.Context(gemma128, n_ubatch=32, **kw)
+    full = context(gemma128, n_ubatch=32, swa_full=True, **kw).eval(toks, logits_all=True)
+    small = context(gemma128, n_ubatch=32, **kw)
     assert np.array_equal(small.eval(toks, logits_all=True), full)
 
 
@@ -144,7 +150,7 @@ def test_rotated_caches_are_batch_invariant(gemma128, kt, vt):
 def test_k_shift_unrotates_ropes_and_rerotates(qwen64, center):
     """seq_add on a rotated q8_0 K cache: dequantize, H, rope, H, requantize (llama.cpp's
     build_rope_shift for quantized K); a centered K gets its offset back around the rope."""
-    ctx = pyllama.Context(qwen64, n_ctx=256, type_k="q8_0", type_v="q8_0", kv_k_center=center)
+    ctx = context(qwen64, n_ctx=256, type_k="q8_0", type_v="q8_0", kv_k_center=center)
     ctx.eval(tokens(30, seed=5))
     mem = ctx.memory
     k0 = {il: mem.k[il].copy() for il in mem.layers}
@@ -164,8 +170,8 @@ def test_k_shift_unrotates_ropes_and_rerotates(qwen64, center):
 def test_cpu_and_ref_backends_rotate_alike(tiny_model_path, qwen64):
     toks = tokens(16, seed=6)
     ref_model = pyllama.load_model(tiny_model_path("qwen2", overrides=QWEN64), backend="ref")
-    a = pyllama.Context(qwen64, n_ctx=256, type_k="q8_0", type_v="q8_0")
-    b = pyllama.Context(ref_model, n_ctx=256, type_k="q8_0", type_v="q8_0")
+    a = context(qwen64, n_ctx=256, type_k="q8_0", type_v="q8_0")
+    b = context(ref_model, n_ctx=256, type_k="q8_0", type_v="q8_0")
     la, lb = a.eval(toks, logits_all=True), b.eval(toks, logits_all=True)
     assert a.memory.k[0][:16].tobytes() == b.memory.k[0][:16].tobytes()
     row_err = np.abs(la - lb).max(axis=1) / np.abs(lb).max()
@@ -175,58 +181,58 @@ def test_cpu_and_ref_backends_rotate_alike(tiny_model_path, qwen64):
 # ---- kv_k_center (opt-in, not llama.cpp): K rows stored minus the layer's K bias ----------------
 def test_k_center_stores_k_minus_bias_and_keeps_invariants(qwen64, tiny_model_path):
     toks = tokens(30, seed=7)
-    ref = pyllama.Context(qwen64, n_ctx=256, type_k="f32", type_v="f32")
+    ref = context(qwen64, n_ctx=256, type_k="f32", type_v="f32")
     f32 = ref.eval(toks, logits_all=True)
     kw = dict(n_ctx=256, type_k="q8_0", type_v="q8_0", kv_k_center=True)
-    ctx = pyllama.Context(qwen64, **kw)
+    ctx = context(qwen64, **kw)
     a = ctx.eval(toks, logits_all=True)
     bias = np.asarray(qwen64.weights.layers[0].attn_k_b.raw, np.float32)
     assert np.array_equal(ctx.memory.k_offset(0), bias)
     want = hadamard((ref.memory.k[0][:30] - bias).astype(np.float32), 64)
     assert ctx.memory.k[0][:30].tobytes() == kv_encode(want, "q8_0").tobytes()
     assert np.abs(a - f32).max() < 0.1 * np.abs(f32).max()
-    b = pyllama.Context(qwen64, n_ubatch=4, **kw).eval(toks, logits_all=True)
-    one = pyllama.Context(qwen64, **kw)
+    b = context(qwen64, n_ubatch=4, **kw).eval(toks, logits_all=True)
+    one = context(qwen64, **kw)
     c = np.concatenate([one.eval([t]) for t in toks])
     assert np.array_equal(a, b) and np.array_equal(a, c)
 
 
 def test_k_center_only_for_quantized_k_and_no_softcap(qwen64, tiny_model_path):
     toks = tokens(12, seed=8)
-    plain = pyllama.Context(qwen64, n_ctx=256).eval(toks, logits_all=True)
-    ctx = pyllama.Context(qwen64, n_ctx=256, kv_k_center=True)          # f16 K: nothing changes
+    plain = context(qwen64, n_ctx=256).eval(toks, logits_all=True)
+    ctx = context(qwen64, n_ctx=256, kv_k_center=True)          # f16 K: nothing changes
     assert ctx.memory.k_offset(0) is None
     assert np.array_equal(ctx.eval(toks, logits_all=True), plain)
     g2 = pyllama.load_model(tiny_model_path("gemma2", overrides={"attention.key_length": 32,
                                                                  "attention.value_length": 32}))
     with pytest.raises(pyllama.errors.ContextError):
-        pyllama.Context(g2, n_ctx=256, type_k="q8_0", kv_k_center=True)
+        context(g2, n_ctx=256, type_k="q8_0", kv_k_center=True)
 
 
 def test_k_center_auto_default(qwen64, tiny_model_path):
     """None (default): on for a quantized K cache of a model with K biases, off otherwise."""
-    on = pyllama.Context(qwen64, n_ctx=256, type_k="q8_0", type_v="q8_0")
+    on = context(qwen64, n_ctx=256, type_k="q8_0", type_v="q8_0")
     assert np.array_equal(on.memory.k_offset(0), qwen64.weights.layers[0].attn_k_b.raw)
     for kw in (dict(type_k="f16"), dict(type_k="q8_0", kv_k_center=False)):
-        assert pyllama.Context(qwen64, n_ctx=256, **kw).memory.k_offset(0) is None
+        assert context(qwen64, n_ctx=256, **kw).memory.k_offset(0) is None
     llama = pyllama.load_model(tiny_model_path("llama", overrides={      # no K bias
         "attention.key_length": 32, "attention.value_length": 32}))
-    assert pyllama.Context(llama, n_ctx=256, type_k="q8_0").memory.k_offset(0) is None
+    assert context(llama, n_ctx=256, type_k="q8_0").memory.k_offset(0) is None
     g2 = pyllama.load_model(tiny_model_path("gemma2", overrides={"attention.key_length": 32,
                                                                  "attention.value_length": 32}))
-    assert pyllama.Context(g2, n_ctx=256, type_k="q8_0").memory.k_offset(0) is None   # softcap
+    assert context(g2, n_ctx=256, type_k="q8_0").memory.k_offset(0) is None   # softcap
 
 
 def test_k_center_state_round_trip_and_mismatch(qwen64):
     toks = tokens(20, seed=11)
     kw = dict(n_ctx=256, type_k="q8_0", type_v="q8_0")
-    a = pyllama.Context(qwen64, **kw)
+    a = context(qwen64, **kw)
     a.eval(toks)
     blob = a.state_seq_get(0)
-    b = pyllama.Context(qwen64, **kw)
+    b = context(qwen64, **kw)
     b.state_seq_set(blob, 0)
     assert b.memory.k[0].tobytes() == a.memory.k[0].tobytes()
-    c = pyllama.Context(qwen64, kv_k_center=False, **kw)
+    c = context(qwen64, kv_k_center=False, **kw)
     with pytest.raises(pyllama.errors.ContextError, match="centered"):
         c.state_seq_set(blob, 0)
 
@@ -244,7 +250,7 @@ def test_qwen_cache_rows_are_llamacpps(qwen_path, qconv, layers):
     m = pyllama.load_model(qwen_path)
     m.backend.kv_q_conv = qconv
     try:
-        ctx = pyllama.Context(m, n_ctx=512, type_k="q8_0", type_v="q8_0", kv_k_center=False)
+        ctx = context(m, n_ctx=512, type_k="q8_0", type_v="q8_0", kv_k_center=False)
         ctx.eval(ref["tokens"])
     finally:
         m.backend.kv_q_conv = False

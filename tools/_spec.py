@@ -25,6 +25,7 @@ def make_drafter(params, model, ctx, tool: str, lookup=None):
         check_vocab_compatible(model.vocab, dm.vocab)
         dctx = pyllama.Context(dm, n_ctx=ctx.n_ctx, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch,
                                type_k=sp.cache_type_k, type_v=sp.cache_type_v,
+                               flash_attn=ctx.flash_attn,       # the draft shares -fa
                                n_threads=params.n_threads if params.n_threads > 0 else None)
         draft = DraftModelDrafter(dctx, p_min=sp.p_min)
         if tool == "speculative":

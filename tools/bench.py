@@ -263,6 +263,7 @@ class Runner:
         self.ctx = pyllama.Context(model, n_ctx=max(8, inst.n_prompt + inst.n_gen + inst.n_depth),
                                    n_batch=inst.n_batch, n_ubatch=inst.n_ubatch,
                                    type_k=inst.type_k, type_v=inst.type_v,
+                                   flash_attn=inst.flash_attn != 0,     # -1: auto, on
                                    n_threads=inst.n_threads)
         self.rng = np.random.default_rng(1)
         self.pos = 0

@@ -1,10 +1,13 @@
 """Serialisation of one KVCache (llama.cpp src/llama-kv-cache.cpp `state_write` / `state_read`).
 
 Layout (little-endian): u32 n_stream; per stream: u32 cell_count; per cell i32 pos, u32 n_seq,
-i32 seq ids; then u32 v_trans (0: V row-major), u32 n_layer; per layer i32 K type, u64 K row
-bytes, the K rows of the saved cells; the same for V. A cache whose V is a view of K (MLA,
-KVLayout.v_in_k) has no V section, and its v_trans word is llama.cpp's flag (1 without flash
-attention), as llama.cpp writes it for these models; either word is read back.
+i32 seq ids; then u32 v_trans, u32 n_layer; per layer i32 K type, u64 K row bytes, the K rows of
+the saved cells; then per layer the V section: with v_trans 0 (flash attention on) as K's; with
+v_trans 1 (flash attention off: llama.cpp's V tensor is transposed) i32 V type, u32 element
+bytes, u32 n_embd_v_gqa, then for each V dimension its value in every saved cell (the V rows
+transposed), which is what llama.cpp writes and reads. A state whose word differs from the
+cache's is refused ("incompatible V transposition", as llama.cpp). A cache whose V is a view of
+K (MLA, KVLayout.v_in_k) has no V section, and either word is read back.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import struct
 import numpy as np
 
 from ..batch import Batch, UBatch
+from ..backend.base import KV_BLOCK
 from ..errors import ContextError
 
 GGML_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "bf16": 30}   # row bytes: ggml_row_size
@@ -57,17 +61,30 @@ K_CENTERED = 2
 
 
 def _v_trans_word(cache) -> int:
-    return (K_CENTERED if cache.k_center else 0) | (1 if cache.v_in_k and cache.v_trans else 0)
+    return (K_CENTERED if cache.k_center else 0) | (1 if cache.v_trans else 0)
+
+
+def _v_transposed(cache) -> bool:
+    """The V section is written transposed (a cache with V buffers and v_trans)."""
+    if cache.v_trans and not cache.v_in_k and KV_BLOCK[cache.type_v] != 1:
+        raise ContextError(f"quantized V cache ({cache.type_v}) needs flash attention")
+    return cache.v_trans and not cache.v_in_k
 
 
 def _data_bytes(cache, g) -> bytes:
     parts = [struct.pack("<II", _v_trans_word(cache), len(cache.k))]
-    for bufs, typ in ((cache.k, cache.type_k), (cache.v, cache.type_v)):
+    v_t = _v_transposed(cache)
+    for kind, bufs, typ in (("k", cache.k, cache.type_k), ("v", cache.v, cache.type_v)):
         for il in cache.layers:
             if il in bufs:
-                rows = np.ascontiguousarray(bufs[il][g])
-                parts.append(struct.pack("<iQ", GGML_TYPE[typ], rows.shape[1] * rows.itemsize))
-                parts.append(rows.tobytes())
+                rows = bufs[il][g]
+                if kind == "v" and v_t:
+                    parts.append(struct.pack("<iII", GGML_TYPE[typ], rows.itemsize,
+                                             rows.shape[1]))
+                    parts.append(np.ascontiguousarray(rows.T).tobytes())
+                else:
+                    parts.append(struct.pack("<iQ", GGML_TYPE[typ], rows.shape[1] * rows.itemsize))
+                    parts.append(np.ascontiguousarray(rows).tobytes())
     return b"".join(parts)
 
 
@@ -100,23 +117,33 @@ def _read_data(cache, r: _Reader, count: int) -> dict:
     v_trans, n_layer = r.take("II")
     if n_layer != len(cache.k):
         raise ContextError(f"state layer count {n_layer} != cache layer count {len(cache.k)}")
-    if v_trans & ~(K_CENTERED | (1 if cache.v_in_k else 0)):
-        raise ContextError("incompatible V transposition (state V rows transposed)")
+    if v_trans & ~(K_CENTERED | 1) or (not cache.v_in_k and bool(v_trans & 1) != cache.v_trans):
+        raise ContextError("incompatible V transposition (state written with flash attention "
+                           + ("on" if cache.v_trans else "off") + ", this context has it "
+                           + ("off" if cache.v_trans else "on") + ")")
     centered = bool(v_trans & K_CENTERED)
     if centered != bool(cache.k_center):
         raise ContextError("state K rows are " + ("" if centered else "not ") + "centered "
                            "(kv_k_center) but this context's are " + ("" if cache.k_center
                                                                       else "not"))
     rows = {}
+    v_t = _v_transposed(cache)
     for kind, bufs, typ in (("k", cache.k, cache.type_k), ("v", cache.v, cache.type_v)):
         for il in cache.layers:
             if il not in bufs:
                 continue
-            t, row_bytes = r.take("iQ")
             buf = bufs[il]
-            if t != GGML_TYPE[typ] or row_bytes != buf.shape[1] * buf.itemsize:
+            n = buf.shape[1]
+            if kind == "v" and v_t:
+                t, el_bytes, n_embd = r.take("iII")
+                if t != GGML_TYPE[typ] or el_bytes != buf.itemsize or n_embd != n:
+                    raise ContextError(f"state v type/element size/width mismatch at layer {il}")
+                rows[kind, il] = r.array(buf.dtype, count * n).reshape(n, count).T
+                continue
+            t, row_bytes = r.take("iQ")
+            if t != GGML_TYPE[typ] or row_bytes != n * buf.itemsize:
                 raise ContextError(f"state {kind} type/row size mismatch at layer {il}")
-            rows[kind, il] = r.array(buf.dtype, count * buf.shape[1]).reshape(count, buf.shape[1])
+            rows[kind, il] = r.array(buf.dtype, count * n).reshape(count, n)
     return rows
 
 

@@ -558,7 +558,8 @@ class Engine:
             dctx = None if draft_model is None else pyllama.Context(
                 draft_model, n_ctx=self.ctx.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch,
                 n_seq_max=n, swa_full=cfg.swa_full, swa_extra=extra, kv_unified=cfg.unified,
-                type_k=cfg.draft_type_k, type_v=cfg.draft_type_v, n_threads=cfg.n_threads)
+                type_k=cfg.draft_type_k, type_v=cfg.draft_type_v, n_threads=cfg.n_threads,
+                flash_attn=cfg.flash_attn)
             self.spec = Speculation(cfg, dctx, n, target=self.model)
         self.use_checkpoints = (cfg.n_ctx_checkpoints > 0 and not cfg.swa_full
                                 and self.ctx.hp.is_swa_any())
