@@ -9,6 +9,7 @@ llama.cpp's built-in template names for --chat-template.
 """
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime
 
@@ -105,13 +106,65 @@ def _strftime_now(fmt):
     return datetime.now().strftime(fmt)
 
 
+def _as_string(value) -> str:
+    """llama.cpp's value::as_string for the scalars (common/jinja/value.h): a float is "%f"
+    without its trailing zeros (one kept after the point), a bool True/False."""
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, float):
+        out = ("%f" % value).rstrip("0")
+        return out + "0" if out.endswith(".") else out
+    if isinstance(value, (int, str)):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not a string value")
+
+
+def _add(left, right):
+    """`+` as llama.cpp's jinja runtime does it (common/jinja/runtime.cpp,
+    binary_expression::execute_impl): an undefined or none operand beside a string is the empty
+    string (its concat workaround), beside anything else an error; numbers and lists add as in
+    Python; a string beside a number or bool concatenates its as_string."""
+    l_null = left is None or isinstance(left, jinja2.Undefined)
+    r_null = right is None or isinstance(right, jinja2.Undefined)
+    if l_null or r_null:
+        if (l_null and isinstance(right, str)) or (r_null and isinstance(left, str)):
+            return ("" if l_null else left) + ("" if r_null else right)
+        what = "undefined values" if isinstance(left, jinja2.Undefined) \
+            or isinstance(right, jinja2.Undefined) else "null values"
+        raise TypeError(f"Cannot perform operation + on {what}")
+    if isinstance(left, str) != isinstance(right, str):
+        return _as_string(left) + _as_string(right)
+    return left + right
+
+
+def _listing(fn):
+    @functools.wraps(fn)      # keeps jinja_pass_arg (the filter's context/environment argument)
+    def listing(*args, **kwargs):
+        return list(fn(*args, **kwargs))
+    return listing
+
+
+class ChatEnvironment(ImmutableSandboxedEnvironment):
+    """jinja2 with llama.cpp's `+` (see _add); template_caps' probe environment extends it."""
+    intercepted_binops = frozenset(["+"])
+
+    def call_binop(self, context, operator, left, right):
+        if operator == "+":
+            return _add(left, right)
+        return super().call_binop(context, operator, left, right)
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
     # ChainableUndefined: `messages[0]['role']` on an empty list is undefined, not an error, as
     # in llama.cpp's jinja runtime (common/jinja: a missing item or attribute is undefined)
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"],
-                                        undefined=jinja2.ChainableUndefined)
+    env = ChatEnvironment(trim_blocks=True, lstrip_blocks=True,
+                          extensions=["jinja2.ext.loopcontrols"],
+                          undefined=jinja2.ChainableUndefined)
     env.filters["tojson"] = _tojson
+    # llama.cpp's map/select/reject/selectattr/rejectattr give arrays, jinja2's generators
+    # (which tojson cannot serialise and which print as "<generator ...>")
+    for name in ("map", "select", "reject", "selectattr", "rejectattr"):
+        env.filters[name] = _listing(env.filters[name])
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = _strftime_now
     return env

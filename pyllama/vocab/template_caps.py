@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from .chat import ChatEnvironment
 
 MARKER = "STRING_MARKER"
 REASONING_PLACEHOLDER = "<REASONING_CONTENT_PLACEHOLDER>"
@@ -156,7 +156,7 @@ def _plain(v):
     return v
 
 
-class _StatsEnv(ImmutableSandboxedEnvironment):
+class _StatsEnv(ChatEnvironment):
     def getitem(self, obj, argument):
         val = super().getitem(obj, argument)
         self._access(obj, argument, val)

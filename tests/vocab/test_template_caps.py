@@ -22,10 +22,6 @@ with open(DATA, encoding="utf-8") as _f:
 ENGINE_GAPS = {
     "Kimi-K2-Instruct.jinja": "list.append is refused by jinja2's immutable sandbox",
     "Kimi-K2-Thinking.jinja": "list.append is refused by jinja2's immutable sandbox",
-    "fireworks-ai-llama-3-firefunction-v2.jinja": "an undefined variable in an expression is "
-                                                  "an error in jinja2",
-    "llama-cpp-deepseek-r1.jinja": "jinja2's map filter yields a generator tojson cannot "
-                                   "serialise",
 }
 
 
