@@ -11,6 +11,17 @@ import string
 
 from .schemas import ServerError, invalid
 
+# oaicompat_content_load_media's part types and the media they name
+MEDIA = {"image_url": "image", "input_audio": "audio", "input_video": "video",
+         "video_url": "video"}
+
+
+def no_projector(kind: str) -> ServerError:
+    """A media part without a multimodal projector (pyllama has none): llama.cpp's
+    runtime_error in oaicompat_content_load_media / tokenize_oai_content_array, a 500."""
+    return ServerError(500, f"{MEDIA[kind]} input is not supported - hint: if this is "
+                            "unexpected, you may need to provide the mmproj")
+
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 _TOOL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 
@@ -35,21 +46,38 @@ def normalize_messages(messages) -> list[dict]:
                 m.pop("tool_calls")
         elif "content" not in m:
             raise invalid("Missing 'content'")
-        m["content"] = _flatten(m.get("content"))
+        _check_media(m.get("content"))
         out.append(m)
+    for m in out:       # llama.cpp: media of every message first, then the parts' types
+        m["content"] = _flatten(m.get("content"))
     return out
 
 
+def _check_media(content) -> None:
+    """oaicompat_content_load_media: a media part needs a projector (no_projector)."""
+    if not isinstance(content, list):
+        return
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in MEDIA:
+            raise no_projector(kind)
+
+
 def _flatten(content):
+    """common_chat_msgs_parse_oaicompat's content parts: each needs a type, "text" (a
+    media_marker needs a projector, see _check_media); the texts are joined."""
     if content is None or isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise invalid("Invalid 'content' type")
     texts = []
     for part in content:
-        if not isinstance(part, dict) or part.get("type") != "text":
-            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            raise invalid(f"unsupported content part type: {kind} (this server is text only)")
+        if not isinstance(part, dict) or "type" not in part:
+            raise invalid("Missing content part type: " + json.dumps(part, ensure_ascii=False,
+                                                                    separators=(",", ":")))
+        if part["type"] != "text":
+            raise invalid("Unsupported content part type: "
+                          + json.dumps(part["type"], ensure_ascii=False))
         texts.append(str(part.get("text", "")))
     return "\n".join(texts)
 

@@ -13,6 +13,7 @@ import base64
 import numpy as np
 
 from .schemas import EmbdResult, ServerError, invalid, not_supported
+from .chat import MEDIA, no_projector
 
 
 def _type_error(want: str, value) -> ServerError:
@@ -44,10 +45,6 @@ def _json_value(body: dict, key: str, default, ok):
     return v if v is not None and ok(v) else default
 
 
-_MEDIA = {"image_url": "image", "input_audio": "audio", "input_video": "video",
-          "video_url": "video"}
-
-
 def content_tokens(server, content) -> list[int]:
     """tokenize_oai_content_array: an entry {"content": [{"type": "text", "text"}, ...]} is
     the concatenated text; media parts need a multimodal projector (500, as llama.cpp's
@@ -58,9 +55,8 @@ def content_tokens(server, content) -> list[int]:
     for part in content:
         kind = _json_value(part, "type", "", lambda v: isinstance(v, str)) \
             if isinstance(part, dict) else ""
-        if kind in _MEDIA:
-            raise ServerError(500, f"{_MEDIA[kind]} input is not supported - hint: if this is "
-                                   "unexpected, you may need to provide the mmproj")
+        if kind in MEDIA:
+            raise no_projector(kind)
         if kind != "text":
             raise invalid("unsupported content[].type")
         text += _json_value(part, "text", "", lambda v: isinstance(v, str))

@@ -72,8 +72,9 @@ JSON_CASES = [
      400, "invalid_request_error",
      "response_format type must be one of \"text\" or \"json_object\", but got: xml"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "data:"}}]}]}, 400,
-     "invalid_request_error", None),
+        {"type": "image_url", "image_url": {"url": "data:"}}]}]}, 500,
+     "server_error", "image input is not supported - hint: if this is unexpected, you may need "
+     "to provide the mmproj"),    # llama.cpp without --mmproj (tests/vocab/test_template_engine.py)
     ("/v1/embeddings", {"input": "x"}, 501, "not_supported_error",
      "This server does not support embeddings. Start it with `--embeddings`"),
     ("/embedding", {"content": "x"}, 501, "not_supported_error", None),
