@@ -46,40 +46,32 @@ def normalize_messages(messages) -> list[dict]:
                 m.pop("tool_calls")
         elif "content" not in m:
             raise invalid("Missing 'content'")
-        _check_media(m.get("content"))
-        out.append(m)
-    for m in out:       # llama.cpp: media of every message first, then the parts' types
+        _check_parts(m.get("content"))
         m["content"] = _flatten(m.get("content"))
+        out.append(m)
     return out
 
 
-def _check_media(content) -> None:
-    """oaicompat_content_load_media: a media part needs a projector (no_projector)."""
+def _check_parts(content) -> None:
+    """oaicompat_content_load_media, in part order: a media part needs a projector
+    (no_projector, 500), any other part but text is a 400 "unsupported content[].type"."""
     if not isinstance(content, list):
         return
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in MEDIA:
             raise no_projector(kind)
+        if kind != "text":
+            raise invalid("unsupported content[].type")
 
 
 def _flatten(content):
-    """common_chat_msgs_parse_oaicompat's content parts: each needs a type, "text" (a
-    media_marker needs a projector, see _check_media); the texts are joined."""
+    """The text parts (checked by _check_parts) joined by newlines."""
     if content is None or isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise invalid("Invalid 'content' type")
-    texts = []
-    for part in content:
-        if not isinstance(part, dict) or "type" not in part:
-            raise invalid("Missing content part type: " + json.dumps(part, ensure_ascii=False,
-                                                                    separators=(",", ":")))
-        if part["type"] != "text":
-            raise invalid("Unsupported content part type: "
-                          + json.dumps(part["type"], ensure_ascii=False))
-        texts.append(str(part.get("text", "")))
-    return "\n".join(texts)
+    return "\n".join(str(part.get("text", "")) for part in content)
 
 
 def _parse_call_args(call):
