@@ -15,6 +15,9 @@
 #   PASSES_OUT       where to write the list of tests llama.cpp's server passed
 #   PORT             the port the suite's servers listen on (default 8080; one run per port)
 #   ONLY             pyllama | llamacpp: run one side only
+#   SUITE_DEDUP=1    run once the tests that differ only in the model they would download (the
+#                    same requests once substituted); SUITE_DEDUP_MAP=FILE records the others
+#                    and the report counts each with its representative's outcome
 # The suite needs pytest, requests, openai, wget, filelock, prometheus-client (the [test] extra).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -64,4 +67,4 @@ if [ "${ONLY:-}" != pyllama ] && [ "$LLAMACPP_SERVER" != none ] && [ -x "$LLAMAC
 fi
 mkdir -p "$OUT/pyllama"
 "$PY" "$HERE/server_suite/report.py" "$OUT/pyllama" ${ref[@]+"${ref[@]}"} \
-  ${PASSES_OUT:+--passes-out "$PASSES_OUT"}
+  ${PASSES_OUT:+--passes-out "$PASSES_OUT"} ${SUITE_DEDUP_MAP:+--dedup-map "$SUITE_DEDUP_MAP"}
