@@ -1569,6 +1569,26 @@ pyl_scale4(const int t, const uint8_t *x0, const uint8_t *x1, const uint8_t *x2,
     return _mm_set_ps(*pyl_scaleA_ref(t, x3), *pyl_scaleA_ref(t, x2), *pyl_scaleA_ref(t, x1),
                       *pyl_scaleA_ref(t, x0));
 }
+#if PYL_VNNI
+/* unsigned weight bytes u = w + off of one R8 block (Q4_0: the nibbles, off 8; IQ4_NL / MXFP4:
+ * the table value + 128, from lut = the table ^ 0x80), and off as bytes */
+static inline __m256i pyl_r8_lut(const int t) {
+    return _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+        (const __m128i *)(t == PYL_MXFP4 ? pyl_kvalues_fp4 : pyl_kvalues_iq4nl))), _mm256_set1_epi8((char)0x80));
+}
+static inline __m256i pyl_r8_off(const int t) { return _mm256_set1_epi8(t == PYL_Q4_0 ? 8 : (char)0x80); }
+static inline __attribute__((always_inline)) __m256i pyl_r8_u(const int t, const uint8_t *x, __m256i lut) {
+    const __m256i nib = pyl_nib32(x + (t == PYL_MXFP4 ? 1 : 2));
+    return t == PYL_Q4_0 ? nib : _mm256_shuffle_epi8(lut, nib);
+}
+#endif
+/* F(type constant, args...) for the R8 weight type t */
+#define PYL_R8_BY_TYPE(F, ...)                                                                    \
+    switch (t) {                                                                                  \
+    case PYL_Q4_0: F(PYL_Q4_0, __VA_ARGS__); break;                                               \
+    case PYL_IQ4_NL: F(PYL_IQ4_NL, __VA_ARGS__); break;                                           \
+    default: F(PYL_MXFP4, __VA_ARGS__); break;                                                    \
+    }
 /* R8 weights times n < 8 tokens, rows r0..r0+nr (nr <= 4) together: per block the exact integer
  * dot I of each row, then acc = fma((float)I, d_w * d_x, acc) (lane = row), blocks in order: the
  * operations of the 8x8 gemv. With VNNI the integers come from unsigned weight bytes u = w + off
@@ -1578,12 +1598,9 @@ pyl_scale4(const int t, const uint8_t *x0, const uint8_t *x1, const uint8_t *x2,
 static inline __attribute__((always_inline)) void
 pyl_r8_few_nt(const int t, const int NT, const uint8_t *x0, const uint8_t *x1, const uint8_t *x2,
               const uint8_t *x3, int nr, int nb, const pyl_arow *X, float *out, int64_t os) {
-    const int bb = pyl_block_bytes(t), qo = t == PYL_MXFP4 ? 1 : 2;
+    const int bb = pyl_block_bytes(t);
 #if PYL_VNNI
-    const __m256i lut = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128(
-        (const __m128i *)(t == PYL_MXFP4 ? pyl_kvalues_fp4 : pyl_kvalues_iq4nl))), _mm256_set1_epi8((char)0x80));
-    const __m256i offv = _mm256_set1_epi8(t == PYL_Q4_0 ? 8 : (char)0x80), z = _mm256_setzero_si256();
-#define PYL_R8U(x) (t == PYL_Q4_0 ? pyl_nib32((x) + qo) : _mm256_shuffle_epi8(lut, pyl_nib32((x) + qo)))
+    const __m256i lut = pyl_r8_lut(t), offv = pyl_r8_off(t), z = _mm256_setzero_si256();
 #else
     const __m256i ones = _mm256_set1_epi16(1);
 #endif
@@ -1591,7 +1608,8 @@ pyl_r8_few_nt(const int t, const int NT, const uint8_t *x0, const uint8_t *x1, c
     for (int b = 0; b < nb; b++) {
         const int64_t o = (int64_t)bb * b;
 #if PYL_VNNI   /* each row's block decoded once for the NT tokens */
-        const __m256i u0 = PYL_R8U(x0 + o), u1 = PYL_R8U(x1 + o), u2 = PYL_R8U(x2 + o), u3 = PYL_R8U(x3 + o);
+        const __m256i u0 = pyl_r8_u(t, x0 + o, lut), u1 = pyl_r8_u(t, x1 + o, lut);
+        const __m256i u2 = pyl_r8_u(t, x2 + o, lut), u3 = pyl_r8_u(t, x3 + o, lut);
 #else
         const __m256i w0 = pyl_dec32_avx2(t, x0 + o), w1 = pyl_dec32_avx2(t, x1 + o);
         const __m256i w2 = pyl_dec32_avx2(t, x2 + o), w3 = pyl_dec32_avx2(t, x3 + o);
@@ -1618,7 +1636,6 @@ pyl_r8_few_nt(const int t, const int NT, const uint8_t *x0, const uint8_t *x1, c
         _mm_storeu_ps(r4, acc[j]);
         for (int r = 0; r < nr; r++) out[j * os + r] = r4[r];
     }
-#undef PYL_R8U
 }
 static inline __attribute__((always_inline)) void
 pyl_r8_few(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int nb,
@@ -1652,10 +1669,8 @@ enum { PYL_R8_CH = 64 };
 static inline __attribute__((always_inline)) void
 pyl_r8_g8(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int nb,
           const pyl_acts *A, int64_t n8, float *out, int64_t os) {
-    const int bb = pyl_block_bytes(t), qo = t == PYL_MXFP4 ? 1 : 2;
-    const __m256i lut = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128(
-        (const __m128i *)(t == PYL_MXFP4 ? pyl_kvalues_fp4 : pyl_kvalues_iq4nl))), _mm256_set1_epi8((char)0x80));
-    const __m256i offv = _mm256_set1_epi8(t == PYL_Q4_0 ? 8 : (char)0x80), z = _mm256_setzero_si256();
+    const int bb = pyl_block_bytes(t);
+    const __m256i lut = pyl_r8_lut(t), offv = pyl_r8_off(t), z = _mm256_setzero_si256();
     __m256 dyT[PYL_R8_CH];
     __m256i biasT[PYL_R8_CH];
     for (int64_t t0 = 0; t0 < n8; t0 += 8) {
@@ -1682,7 +1697,7 @@ pyl_r8_g8(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr,
                 const int8_t *yb = q0 + 32 * c0;
                 __m256 a = acc[r];
                 for (int j = 0; j < cn; j++, x += bb, yb += 32) {
-                    const __m256i u = t == PYL_Q4_0 ? pyl_nib32(x + qo) : _mm256_shuffle_epi8(lut, pyl_nib32(x + qo));
+                    const __m256i u = pyl_r8_u(t, x, lut);
                     __m256i p[8];
                     for (int i = 0; i < 8; i++)
                         p[i] = _mm256_dpbusd_epi32(z, u, _mm256_loadu_si256((const __m256i *)(yb + i * sq)));
@@ -1711,37 +1726,22 @@ static void pyl_rowtile_r8(int t, const uint8_t *wsrc, int64_t wstride, int64_t 
     const int bb = pyl_block_bytes(t), nb = k / 32;
     enum { G = 8 };
 #if PYL_AVX2
-    if (n < G) {   /* few tokens: the tile's rows reduced together (4 block integers, one fma) */
-        switch (t) {
-        case PYL_Q4_0: pyl_r8_few(PYL_Q4_0, wsrc, wstride, r0, nr, nb, A, n, out, os); return;
-        case PYL_IQ4_NL: pyl_r8_few(PYL_IQ4_NL, wsrc, wstride, r0, nr, nb, A, n, out, os); return;
-        default: pyl_r8_few(PYL_MXFP4, wsrc, wstride, r0, nr, nb, A, n, out, os); return;
-        }
-    }
+    /* tokens from tstart: VNNI: n % 8 after the 8-token groups; AVX2: under 8 tokens, all of them */
+    const int64_t tstart = PYL_VNNI ? n & ~(int64_t)(G - 1) : n < G ? 0 : n;
+#if PYL_VNNI
+    PYL_R8_BY_TYPE(pyl_r8_g8, wsrc, wstride, r0, nr, nb, A, tstart, out, os)
 #endif
-    int64_t tstart = 0;
-#if PYL_AVX2 && PYL_VNNI
-    tstart = n & ~(int64_t)(G - 1);   /* groups of 8 tokens, then the rest below */
-    switch (t) {
-    case PYL_Q4_0: pyl_r8_g8(PYL_Q4_0, wsrc, wstride, r0, nr, nb, A, tstart, out, os); break;
-    case PYL_IQ4_NL: pyl_r8_g8(PYL_IQ4_NL, wsrc, wstride, r0, nr, nb, A, tstart, out, os); break;
-    default: pyl_r8_g8(PYL_MXFP4, wsrc, wstride, r0, nr, nb, A, tstart, out, os); break;
-    }
-    if (tstart < n) {   /* the last n % 8 tokens: each alone, as under 8 tokens */
+    if (tstart < n) {   /* each token's operations as alone (4 rows per block, one fma) */
         pyl_acts R = *A;
         R.q += tstart * A->sq;
         R.d += tstart * A->sd;
-        switch (t) {
-        case PYL_Q4_0: pyl_r8_few(PYL_Q4_0, wsrc, wstride, r0, nr, nb, &R, n - tstart, out + tstart * os, os); break;
-        case PYL_IQ4_NL: pyl_r8_few(PYL_IQ4_NL, wsrc, wstride, r0, nr, nb, &R, n - tstart, out + tstart * os, os); break;
-        default: pyl_r8_few(PYL_MXFP4, wsrc, wstride, r0, nr, nb, &R, n - tstart, out + tstart * os, os); break;
-        }
+        PYL_R8_BY_TYPE(pyl_r8_few, wsrc, wstride, r0, nr, nb, &R, n - tstart, out + tstart * os, os)
     }
-    return;
+    if (PYL_VNNI || n < G) return;
 #endif
     for (int r = 0; r < nr; r++) {
         const uint8_t *row = wsrc + (r0 + r) * wstride;
-        for (int64_t t0 = tstart; t0 < n; t0 += G) {
+        for (int64_t t0 = 0; t0 < n; t0 += G) {
             const int nt = n - t0 < G ? (int)(n - t0) : G;
             pyl_arow X[G];
             float acc[G];
