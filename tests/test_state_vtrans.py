@@ -112,3 +112,42 @@ def test_gemma_state_without_fa_is_llama_cpps(gemma_path, tmp_path):
     c = ctx()
     assert c.state_load_file(str(theirs), 256) == IDS
     np.testing.assert_array_equal(c.eval([506])[-1], want)
+
+
+LLAMACPP_BIN = os.environ.get("LLAMACPP_BIN", "/work/llamacpp/build/bin")
+PROMPT = "In the beginning of the nineteenth century the town had three mills, and"
+ARGS = ["--temp", "0", "-no-cnv", "-c", "256", "-n", "12", "-t", "2", "-fa", "off"]
+
+
+@pytest.mark.slow
+@pytest.mark.realmodel
+def test_prompt_cache_without_fa_through_llama_completion(gemma_path, tmp_path):
+    """Live (llama.cpp's llama-completion, -fa off): pyllama's --prompt-cache file is the one
+    llama.cpp writes for the same prompt, and each runtime reads the other's to the text of a
+    fresh llama.cpp run."""
+    exe = os.path.join(LLAMACPP_BIN, "llama-completion")
+    if not os.path.exists(exe):
+        pytest.skip(f"llama.cpp's llama-completion is not built ({exe})")
+
+    def ours(path, *extra):
+        return subprocess.run([sys.executable, "-m", "pyllama", "completion", "-m", gemma_path,
+                               "-p", PROMPT, *ARGS, "--prompt-cache", str(path), *extra],
+                              capture_output=True, cwd=REPO, timeout=600)
+
+    def theirs(*extra):
+        return subprocess.run([exe, "-m", gemma_path, "-p", PROMPT, *ARGS, *extra],
+                              capture_output=True, timeout=600)
+    fresh = theirs()
+    assert fresh.returncode == 0, fresh.stderr.decode()[-2000:]
+    lc_file, py_file = tmp_path / "lc.bin", tmp_path / "py.bin"
+    assert theirs("--prompt-cache", str(lc_file)).returncode == 0
+    r = ours(py_file)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    assert r.stdout == fresh.stdout
+    assert py_file.read_bytes() == lc_file.read_bytes()
+    loaded = theirs("--prompt-cache", str(py_file), "--prompt-cache-ro")
+    assert loaded.returncode == 0 and loaded.stdout == fresh.stdout
+    assert "session file has exact match for prompt!" in loaded.stderr.decode()
+    r = ours(lc_file, "--prompt-cache-ro")
+    assert r.returncode == 0 and r.stdout == fresh.stdout
+    assert "session file has exact match for prompt!" in r.stderr.decode()
