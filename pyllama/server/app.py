@@ -263,7 +263,8 @@ class Server:
                 n_cache_reuse=cfg.n_cache_reuse, n_ctx_slot=self.engine.n_ctx_slot,
                 cache_prompt=cfg.cache_prompt, sampling=self.engine.sampling_defaults,
                 eog_ids=tuple(self.engine.vocab.eog_ids), verbose=cfg.verbose,
-                reasoning_format=cfg.reasoning_format, lora_names=self.engine.lora_names)
+                reasoning_format=cfg.reasoning_format, lora_names=self.engine.lora_names,
+                tool_family=tool_family(self.template))
         return self._defaults
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True):

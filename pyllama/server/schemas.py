@@ -342,7 +342,7 @@ def build_params(body: CompletionBody, defaults: "RequestDefaults", *, n_vocab: 
     values = _clamped(body)
     p.sampling = _sampler_params(defaults.sampling, values, body, n_vocab, tokenize)
     from .structured import constrain
-    p.sampling = constrain(body, p.sampling, chat=chat, oai=chat)
+    p.sampling = constrain(body, p.sampling, chat=chat, oai=chat, family=defaults.tool_family)
     p.settings = generation_settings(p, defaults, chat={
         "reasoning_format": getattr(body, "reasoning_format", None) or defaults.reasoning_format})
     p.settings["logit_bias"] = _logit_bias_json(p.sampling, defaults.eog_ids)
@@ -421,6 +421,7 @@ class RequestDefaults:
     verbose: bool = False        # server -v: `__verbose` in OpenAI-style responses
     reasoning_format: str = "deepseek"   # --reasoning-format (common_params' default: deepseek)
     lora_names: tuple = ()       # the loaded adapters' names (file names without .gguf), by id
+    tool_family: str = "hermes"  # the chat template's tool-call family (tool_calls.family)
 
 
 def generation_settings(p: TaskParams, defaults: RequestDefaults | None = None,

@@ -67,11 +67,15 @@ def response_format_schema(rf, json_schema):
     return json_schema
 
 
-def tool_call_grammar(tools: list, only: str | None = None) -> str:
+def tool_call_grammar(tools: list, only: str | None = None, family: str = "hermes") -> str:
     """The grammar of Hermes 2 Pro tool calls over these tools (all, or just `only`): one or
     more `<tool_call>` blocks whatever parallel_tool_calls says, as llama.cpp's grammar for
     this per-call format is `(tool-call space)+` either way (its parser reads every block;
-    tests/data/parallel-calls-llamacpp.json)."""
+    tests/data/parallel-calls-llamacpp.json). For the Llama 3.x templates (family "llama3")
+    the call is the JSON object their prompt asks for and tool_calls.parse_llama3 reads,
+    `{"name": ..., "parameters": {...}}` (llama.cpp's autoparser: JSON_NATIVE, args field
+    "parameters"), one call."""
+    llama3 = family == "llama3"
     conv = Converter()
     alts = []
     for t in tools:
@@ -82,9 +86,9 @@ def tool_call_grammar(tools: list, only: str | None = None) -> str:
         if only is not None and name != only:
             continue
         params = fn.get("parameters") or {"type": "object"}
-        schema = {"type": "object", "properties": {"name": {"const": name},
-                                                   "arguments": params},
-                  "required": ["name", "arguments"], "additionalProperties": False}
+        args = "parameters" if llama3 else "arguments"
+        schema = {"type": "object", "properties": {"name": {"const": name}, args: params},
+                  "required": ["name", args], "additionalProperties": False}
         try:
             node = Builder(schema).build()
         except _SchemaFail as e:
@@ -94,6 +98,9 @@ def tool_call_grammar(tools: list, only: str | None = None) -> str:
         raise invalid(f"tool_choice names a function that is not in 'tools': {only}")
     if conv.errors:
         raise invalid("JSON schema conversion failed:\n" + "\n".join(conv.errors))
+    if llama3:
+        conv.add_rule("root", f'( {" | ".join(alts)} )')
+        return conv.format_grammar()
     conv.add_rule("tool-call", f'"{TOOL_OPEN}\\n" space ( {" | ".join(alts)} ) space '
                                f'"\\n{TOOL_CLOSE}"')
     conv.add_rule("root", 'tool-call ( "\\n" tool-call )*')
@@ -122,8 +129,9 @@ def request_triggers(raw) -> tuple:
     return tuple(out)
 
 
-def constrain(body, sampling, *, chat: bool, oai: bool):
-    """The SamplerParams with the request's grammar (unchanged when it has none)."""
+def constrain(body, sampling, *, chat: bool, oai: bool, family: str = "hermes"):
+    """The SamplerParams with the request's grammar (unchanged when it has none); `family`:
+    the chat template's tool-call family (tool_calls.family)."""
     grammar = body.grammar if isinstance(getattr(body, "grammar", None), str) else None
     if getattr(body, "grammar", None) is not None and grammar is None:
         raise invalid("\"grammar\" must be a string")
@@ -151,7 +159,9 @@ def constrain(body, sampling, *, chat: bool, oai: bool):
         elif choice not in (None, "auto", "required"):
             raise invalid(f"Invalid tool_choice: {choice}")
         if json_schema is None:
-            grammar = tool_call_grammar(tools, only)
+            # "auto" keeps the lazy Hermes grammar (its trigger word is `<tool_call>`)
+            grammar = tool_call_grammar(tools, only,
+                                        "hermes" if choice in (None, "auto") else family)
             if choice in (None, "auto"):
                 lazy, triggers = True, (("word", TOOL_OPEN),)
             json_schema = None

@@ -116,3 +116,34 @@ def test_tool_choice_required_and_named(oai):
     assert calls and calls[0].function.name == "add"
     args = json.loads(calls[0].function.arguments)
     assert isinstance(args["a"], int) and isinstance(args["b"], int)
+
+
+def test_tool_choice_required_on_a_llama3_template(qwen_path, tmp_path):
+    """tool_choice "required" with llama.cpp's models/templates Llama 3.2 template: the forced
+    call is that template's JSON form, read back as a tool call (llama.cpp's own server passes
+    the suite's test_completion_with_required_tool_real_model on it with this Qwen,
+    bench/results/llama_server_suite.md)."""
+    import subprocess
+    from server_proc import REPO
+    try:
+        src = subprocess.run(["bash", f"{REPO}/scripts/build_llamacpp.sh", "src"], check=True,
+                             capture_output=True, text=True, timeout=600).stdout.strip()
+    except (subprocess.SubprocessError, OSError) as e:
+        pytest.skip(f"llama.cpp's source distribution is not available ({e})")
+    tmpl = f"{src}/vendor/llama.cpp/models/templates/meta-llama-Llama-3.2-3B-Instruct.jinja"
+    s = ServerProc(["-m", qwen_path, "-c", "2048", "-np", "1", "--jinja",
+                    "--chat-template-file", tmpl]).wait_ready(300)
+    try:
+        tool = {"type": "function", "function": {"name": "test", "description": "", "parameters": {
+            "type": "object", "properties": {"success": {"type": "boolean", "const": True}},
+            "required": ["success"]}}}
+        r = httpx.post(s.url + "/v1/chat/completions", timeout=300, json={
+            "messages": [{"role": "user", "content": "Write an example"}], "tools": [tool],
+            "tool_choice": "required", "parallel_tool_calls": False, "temperature": 0,
+            "max_tokens": 40}).json()
+        msg = r["choices"][0]["message"]
+        assert msg.get("content") in (None, "")
+        assert [c["function"]["name"] for c in msg["tool_calls"]] == ["test"]
+        assert json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {"success": True}
+    finally:
+        assert s.stop() == 0
