@@ -46,14 +46,14 @@ def normalize_messages(messages) -> list[dict]:
                 m.pop("tool_calls")
         elif "content" not in m:
             raise invalid("Missing 'content'")
-        _check_parts(m.get("content"))
+        check_parts(m.get("content"))
         m["content"] = _flatten(m.get("content"))
         out.append(m)
     return out
 
 
-def _check_parts(content) -> None:
-    """oaicompat_content_load_media, in part order: a media part needs a projector
+def check_parts(content) -> None:
+    """oaicompat_content_load_media (and tokenize_oai_content_array), in part order: a media part needs a projector
     (no_projector, 500), any other part but text is a 400 "unsupported content[].type"."""
     if not isinstance(content, list):
         return
@@ -66,7 +66,7 @@ def _check_parts(content) -> None:
 
 
 def _flatten(content):
-    """The text parts (checked by _check_parts) joined by newlines."""
+    """The text parts (checked by check_parts) joined by newlines."""
     if content is None or isinstance(content, str):
         return content
     if not isinstance(content, list):

@@ -13,7 +13,7 @@ import base64
 import numpy as np
 
 from .schemas import EmbdResult, ServerError, invalid, not_supported
-from .chat import MEDIA, no_projector
+from .chat import check_parts
 
 
 def _type_error(want: str, value) -> ServerError:
@@ -51,14 +51,9 @@ def content_tokens(server, content) -> list[int]:
     runtime_error), other types are 400."""
     if not isinstance(content, list):
         raise invalid("\"content\" must be an array")
+    check_parts(content)
     text = ""
     for part in content:
-        kind = _json_value(part, "type", "", lambda v: isinstance(v, str)) \
-            if isinstance(part, dict) else ""
-        if kind in MEDIA:
-            raise no_projector(kind)
-        if kind != "text":
-            raise invalid("unsupported content[].type")
         text += _json_value(part, "text", "", lambda v: isinstance(v, str))
     return server.tokenize(text, True, True)
 
