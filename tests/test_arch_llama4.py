@@ -224,8 +224,8 @@ def test_past_the_swa_cache_against_llamacpp(tmp_path):
     pyllama's llama.cpp numerics give llama.cpp's swa_full logits bit for bit, with or without
     swa_full, and the same oldest position left in the SWA cache as llama.cpp's. llama.cpp's own
     iSWA logits differ from its swa_full ones once the SWA ring wraps (its attention reduces over
-    the cells as they lie in the cache, pyllama's in position order: docs/numerics.md); the test
-    pins that figure."""
+    the cells as they lie in the cache; pyllama's ring lays them out otherwise here, an open
+    departure: docs/numerics.md); the test pins that figure."""
     f = compare.load_fixture(LONG)
     f["name"] = "llama4"
     path = str(tmp_path / "llama4-Q8_0.gguf")
