@@ -2,6 +2,7 @@
 
     python bench/side_by_side.py [--models gemma-3-270m,qwen2.5-coder-0.5b] [--pairs 5] [-t 2]
         [--depth 4096]                            # also tg128 after a 4096-token prompt
+        [--numerics invariant|llama.cpp]          # pyllama's arithmetic (default invariant)
         [--llama-cpp-python /path/to/python]      # --models also takes GGUF paths
 
 Runs the two runtimes interleaved (A B A B ...) in fresh subprocesses, reports medians and per-pair
@@ -40,7 +41,8 @@ if runtime == "pyllama":
     model = pyllama.load_model(path, n_threads=n_threads)
     n_vocab = model.n_vocab
     def new_ctx():
-        return pyllama.Context(model, n_ctx=N_CTX, n_batch=512, n_ubatch=512, n_threads=n_threads)
+        return pyllama.Context(model, n_ctx=N_CTX, n_batch=512, n_ubatch=512, n_threads=n_threads,
+                               numerics=os.environ.get("PYLLAMA_BENCH_NUMERICS", "invariant"))
     def decode(ctx, toks, p0):
         flags = np.zeros(len(toks), bool); flags[-1] = True
         rc = ctx.decode(Batch(np.asarray(toks, np.int32), pos=np.arange(p0, p0 + len(toks), dtype=np.int32),
@@ -149,16 +151,20 @@ def main() -> int:
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--depth", type=int, default=0,
                     help="also tg128 after a prompt of this many tokens (e.g. 4096)")
+    ap.add_argument("--numerics", default="invariant", choices=["invariant", "llama.cpp"],
+                    help="pyllama's numerics (the library default is invariant)")
     ap.add_argument("--llama-cpp-python", default=None,
                     help="python with llama-cpp-python for the llama.cpp side (default: this one)")
     args = ap.parse_args()
     global LLAMA_CPP_PYTHON, DEPTH
     LLAMA_CPP_PYTHON = args.llama_cpp_python
     DEPTH = args.depth
+    os.environ["PYLLAMA_BENCH_NUMERICS"] = args.numerics
     sys.path.insert(0, os.path.dirname(HERE))
     from pyllama.models import resolve
     runtimes = ["pyllama"] + (["llama.cpp"] if have_llama_cpp() else [])
-    report = {"machine": machine_info(), "threads": args.threads, "results": {}}
+    report = {"machine": machine_info(), "threads": args.threads, "numerics": args.numerics,
+              "results": {}}
     for alias in args.models.split(","):
         path = resolve(alias)
         rows = {rt: [] for rt in runtimes}
@@ -174,7 +180,7 @@ def main() -> int:
 def write_report(report: dict, runtimes: list) -> None:
     lines = [f"# pyllama vs llama.cpp, {report['machine']['date']}",
              f"{report['machine']['cpu']}, {report['machine']['cores']} cores, "
-             f"{report['threads']} threads, load average at start "
+             f"{report['threads']} threads, pyllama numerics {report['numerics']}, load average at start "
              f"{report['machine']['loadavg'][0]:.1f}", "",
              "| model | test | pyllama | llama.cpp | ratio (median of pair ratios) |",
              "|---|---|---|---|---|"]
