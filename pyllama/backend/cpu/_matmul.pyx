@@ -38,6 +38,8 @@ cdef extern from "pyl_matmul.h" nogil:
     float pyl_round_bf16(float f)
     void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int k,
                      const pyl_acts *A, int64_t n, uint8_t *scratch, float *out, int64_t os)
+    int pyl_tile_rows(int t, int64_t n)
+    int64_t pyl_scratch_bytes(int k)
     void pyl_dequant_row(int t, const uint8_t *src, int k, uint8_t *scratch, float *y)
     void pyl_init_tables()
     float pyl_vecdot_iq(int t, const uint8_t *row, int nsb, const int8_t *q8, const float *d8)
@@ -79,7 +81,7 @@ def act_kind(int wtype):
 
 def row_scratch_bytes(int k):
     """Bytes of decoded-row scratch one thread needs for a tile of rows of length k."""
-    return PYL_R * PYL_ROWB(k)
+    return pyl_scratch_bytes(k)
 
 
 cdef inline void _round_row(int kind, const float *x, float *f, int k) noexcept nogil:
@@ -194,23 +196,24 @@ cdef inline Py_ssize_t _chunk(Py_ssize_t ntiles, int nth) noexcept nogil:
 cdef void _tiles(int wtype, const uint8_t *wp, int64_t wstride, int64_t rows, int k,
                  const pyl_acts *A, int64_t n, float *op, int64_t os, uint8_t *sp, int64_t ss,
                  int nth) noexcept nogil:
-    cdef Py_ssize_t ntiles = (rows + PYL_R - 1) // PYL_R, it, chunk
+    cdef int tr = pyl_tile_rows(wtype, n)
+    cdef Py_ssize_t ntiles = (rows + tr - 1) // tr, it, chunk
     cdef int tid = 0, nr
     cdef int64_t r0
     if ntiles < 2 or rows * wstride * n < _parallel_min_bytes:   # waking a thread costs more
         nth = 1
     if nth == 1:
         for it in range(ntiles):
-            r0 = it * PYL_R
-            nr = <int>(rows - r0) if rows - r0 < PYL_R else PYL_R
+            r0 = it * tr
+            nr = <int>(rows - r0) if rows - r0 < tr else tr
             pyl_rowtile(wtype, wp, wstride, r0, nr, k, A, n, sp, op, os)
         return
     chunk = _chunk(ntiles, nth)
     with parallel(num_threads=nth):
         tid = threadid()
         for it in prange(ntiles, schedule='dynamic', chunksize=chunk):
-            r0 = it * PYL_R
-            nr = <int>(rows - r0) if rows - r0 < PYL_R else PYL_R
+            r0 = it * tr
+            nr = <int>(rows - r0) if rows - r0 < tr else tr
             pyl_rowtile(wtype, wp, wstride, r0, nr, k, A, n, sp + tid * ss, op, os)
 
 
@@ -298,6 +301,7 @@ cdef enum:
 
 cdef struct _wjob:
     int wtype
+    int tr          # rows per tile (pyl_tile_rows)
     const uint8_t *wp
     int64_t wstride, rows, tile0
     float *op
@@ -319,8 +323,8 @@ cdef void _tiles_many(const _wjob *J, int nw, int k, const pyl_acts *A, int64_t 
     if nth == 1:
         for j in range(nw):
             for it in range(J[j + 1].tile0 - J[j].tile0):
-                r0 = it * PYL_R
-                nr = <int>(J[j].rows - r0) if J[j].rows - r0 < PYL_R else PYL_R
+                r0 = it * J[j].tr
+                nr = <int>(J[j].rows - r0) if J[j].rows - r0 < J[j].tr else J[j].tr
                 pyl_rowtile(J[j].wtype, J[j].wp, J[j].wstride, r0, nr, k, A, n, sp, J[j].op,
                             J[j].os)
         return
@@ -331,8 +335,8 @@ cdef void _tiles_many(const _wjob *J, int nw, int k, const pyl_acts *A, int64_t 
             j = 0
             while it >= J[j + 1].tile0:
                 j = j + 1
-            r0 = (it - J[j].tile0) * PYL_R
-            nr = <int>(J[j].rows - r0) if J[j].rows - r0 < PYL_R else PYL_R
+            r0 = (it - J[j].tile0) * J[j].tr
+            nr = <int>(J[j].rows - r0) if J[j].rows - r0 < J[j].tr else J[j].tr
             pyl_rowtile(J[j].wtype, J[j].wp, J[j].wstride, r0, nr, k, A, n, sp + tid * ss,
                         J[j].op, J[j].os)
 
@@ -367,7 +371,8 @@ def matmul_plan_many(tuple wtypes, tuple ws, const float[:, ::1] x, tuple outs, 
         J[j].op = &ov[0, 0]
         J[j].os = ov.strides[0] // 4
         J[j].tile0 = t0
-        t0 += (wv.shape[0] + PYL_R - 1) // PYL_R
+        J[j].tr = pyl_tile_rows(J[j].wtype, x.shape[0])
+        t0 += (wv.shape[0] + J[j].tr - 1) // J[j].tr
     J[nw].tile0 = t0
     cdef pyl_acts A = _acts(&p.B)
     cdef int k = <int>p.k, nth = <int>p.nth

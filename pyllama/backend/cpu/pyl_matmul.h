@@ -1654,6 +1654,105 @@ pyl_r8_few(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr
     }
 }
 
+#if !PYL_VNNI
+/* R8 weights, 8 rows r0..r0+7 times every token (AVX2 without VNNI; from PYL_R8_GEMM_MIN
+ * tokens): the tile's rows are laid out once in the scratch the way llama.cpp's block_*x8
+ * interleaves them (per block and group g of 4 elements one 32-byte vector whose 32-bit lane l
+ * holds row l's elements 4g..4g+3, as signed w and as |w|; then the 8 rows' d_w), so that per
+ * token and block each group's 4 activation bytes are broadcast to every lane (a load) and no
+ * horizontal sum is needed: lane l = the exact integer dot I of row l, from
+ * maddubs(|w|, sign(y, w)) pair sums (Q4_0 / MXFP4, |w| <= 12: summed over the 8 groups in int16,
+ * |sum| <= 8 * 2 * 12 * 127 < 2^15, then one madd; IQ4_NL: madd per group), then
+ * acc = fma((float)I, d_w * d_x, acc) per block in order: the gemm/gemv operations. */
+#ifndef PYL_R8_GEMM_MIN
+#define PYL_R8_GEMM_MIN 4
+#endif
+enum { PYL_R8_BLK = 8 * 32 * 2 + 32 }; /* scratch bytes per block: w, |w|, 8 scales */
+static inline __attribute__((always_inline)) void
+pyl_r8_pack8(const int t, const uint8_t *x0, int64_t wstride, int nb, uint8_t *sp) {
+    const int bb = pyl_block_bytes(t);
+    for (int b = 0; b < nb; b++) {
+        __m256i v[8];
+        float dw[8];
+        for (int l = 0; l < 8; l++) {
+            const uint8_t *x = x0 + l * wstride + (int64_t)bb * b;
+            v[l] = pyl_dec32_avx2(t, x);
+            dw[l] = *pyl_scaleA_ref(t, x);
+        }
+        /* 8x8 transpose of 32-bit units: o[g] lane l = unit g of v[l] */
+        __m256i a[8], c[8], o[8];
+        for (int i = 0; i < 4; i++) {
+            a[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);       /* l0 l1 l0 l1 (units 0 1 | 4 5) */
+            a[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);   /* units 2 3 | 6 7 */
+        }
+        for (int h = 0; h < 2; h++) {   /* rows 4h..4h+3 */
+            const __m256i *q = a + 4 * h;
+            c[4 * h + 0] = _mm256_unpacklo_epi64(q[0], q[2]);   /* unit 0 | 4 */
+            c[4 * h + 1] = _mm256_unpackhi_epi64(q[0], q[2]);   /* unit 1 | 5 */
+            c[4 * h + 2] = _mm256_unpacklo_epi64(q[1], q[3]);   /* unit 2 | 6 */
+            c[4 * h + 3] = _mm256_unpackhi_epi64(q[1], q[3]);   /* unit 3 | 7 */
+        }
+        for (int g = 0; g < 4; g++) {
+            o[g] = _mm256_permute2x128_si256(c[g], c[4 + g], 0x20);
+            o[g + 4] = _mm256_permute2x128_si256(c[g], c[4 + g], 0x31);
+        }
+        uint8_t *s = sp + (int64_t)PYL_R8_BLK * b;
+        for (int g = 0; g < 8; g++) {
+            _mm256_storeu_si256((__m256i *)(s + 32 * g), o[g]);
+            _mm256_storeu_si256((__m256i *)(s + 256 + 32 * g), _mm256_abs_epi8(o[g]));
+        }
+        memcpy(s + 512, dw, 32);
+    }
+}
+static inline __attribute__((always_inline)) void
+pyl_r8_gemm8_nt(const int t, const int NT, int nb, const uint8_t *sp, const pyl_arow *X, float *out,
+                int64_t os) {
+    const int I16 = t != PYL_IQ4_NL;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4];
+    for (int j = 0; j < NT; j++) acc[j] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *s = sp + (int64_t)PYL_R8_BLK * b;
+        __m256i si[4];
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            const __m256i w = _mm256_loadu_si256((const __m256i *)(s + 32 * g));
+            const __m256i aw = _mm256_loadu_si256((const __m256i *)(s + 256 + 32 * g));
+            for (int j = 0; j < NT; j++) {
+                int32_t y4;
+                memcpy(&y4, X[j].q + 32 * b + 4 * g, 4);
+                const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(y4), w));
+                if (I16) si[j] = g == 0 ? p : _mm256_add_epi16(si[j], p);
+                else {
+                    const __m256i p32 = _mm256_madd_epi16(p, ones);
+                    si[j] = g == 0 ? p32 : _mm256_add_epi32(si[j], p32);
+                }
+            }
+        }
+        const __m256 dw = _mm256_loadu_ps((const float *)(s + 512));
+        for (int j = 0; j < NT; j++) {
+            const __m256i I = I16 ? _mm256_madd_epi16(si[j], ones) : si[j];
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(dw, _mm256_set1_ps(X[j].d[b])), acc[j]);
+        }
+    }
+    for (int j = 0; j < NT; j++) _mm256_storeu_ps(out + j * os, acc[j]);
+}
+static inline __attribute__((always_inline)) void
+pyl_r8_gemm8(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nb, const pyl_acts *A,
+             int64_t n, uint8_t *sp, float *out, int64_t os) {
+    pyl_r8_pack8(t, wsrc + r0 * wstride, wstride, nb, sp);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const pyl_arow X[4] = {pyl_act_row(A, i), pyl_act_row(A, i + 1), pyl_act_row(A, i + 2), pyl_act_row(A, i + 3)};
+        pyl_r8_gemm8_nt(t, 4, nb, sp, X, out + i * os + r0, os);
+    }
+    for (; i < n; i++) {
+        const pyl_arow X[1] = {pyl_act_row(A, i)};
+        pyl_r8_gemm8_nt(t, 1, nb, sp, X, out + i * os + r0, os);
+    }
+}
+#endif
+
 #if PYL_VNNI
 /* [sum a_i lanes] of 8 int32x8 vectors: lane i = the sum of vector i */
 static inline __m256i pyl_hsum8x8_i32(const __m256i *p) {
@@ -1722,9 +1821,20 @@ pyl_r8_g8(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr,
  * values, acc = fma((float)I, d_w * d_x, acc) in block order.  Each block is decoded once per
  * weight row and dotted with every token. */
 static void pyl_rowtile_r8(int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int k,
-                           const pyl_acts *A, int64_t n, float *out, int64_t os) {
+                           const pyl_acts *A, int64_t n, uint8_t *scratch, float *out, int64_t os) {
     const int bb = pyl_block_bytes(t), nb = k / 32;
     enum { G = 8 };
+#if PYL_AVX2 && !PYL_VNNI
+    if (nr == 8 && n >= PYL_R8_GEMM_MIN) {   /* an 8-row tile (pyl_tile_rows) */
+        PYL_R8_BY_TYPE(pyl_r8_gemm8, wsrc, wstride, r0, nb, A, n, scratch, out, os)
+        return;
+    }
+#endif
+    if (nr > PYL_R) {   /* 4 rows at a time below */
+        pyl_rowtile_r8(t, wsrc, wstride, r0, PYL_R, k, A, n, scratch, out, os);
+        pyl_rowtile_r8(t, wsrc, wstride, r0 + PYL_R, nr - PYL_R, k, A, n, scratch, out, os);
+        return;
+    }
 #if PYL_AVX2
     /* tokens from tstart: VNNI: n % 8 after the 8-token groups; AVX2: under 8 tokens, all of them */
     const int64_t tstart = PYL_VNNI ? n & ~(int64_t)(G - 1) : n < G ? 0 : n;
@@ -1916,8 +2026,24 @@ static void pyl_rowtile_v2(int t, const uint8_t *wsrc, int64_t wstride, int64_t 
 }
 
 /* ---------------------------------------------------------------- one row tile ----------- */
+/* weight rows per tile for kernel type t and n activation rows: 8 for the repacked types'
+ * 8-row gemm (AVX2 without VNNI, from PYL_R8_GEMM_MIN tokens), else PYL_R.  Which rows share a
+ * tile never changes a result. */
+static inline int pyl_tile_rows(int t, int64_t n) {
+#if PYL_AVX2 && !PYL_VNNI
+    if ((t & PYL_R8) && n >= PYL_R8_GEMM_MIN) return 8;
+#endif
+    (void)t; (void)n;
+    return PYL_R;
+}
+/* per-thread scratch bytes for rows of length k */
+static inline int64_t pyl_scratch_bytes(int k) {
+    const int64_t a = PYL_R * PYL_ROWB(k), b = (int64_t)(k / 32) * 544 + 64;
+    return a > b ? a : b;
+}
 /* rows r0..r0+nr of W (row stride wstride bytes) times all n activation rows; out[t, r] with
- * row stride os.  scratch: PYL_R * PYL_ROWB(k) bytes, private to the calling thread. */
+ * row stride os; nr <= pyl_tile_rows(t, n).  scratch: pyl_scratch_bytes(k) bytes, private to
+ * the calling thread. */
 static inline void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr,
                                int k, const pyl_acts *A, int64_t n, uint8_t *scratch,
                                float *out, int64_t os) {
@@ -1925,7 +2051,7 @@ static inline void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int6
     pyl_arow X[PYL_T > PYL_DIRECT_MAX_A ? PYL_T : PYL_DIRECT_MAX_A];
     pyl_full_fn full[PYL_T];
     pyl_part_fn part;
-    if (t & PYL_R8) { pyl_rowtile_r8(t & 255, wsrc, wstride, r0, nr, k, A, n, out, os); return; }
+    if (t & PYL_R8) { pyl_rowtile_r8(t & 255, wsrc, wstride, r0, nr, k, A, n, scratch, out, os); return; }
     if (t & PYL_V2) { pyl_rowtile_v2(t & 255, wsrc, wstride, r0, nr, k, A, n, out, os); return; }
     if (t == PYL_TQ1_0 || t == PYL_TQ2_0) { pyl_rowtile_tq(t, wsrc, wstride, r0, nr, k, A, n, out, os); return; }
     const int fam = pyl_family(t);
