@@ -1727,6 +1727,7 @@ pyl_r8_gemm8_nt(const int t, const int NT, int nb, const uint8_t *sp, const pyl_
                     const __m256i p32 = _mm256_madd_epi16(p, ones);
                     si[j] = g == 0 ? p32 : _mm256_add_epi32(si[j], p32);
                 }
+                __asm__("" : "+x"(si[j]));   /* keep gcc from computing all products first and spilling them */
             }
         }
         const __m256 dw = _mm256_loadu_ps((const float *)(s + 512));
