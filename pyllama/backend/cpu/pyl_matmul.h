@@ -1668,6 +1668,30 @@ pyl_r8_few(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr
 #define PYL_R8_GEMM_MIN 4
 #endif
 enum { PYL_R8_BLK = 8 * 32 * 2 + 32 }; /* scratch bytes per block: w, |w|, 8 scales */
+/* 32 values of each of 8 rows (v[l]: row l) -> s[32 g .. 32 g + 31] lane l = row l's values
+ * 4g..4g+3 (an 8x8 transpose of 32-bit units), s[256 + ...] the same as |w| */
+static inline __attribute__((always_inline)) void pyl_tr8x32_store(const __m256i *v, uint8_t *s) {
+    __m256i a[8], c[8];
+    for (int i = 0; i < 4; i++) {
+        a[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);       /* units 0 1 | 4 5 of 2 rows */
+        a[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);   /* units 2 3 | 6 7 */
+    }
+    for (int h = 0; h < 2; h++) {   /* rows 4h..4h+3 */
+        const __m256i *q = a + 4 * h;
+        c[4 * h + 0] = _mm256_unpacklo_epi64(q[0], q[2]);   /* unit 0 | 4 */
+        c[4 * h + 1] = _mm256_unpackhi_epi64(q[0], q[2]);   /* unit 1 | 5 */
+        c[4 * h + 2] = _mm256_unpacklo_epi64(q[1], q[3]);   /* unit 2 | 6 */
+        c[4 * h + 3] = _mm256_unpackhi_epi64(q[1], q[3]);   /* unit 3 | 7 */
+    }
+    for (int g = 0; g < 4; g++) {
+        const __m256i lo = _mm256_permute2x128_si256(c[g], c[4 + g], 0x20);
+        const __m256i hi = _mm256_permute2x128_si256(c[g], c[4 + g], 0x31);
+        _mm256_storeu_si256((__m256i *)(s + 32 * g), lo);
+        _mm256_storeu_si256((__m256i *)(s + 32 * (g + 4)), hi);
+        _mm256_storeu_si256((__m256i *)(s + 256 + 32 * g), _mm256_abs_epi8(lo));
+        _mm256_storeu_si256((__m256i *)(s + 256 + 32 * (g + 4)), _mm256_abs_epi8(hi));
+    }
+}
 static inline __attribute__((always_inline)) void
 pyl_r8_pack8(const int t, const uint8_t *x0, int64_t wstride, int nb, uint8_t *sp) {
     const int bb = pyl_block_bytes(t);
@@ -1679,28 +1703,8 @@ pyl_r8_pack8(const int t, const uint8_t *x0, int64_t wstride, int nb, uint8_t *s
             v[l] = pyl_dec32_avx2(t, x);
             dw[l] = *pyl_scaleA_ref(t, x);
         }
-        /* 8x8 transpose of 32-bit units: o[g] lane l = unit g of v[l] */
-        __m256i a[8], c[8], o[8];
-        for (int i = 0; i < 4; i++) {
-            a[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);       /* l0 l1 l0 l1 (units 0 1 | 4 5) */
-            a[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);   /* units 2 3 | 6 7 */
-        }
-        for (int h = 0; h < 2; h++) {   /* rows 4h..4h+3 */
-            const __m256i *q = a + 4 * h;
-            c[4 * h + 0] = _mm256_unpacklo_epi64(q[0], q[2]);   /* unit 0 | 4 */
-            c[4 * h + 1] = _mm256_unpackhi_epi64(q[0], q[2]);   /* unit 1 | 5 */
-            c[4 * h + 2] = _mm256_unpacklo_epi64(q[1], q[3]);   /* unit 2 | 6 */
-            c[4 * h + 3] = _mm256_unpackhi_epi64(q[1], q[3]);   /* unit 3 | 7 */
-        }
-        for (int g = 0; g < 4; g++) {
-            o[g] = _mm256_permute2x128_si256(c[g], c[4 + g], 0x20);
-            o[g + 4] = _mm256_permute2x128_si256(c[g], c[4 + g], 0x31);
-        }
         uint8_t *s = sp + (int64_t)PYL_R8_BLK * b;
-        for (int g = 0; g < 8; g++) {
-            _mm256_storeu_si256((__m256i *)(s + 32 * g), o[g]);
-            _mm256_storeu_si256((__m256i *)(s + 256 + 32 * g), _mm256_abs_epi8(o[g]));
-        }
+        pyl_tr8x32_store(v, s);
         memcpy(s + 512, dw, 32);
     }
 }
@@ -1750,6 +1754,85 @@ pyl_r8_gemm8(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int 
     for (; i < n; i++) {
         const pyl_arow X[1] = {pyl_act_row(A, i)};
         pyl_r8_gemm8_nt(t, 1, nb, sp, X, out + i * os + r0, os);
+    }
+}
+
+/* IQ4_XS, 8 rows r0..r0+7 times every token (AVX2 without VNNI, from PYL_R8_GEMM_MIN tokens):
+ * the same interleaved layout per 32-element sub-block ib (values kvalues_iq4nl, as w and |w|),
+ * plus per sub-block the 8 rows' integer scales ls - 32 (an int16 pair per lane) and per
+ * super-block the 8 rows' d; per token and super-block lane l = S of row l = sum over ib of
+ * madd(maddubs(|w|, sign(y, w)), scale) (exact: |S| < 2^28), then res = d * (float)S,
+ * acc = fma(res, d_y, acc): the tiled kernel's operations (pyl_k_sb mode 2). */
+enum { PYL_XS_SB = 8 * (8 * 32 * 2 + 32) + 32 }; /* per super-block: 8 x (w, |w|, scales), d */
+static inline void pyl_xs_pack8(const uint8_t *x0, int64_t wstride, int nsb, uint8_t *sp) {
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pyl_kvalues_iq4nl));
+    for (int b = 0; b < nsb; b++) {
+        uint8_t *s = sp + (int64_t)PYL_XS_SB * b;
+        int32_t sc[8][8];
+        float dw[8];
+        for (int l = 0; l < 8; l++) {
+            const uint8_t *x = x0 + l * wstride + (int64_t)136 * b;
+            uint16_t sh;
+            memcpy(&sh, x + 2, 2);
+            dw[l] = pyl_rd_f16(x);
+            for (int ib = 0; ib < 8; ib++) {
+                const int ls = ((x[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4);
+                const uint32_t v = (uint16_t)(int16_t)(ls - 32);
+                sc[ib][l] = (int32_t)(v | v << 16);
+            }
+        }
+        for (int ib = 0; ib < 8; ib++) {
+            __m256i v[8];
+            for (int l = 0; l < 8; l++)
+                v[l] = _mm256_shuffle_epi8(lut, pyl_nib32(x0 + l * wstride + (int64_t)136 * b + 8 + 16 * ib));
+            uint8_t *si = s + (int64_t)PYL_R8_BLK * ib;
+            pyl_tr8x32_store(v, si);
+            memcpy(si + 512, sc[ib], 32);
+        }
+        memcpy(s + 8 * PYL_R8_BLK, dw, 32);
+    }
+}
+static inline __attribute__((always_inline)) void
+pyl_xs_gemm8_nt(const int NT, int nsb, const uint8_t *sp, const pyl_arow *X, float *out, int64_t os) {
+    __m256 acc[4];
+    for (int j = 0; j < NT; j++) acc[j] = _mm256_setzero_ps();
+    for (int b = 0; b < nsb; b++) {
+        const uint8_t *s = sp + (int64_t)PYL_XS_SB * b;
+        __m256i S[4];
+        for (int ib = 0; ib < 8; ib++) {
+            const uint8_t *si = s + (int64_t)PYL_R8_BLK * ib;
+            const __m256i sc = _mm256_loadu_si256((const __m256i *)(si + 512));
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(si + 32 * g));
+                const __m256i aw = _mm256_loadu_si256((const __m256i *)(si + 256 + 32 * g));
+                for (int j = 0; j < NT; j++) {
+                    int32_t y4;
+                    memcpy(&y4, X[j].q + 256 * b + 32 * ib + 4 * g, 4);
+                    const __m256i p = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(y4), w)), sc);
+                    S[j] = ib == 0 && g == 0 ? p : _mm256_add_epi32(S[j], p);
+                    __asm__("" : "+x"(S[j]));
+                }
+            }
+        }
+        const __m256 dw = _mm256_loadu_ps((const float *)(s + 8 * PYL_R8_BLK));
+        for (int j = 0; j < NT; j++)
+            acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_cvtepi32_ps(S[j])), _mm256_set1_ps(X[j].d[b]), acc[j]);
+    }
+    for (int j = 0; j < NT; j++) _mm256_storeu_ps(out + j * os, acc[j]);
+}
+static void pyl_xs_gemm8(const uint8_t *wsrc, int64_t wstride, int64_t r0, int nsb, const pyl_acts *A,
+                         int64_t n, uint8_t *sp, float *out, int64_t os) {
+    pyl_xs_pack8(wsrc + r0 * wstride, wstride, nsb, sp);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const pyl_arow X[4] = {pyl_act_row(A, i), pyl_act_row(A, i + 1), pyl_act_row(A, i + 2), pyl_act_row(A, i + 3)};
+        pyl_xs_gemm8_nt(4, nsb, sp, X, out + i * os + r0, os);
+    }
+    for (; i < n; i++) {
+        const pyl_arow X[1] = {pyl_act_row(A, i)};
+        pyl_xs_gemm8_nt(1, nsb, sp, X, out + i * os + r0, os);
     }
 }
 #endif
@@ -2032,14 +2115,14 @@ static void pyl_rowtile_v2(int t, const uint8_t *wsrc, int64_t wstride, int64_t 
  * tile never changes a result. */
 static inline int pyl_tile_rows(int t, int64_t n) {
 #if PYL_AVX2 && !PYL_VNNI
-    if ((t & PYL_R8) && n >= PYL_R8_GEMM_MIN) return 8;
+    if (((t & PYL_R8) || t == PYL_IQ4_XS) && n >= PYL_R8_GEMM_MIN) return 8;
 #endif
     (void)t; (void)n;
     return PYL_R;
 }
 /* per-thread scratch bytes for rows of length k */
 static inline int64_t pyl_scratch_bytes(int k) {
-    const int64_t a = PYL_R * PYL_ROWB(k), b = (int64_t)(k / 32) * 544 + 64;
+    const int64_t a = PYL_R * PYL_ROWB(k), b = (int64_t)(k / 32) * 544 + (int64_t)(k / 256) * 32 + 64;
     return a > b ? a : b;
 }
 /* rows r0..r0+nr of W (row stride wstride bytes) times all n activation rows; out[t, r] with
@@ -2055,6 +2138,17 @@ static inline void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int6
     if (t & PYL_R8) { pyl_rowtile_r8(t & 255, wsrc, wstride, r0, nr, k, A, n, scratch, out, os); return; }
     if (t & PYL_V2) { pyl_rowtile_v2(t & 255, wsrc, wstride, r0, nr, k, A, n, out, os); return; }
     if (t == PYL_TQ1_0 || t == PYL_TQ2_0) { pyl_rowtile_tq(t, wsrc, wstride, r0, nr, k, A, n, out, os); return; }
+#if PYL_AVX2 && !PYL_VNNI
+    if (t == PYL_IQ4_XS && nr == 8 && n >= PYL_R8_GEMM_MIN) {   /* an 8-row tile (pyl_tile_rows) */
+        pyl_xs_gemm8(wsrc, wstride, r0, k / 256, A, n, scratch, out, os);
+        return;
+    }
+#endif
+    if (nr > PYL_R) {   /* the last tile of an 8-row tiling: 4 rows at a time */
+        pyl_rowtile(t, wsrc, wstride, r0, PYL_R, k, A, n, scratch, out, os);
+        pyl_rowtile(t, wsrc, wstride, r0 + PYL_R, nr - PYL_R, k, A, n, scratch, out, os);
+        return;
+    }
     const int fam = pyl_family(t);
 #if PYL_AVX2
     if (fam != 2 && n <= (fam == 0 ? PYL_DIRECT_MAX_A : PYL_DIRECT_MAX_K)) {
