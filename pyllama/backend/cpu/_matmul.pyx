@@ -39,6 +39,9 @@ cdef extern from "pyl_matmul.h" nogil:
     void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nr, int k,
                      const pyl_acts *A, int64_t n, uint8_t *scratch, float *out, int64_t os)
     int pyl_tile_rows(int t, int64_t n)
+    int PYL_HAVE_RP
+    int PYL_RP
+    void pyl_r8_repack(int t, const uint8_t *src, int64_t rows, int64_t rb, uint8_t *dst)
     int64_t pyl_scratch_bytes(int k)
     void pyl_dequant_row(int t, const uint8_t *src, int k, uint8_t *scratch, float *y)
     void pyl_init_tables()
@@ -58,6 +61,8 @@ def set_parallel_min_bytes(int64_t n):
 TILE_ROWS = PYL_R
 TILE_TOKENS = PYL_T
 HAVE_AVX2 = bool(PYL_AVX2)
+HAVE_R8_REPACK = bool(PYL_HAVE_RP)   # kernel type | RP: pyl_r8_repack's copy of an R8 weight
+RP = PYL_RP
 ACT_Q8_0 = PYL_ACT_Q8_0
 ACT_Q8_K = PYL_ACT_Q8_K
 ACT_Q8_K4 = PYL_ACT_Q8_K4
@@ -267,6 +272,15 @@ def matmul_plan(int wtype, const uint8_t[:, ::1] w, const float[:, ::1] x, float
         _quantize(pyl_act_kind(wtype), &x[0, 0], x.shape[1], x.shape[0], k, &p.B, nth)
         _tiles(wtype, &w[0, 0], w.strides[0], w.shape[0], k, &A, out.shape[0], &out[0, 0],
                out.strides[0] // 4, p.sp, p.ss, nth)
+
+
+def repack_r8(int wtype, const uint8_t[:, ::1] w, uint8_t[:, ::1] out):
+    """out = the 8-row interleaved copy of w (Q4_0 / IQ4_NL / MXFP4 rows, rows % 8 == 0) that
+    kernel type wtype | R8 | RP reads (pyl_matmul.h pyl_r8_repack)."""
+    if out.shape[0] != w.shape[0] or out.shape[1] != w.shape[1] or w.shape[0] % 8:
+        raise ValueError("repack_r8: out must match w, rows % 8 == 0")
+    with nogil:
+        pyl_r8_repack(wtype, &w[0, 0], w.shape[0], w.shape[1], &out[0, 0])
 
 
 def dequant_rows(int wtype, const uint8_t[:, ::1] w, int k, const int64_t[::1] ids,

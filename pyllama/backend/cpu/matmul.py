@@ -108,11 +108,11 @@ def _raw2d(w) -> tuple[np.ndarray, int]:
     return raw, raw.shape[1] // bb * be
 
 
-_WEIGHTS: dict = {}  # id(w) -> (w, w.raw, raw [rows, row_bytes], k, type id, activation kind)
+_WEIGHTS: dict = {}  # id(w) -> (w, w.raw, kernel bytes, k, kernel type, activation kind, raw [rows, row_bytes])
 # llama.cpp's CPU backend repacks these on AVX2 when rows % 8 == 0 (ggml-cpu/repack.cpp,
 # ggml_repack_get_optimal_repack_type) and multiplies them with ggml_gemm/gemv_*_8x8_q8_0
 _REPACKED_8X8 = frozenset({GGMLType.Q4_0, GGMLType.IQ4_NL, GGMLType.MXFP4})
-R8, V2, KT = 256, 512, 1024      # pyl_matmul.h PYL_R8, PYL_V2, PYL_KT
+R8, V2, KT, RP = 256, 512, 1024, 2048      # pyl_matmul.h PYL_R8, PYL_V2, PYL_KT, PYL_RP
 
 
 def kernel_type(wtype, rows: int) -> int:
@@ -134,7 +134,14 @@ def _weight(w) -> tuple:
             _WEIGHTS.clear()
         raw, k = _raw2d(w)
         kt = kernel_type(w.type, raw.shape[0])
-        e = _WEIGHTS[id(w)] = (w, w.raw, raw, k, kt, _matmul.act_kind(kt))
+        kraw = raw
+        if kt & R8 and _matmul.HAVE_R8_REPACK:
+            # as llama.cpp's CPU backend: the 8-row interleaved copy its kernels read (made
+            # once, at the weight's first matmul); get_rows and the MoE path keep w.raw
+            kraw = np.empty_like(raw)
+            _matmul.repack_r8(kt & 255, raw, kraw)
+            kt |= RP
+        e = _WEIGHTS[id(w)] = (w, w.raw, kraw, k, kt, _matmul.act_kind(kt), raw)
     return e
 
 
@@ -142,9 +149,9 @@ def matmul(w, x: np.ndarray, out: np.ndarray | None = None, ktype: int | None = 
     """y [..., rows] = x [..., k] @ W[rows, k]^T (x float32, any leading shape; out: float32 of
     that shape, or a [n, >= rows] view with contiguous rows, e.g. a column slice). ktype: a
     kernel type id instead of kernel_type's (e.g. type | V2: llama.cpp's one-row vec_dot)."""
-    _, _, raw, k, wtype, kind = _weight(w)
+    _, _, raw, k, wtype, kind, plain = _weight(w)
     if ktype is not None:
-        wtype = ktype
+        wtype, raw = ktype, plain
     x2 = x if (x.dtype == np.float32 and x.flags.c_contiguous) else \
         np.ascontiguousarray(x, dtype=np.float32)
     if x2.ndim != 2:

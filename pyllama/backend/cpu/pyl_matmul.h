@@ -24,6 +24,10 @@
  * - where the CPU has them, VNNI (dpbusd) gives the 32-block integer lanes and AVX-512 runs the
  *   32-block tile on 4 tokens in 2 token pairs per register: the same exact integers and the
  *   same float operations per 8-lane half, so the same bits as the AVX2 build.
+ * - AVX2 without VNNI: the repacked 8x8 types (| PYL_R8) read an 8-row interleaved copy of the
+ *   weight (| PYL_RP, pyl_r8_repack: lane = row, as llama.cpp's block_*x8) and IQ4_XS from 4
+ *   tokens takes 8-row tiles of the same layout (pyl_tile_rows): one exact integer per block
+ *   and row with no horizontal sums, then each row's own fma chain.
  * A portable scalar path (no __AVX2__) keeps the same structure with one scalar accumulator
  * (tiles only); its results are self-consistent but not bit-equal to the AVX2 build's.
  */
@@ -65,6 +69,10 @@ enum {
  * (mode 3 below) on plain q8_K activations */
 #define PYL_KT 1024
 #define PYL_Q4_KT (PYL_Q4_K | PYL_KT)
+/* a PYL_R8 kernel type | PYL_RP: the weight bytes are pyl_r8_repack's copy (8-row groups
+ * interleaved as llama.cpp's block_*x8; AVX2 builds without VNNI, see PYL_HAVE_RP) instead of
+ * the GGUF rows; the same arithmetic */
+#define PYL_RP 2048
 /* activation kinds (the vec_dot type) */
 enum { PYL_ACT_Q8_0 = 0, PYL_ACT_Q8_K = 1, PYL_ACT_F16 = 2, PYL_ACT_BF16 = 3, PYL_ACT_F32 = 4,
        PYL_ACT_Q8_K4 = 5 /* q8_K values by the 4x8 repack rule (Q4_K) */ };
@@ -1426,6 +1434,42 @@ PYL_DIRECT_K(IQ3_S)
 PYL_DIRECT_K(IQ1_S)
 PYL_DIRECT_K(IQ1_M)
 PYL_DIRECT_K(IQ4_XS)
+/* IQ4_XS, one token: pyl_dotK_direct1's operations with the super-block decoded in registers
+ * (per 32-element sub-block madd(maddubs(|w|, sign(y, w)), scale) into 8 int32 lanes, S = their
+ * exact sum, res = d * (float)S, acc = fma(res, d_y, acc)) */
+static inline __attribute__((always_inline)) float
+pyl_xs_dot1(const uint8_t *row, int nsb, const pyl_arow *a) {
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pyl_kvalues_iq4nl));
+    __m128 acc = _mm_setzero_ps();
+    for (int b = 0; b < nsb; b++) {
+        const uint8_t *x = row + (int64_t)136 * b;
+        _mm_prefetch((const char *)x + PYL_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + PYL_PREFETCH + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + PYL_PREFETCH + 128, _MM_HINT_T0);
+        uint16_t sh;
+        memcpy(&sh, x + 2, 2);
+        const int8_t *y = a->q + 256 * b;
+        __m256i S = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = ((x[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4);
+            const __m256i w = _mm256_shuffle_epi8(lut, pyl_nib32(x + 8 + 16 * ib));
+            const __m256i yv = _mm256_loadu_si256((const __m256i *)(y + 32 * ib));
+            S = _mm256_add_epi32(S, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(yv, w)),
+                                                      _mm256_set1_epi16((int16_t)(ls - 32))));
+        }
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(S), _mm256_extracti128_si256(S, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        acc = _mm_fmadd_ss(_mm_mul_ss(_mm_set_ss(pyl_rd_f16(x)), _mm_cvtepi32_ps(s4)), _mm_set_ss(a->d[b]), acc);
+    }
+    return _mm_cvtss_f32(acc);
+}
+static void pyl_direct_IQ4_XS_1(const uint8_t *w, int64_t ws, int nr, int nb, const pyl_arow *X,
+                                int nt, float *o, int64_t os) {
+    if (nt != 1) { pyl_direct_IQ4_XS(w, ws, nr, nb, X, nt, o, os); return; }
+    for (int r = 0; r < nr; r++) o[r] = pyl_xs_dot1(w + r * ws, nb, X);
+}
 PYL_DIRECT_K(TQ1_0)
 PYL_DIRECT_K(TQ2_0)
 
@@ -1442,7 +1486,7 @@ static inline pyl_direct_fn pyl_direct_for(int t) {
     case PYL_IQ2_XXS: return pyl_direct_IQ2_XXS; case PYL_IQ2_XS: return pyl_direct_IQ2_XS;
     case PYL_IQ2_S: return pyl_direct_IQ2_S; case PYL_IQ3_XXS: return pyl_direct_IQ3_XXS;
     case PYL_IQ3_S: return pyl_direct_IQ3_S; case PYL_IQ1_S: return pyl_direct_IQ1_S;
-    case PYL_IQ1_M: return pyl_direct_IQ1_M; case PYL_IQ4_XS: return pyl_direct_IQ4_XS;
+    case PYL_IQ1_M: return pyl_direct_IQ1_M; case PYL_IQ4_XS: return pyl_direct_IQ4_XS_1;
     case PYL_TQ1_0: return pyl_direct_TQ1_0; case PYL_TQ2_0: return pyl_direct_TQ2_0;
     default: return 0;
     }
@@ -1754,6 +1798,143 @@ pyl_r8_gemm8(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int 
     for (; i < n; i++) {
         const pyl_arow X[1] = {pyl_act_row(A, i)};
         pyl_r8_gemm8_nt(t, 1, nb, sp, X, out + i * os + r0, os);
+    }
+}
+
+/* ---- R8 weights repacked (kernel type | PYL_R8 | PYL_RP): per group of 8 rows and per block b,
+ * 8 * block bytes: the 8 rows' scales (f16 d, or MXFP4's E8M0 byte), then 4 vectors of 32 bytes,
+ * vector v lane l (4 bytes) = row l's qs[4v..4v+3] (low nibbles: elements 4v..4v+3, high: 16+4v..):
+ * the groups of 4 elements come out of a load and a mask / shift with lane = row, so neither the
+ * mat-vec nor the gemm needs horizontal sums or a transpose (the role of llama.cpp's repack). */
+#define PYL_HAVE_RP 1
+static void pyl_r8_repack(int t, const uint8_t *src, int64_t rows, int64_t rb, uint8_t *dst) {
+    const int bb = pyl_block_bytes(t), hs = t == PYL_MXFP4 ? 1 : 2;
+    const int nb = (int)(rb / bb);
+    for (int64_t g0 = 0; g0 + 8 <= rows; g0 += 8) {
+        const uint8_t *sg = src + g0 * rb;
+        uint8_t *dg = dst + g0 * rb;
+        for (int b = 0; b < nb; b++) {
+            uint8_t *o = dg + (int64_t)8 * bb * b;
+            for (int l = 0; l < 8; l++) {
+                const uint8_t *x = sg + l * rb + (int64_t)bb * b;
+                memcpy(o + hs * l, x, hs);
+                for (int v = 0; v < 4; v++) memcpy(o + 8 * hs + 32 * v + 4 * l, x + hs + 4 * v, 4);
+            }
+        }
+    }
+}
+/* the 8 rows' block scales of a repacked block */
+static inline __attribute__((always_inline)) __m256 pyl_rp_scales(const int t, const uint8_t *o) {
+    if (t == PYL_MXFP4)
+        return _mm256_set_ps(pyl_e8m0h_table[o[7]], pyl_e8m0h_table[o[6]], pyl_e8m0h_table[o[5]], pyl_e8m0h_table[o[4]],
+                             pyl_e8m0h_table[o[3]], pyl_e8m0h_table[o[2]], pyl_e8m0h_table[o[1]], pyl_e8m0h_table[o[0]]);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)o));   /* exact, as the f16 table */
+}
+/* the 8 groups of a repacked block: nibbles (u[g], lane = row, elements 4g..4g+3) */
+static inline __attribute__((always_inline)) void pyl_rp_nibs(const uint8_t *q, __m256i *u) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int v = 0; v < 4; v++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(q + 32 * v));
+        u[v] = _mm256_and_si256(x, m4);
+        u[v + 4] = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+    }
+}
+/* 8 * sum(y) of a 32-block, in every lane (Q4_0's nibble offset: I = sum(nib * y) - 8 sum(y)) */
+static inline __attribute__((always_inline)) __m256i pyl_bias8(const int8_t *y) {
+    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8),
+                                        _mm256_loadu_si256((const __m256i *)y)), _mm256_set1_epi16(1));
+    __m256i h = _mm256_hadd_epi32(s, s);
+    h = _mm256_hadd_epi32(h, h);
+    return _mm256_add_epi32(h, _mm256_permute2x128_si256(h, h, 0x01));
+}
+/* one group of 8 repacked rows times NT (1..3) tokens: per block and token lane l = the exact
+ * integer dot I of row l (Q4_0: maddubs(nibble, y) summed over the 8 groups in int16, |sum| <=
+ * 8 * 2 * 15 * 127 < 2^15, madd, minus 8 sum(y); MXFP4: maddubs(|w|, sign(y, w)) the same way;
+ * IQ4_NL: madd per group), then acc = fma((float)I, d_w * d_x, acc): the gemv's operations. */
+static inline __attribute__((always_inline)) void
+pyl_rp_few_nt(const int t, const int NT, const uint8_t *grp, int nb, const pyl_arow *X, float *out, int64_t os) {
+    const int bb = pyl_block_bytes(t), hs = t == PYL_MXFP4 ? 1 : 2;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+        (const __m128i *)(t == PYL_MXFP4 ? pyl_kvalues_fp4 : pyl_kvalues_iq4nl)));
+    __m256 acc[3];
+    for (int j = 0; j < NT; j++) acc[j] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *o = grp + (int64_t)8 * bb * b;
+        _mm_prefetch((const char *)o + PYL_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)o + PYL_PREFETCH + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)o + PYL_PREFETCH + 128, _MM_HINT_T0);
+        __m256i u[8];
+        pyl_rp_nibs(o + 8 * hs, u);
+        if (t != PYL_Q4_0)
+            for (int g = 0; g < 8; g++) u[g] = _mm256_shuffle_epi8(lut, u[g]);
+        const __m256 dw = pyl_rp_scales(t, o);
+        for (int j = 0; j < NT; j++) {
+            const int8_t *yb = X[j].q + 32 * b;
+            __m256i si = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                int32_t y4;
+                memcpy(&y4, yb + 4 * g, 4);
+                const __m256i y = _mm256_set1_epi32(y4);
+                if (t == PYL_Q4_0) si = _mm256_add_epi16(si, _mm256_maddubs_epi16(u[g], y));
+                else if (t == PYL_MXFP4)
+                    si = _mm256_add_epi16(si, _mm256_maddubs_epi16(_mm256_abs_epi8(u[g]), _mm256_sign_epi8(y, u[g])));
+                else
+                    si = _mm256_add_epi32(si, _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(_mm256_abs_epi8(u[g]), _mm256_sign_epi8(y, u[g])), ones));
+                __asm__("" : "+x"(si));
+            }
+            __m256i I = t == PYL_IQ4_NL ? si : _mm256_madd_epi16(si, ones);
+            if (t == PYL_Q4_0) I = _mm256_sub_epi32(I, pyl_bias8(yb));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(dw, _mm256_set1_ps(X[j].d[b])), acc[j]);
+        }
+    }
+    for (int j = 0; j < NT; j++) _mm256_storeu_ps(out + j * os, acc[j]);
+}
+/* a repacked group -> the gemm's scratch layout (pyl_r8_pack8's) */
+static inline __attribute__((always_inline)) void
+pyl_rp_pack8(const int t, const uint8_t *grp, int nb, uint8_t *sp) {
+    const int bb = pyl_block_bytes(t), hs = t == PYL_MXFP4 ? 1 : 2;
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+        (const __m128i *)(t == PYL_MXFP4 ? pyl_kvalues_fp4 : pyl_kvalues_iq4nl)));
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *o = grp + (int64_t)8 * bb * b;
+        uint8_t *s = sp + (int64_t)PYL_R8_BLK * b;
+        __m256i u[8];
+        pyl_rp_nibs(o + 8 * hs, u);
+        for (int g = 0; g < 8; g++) {
+            const __m256i w = t == PYL_Q4_0 ? _mm256_sub_epi8(u[g], _mm256_set1_epi8(8)) : _mm256_shuffle_epi8(lut, u[g]);
+            _mm256_storeu_si256((__m256i *)(s + 32 * g), w);
+            _mm256_storeu_si256((__m256i *)(s + 256 + 32 * g), _mm256_abs_epi8(w));
+        }
+        _mm256_storeu_ps((float *)(s + 512), pyl_rp_scales(t, o));
+    }
+}
+static inline __attribute__((always_inline)) void
+pyl_rp_tile(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nb, const pyl_acts *A,
+            int64_t n, uint8_t *sp, float *out, int64_t os) {
+    const uint8_t *grp = wsrc + r0 * wstride;
+    int64_t i = 0;
+    if (n >= PYL_R8_GEMM_MIN) {
+        pyl_rp_pack8(t, grp, nb, sp);
+        for (; i + 4 <= n; i += 4) {
+            const pyl_arow X[4] = {pyl_act_row(A, i), pyl_act_row(A, i + 1), pyl_act_row(A, i + 2), pyl_act_row(A, i + 3)};
+            pyl_r8_gemm8_nt(t, 4, nb, sp, X, out + i * os + r0, os);
+        }
+        for (; i < n; i++) {
+            const pyl_arow X[1] = {pyl_act_row(A, i)};
+            pyl_r8_gemm8_nt(t, 1, nb, sp, X, out + i * os + r0, os);
+        }
+        return;
+    }
+    for (; i + 2 <= n; i += 2) {
+        const pyl_arow X[2] = {pyl_act_row(A, i), pyl_act_row(A, i + 1)};
+        pyl_rp_few_nt(t, 2, grp, nb, X, out + i * os + r0, os);
+    }
+    if (i < n) {
+        const pyl_arow X[1] = {pyl_act_row(A, i)};
+        pyl_rp_few_nt(t, 1, grp, nb, X, out + i * os + r0, os);
     }
 }
 
@@ -2109,12 +2290,20 @@ static void pyl_rowtile_v2(int t, const uint8_t *wsrc, int64_t wstride, int64_t 
     }
 }
 
+#ifndef PYL_HAVE_RP   /* no repacked kernels in this build: matmul.py never asks for them */
+#define PYL_HAVE_RP 0
+static void pyl_r8_repack(int t, const uint8_t *src, int64_t rows, int64_t rb, uint8_t *dst) {
+    (void)t; memcpy(dst, src, (size_t)(rows * rb));
+}
+#endif
+
 /* ---------------------------------------------------------------- one row tile ----------- */
 /* weight rows per tile for kernel type t and n activation rows: 8 for the repacked types'
  * 8-row gemm (AVX2 without VNNI, from PYL_R8_GEMM_MIN tokens), else PYL_R.  Which rows share a
  * tile never changes a result. */
 static inline int pyl_tile_rows(int t, int64_t n) {
 #if PYL_AVX2 && !PYL_VNNI
+    if (t & PYL_RP) return 8;
     if (((t & PYL_R8) || t == PYL_IQ4_XS) && n >= PYL_R8_GEMM_MIN) return 8;
 #endif
     (void)t; (void)n;
@@ -2135,6 +2324,16 @@ static inline void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int6
     pyl_arow X[PYL_T > PYL_DIRECT_MAX_A ? PYL_T : PYL_DIRECT_MAX_A];
     pyl_full_fn full[PYL_T];
     pyl_part_fn part;
+#if PYL_AVX2 && !PYL_VNNI
+    if (t & PYL_RP) {   /* nr == 8: rows % 8 == 0 and pyl_tile_rows */
+        switch (t & 255) {
+        case PYL_Q4_0: pyl_rp_tile(PYL_Q4_0, wsrc, wstride, r0, k / 32, A, n, scratch, out, os); break;
+        case PYL_IQ4_NL: pyl_rp_tile(PYL_IQ4_NL, wsrc, wstride, r0, k / 32, A, n, scratch, out, os); break;
+        default: pyl_rp_tile(PYL_MXFP4, wsrc, wstride, r0, k / 32, A, n, scratch, out, os); break;
+        }
+        return;
+    }
+#endif
     if (t & PYL_R8) { pyl_rowtile_r8(t & 255, wsrc, wstride, r0, nr, k, A, n, scratch, out, os); return; }
     if (t & PYL_V2) { pyl_rowtile_v2(t & 255, wsrc, wstride, r0, nr, k, A, n, out, os); return; }
     if (t == PYL_TQ1_0 || t == PYL_TQ2_0) { pyl_rowtile_tq(t, wsrc, wstride, r0, nr, k, A, n, out, os); return; }
