@@ -99,6 +99,27 @@ def test_overlapping_match_continues_through_its_own_copy():
     assert d.draft([4, 5, 5, 5], 5) == [5, 5, 5, 5, 5]
 
 
+def test_copy_in_progress_wins_over_the_most_recent_match():
+    """After a draft copied from position 3 is taken whole and the target's token continues the
+    copy (8 after 3 4 5), the key [4 5 8] occurs at 4 (the copy) and at 12 (more recent): the
+    copy goes on (1 2 3) where a fresh drafter takes the most recent match (0 9 1)."""
+    h0 = [9, 1, 2, 3, 4, 5, 8, 1, 2, 3, 6, 7, 4, 5, 8, 0, 9, 1, 2]
+    d = NgramDrafter(size_n=3, size_m=3, min_n=2)
+    assert d.draft(h0, 8) == [3, 4, 5]
+    d.accept(3, 3)
+    h1 = h0 + [3, 4, 5, 8]
+    assert d.draft(h1, 8) == [1, 2, 3]
+    assert NgramDrafter(size_n=3, size_m=3, min_n=2).draft(h1, 8) == [0, 9, 1]
+    # a rejection ends the copy: the next lookup takes the most recent match again
+    d.accept(0, 3)
+    h2 = h1 + [6, 4, 5, 8]
+    assert d.draft(h2, 8) == NgramDrafter(size_n=3, size_m=3, min_n=2).draft(h2, 8)
+    # a new generation forgets the copy
+    d.accept(3, 3)
+    d.begin(h1[:-1])
+    assert d.draft(h1, 8) == [0, 9, 1]
+
+
 def test_drafts_dropped_by_the_loop_are_not_counted():
     pol = DraftPolicy(LINEAR, prior_p=0.5)
     d = NgramDrafter(size_n=2, size_m=4, min_n=1, policy=pol)
