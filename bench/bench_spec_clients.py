@@ -6,7 +6,9 @@ output it gets alone from the server without speculation (greedy).
                                        [--threads 2] [--reps 1] [--check-only]
 
 Each configuration runs its own server (`python -m pyllama server -np <clients>`); the plain and
---spec-default runs alternate --reps times and the figures are medians. --check-only runs the
+--spec-default runs alternate --reps times and the figures are medians. Besides wall-clock
+tokens/s, the server process's CPU seconds per round (from /proc: the figure to compare on a
+shared, loaded machine) and the 1-minute load average are recorded. --check-only runs the
 single-client references and one concurrent round of each server, and checks outputs only
 (no speed claim). Results (markdown + JSON) go to bench/results/spec_clients-<model>.{md,json}.
 """
@@ -52,6 +54,12 @@ def complete(url, p, n):
     return r.json()
 
 
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def concurrent(url, prompts, n):
     out = [None] * len(prompts)
 
@@ -89,29 +97,38 @@ def main(argv=None) -> int:
         ok = True
         for _ in range(1 if args.check_only else args.reps):
             for k, s in servers.items():
+                c0 = cpu_seconds(s.proc.pid)
                 out, dt = concurrent(s.url, prompts, args.n)
+                cpu = cpu_seconds(s.proc.pid) - c0
                 same = all(o["tokens"] == r["tokens"] for o, r in zip(out, solo))
                 ok &= same
                 n_tok = sum(len(o["tokens"]) for o in out)
                 drafted = sum(o["timings"].get("draft_n", 0) for o in out)
                 accepted = sum(o["timings"].get("draft_n_accepted", 0) for o in out)
                 runs[k].append(dict(seconds=dt, tokens=n_tok, tps=n_tok / dt, same=same,
-                                    drafted=drafted, accepted=accepted))
+                                    drafted=drafted, accepted=accepted, cpu=cpu,
+                                    tpc=n_tok / cpu if cpu > 0 else 0.0,
+                                    load=os.getloadavg()[0]))
     finally:
         for s in servers.values():
             s.stop()
-    res = {k: dict(tps=statistics.median(r["tps"] for r in v), same=all(r["same"] for r in v),
+    res = {k: dict(tps=statistics.median(r["tps"] for r in v),
+                   tpc=statistics.median(r["tpc"] for r in v),
+                   load=f'{min(r["load"] for r in v):.1f}-{max(r["load"] for r in v):.1f}',
+                   same=all(r["same"] for r in v),
                    drafted=v[-1]["drafted"], accepted=v[-1]["accepted"], runs=v)
            for k, v in runs.items()}
     lines = [f"# llama-server, {args.clients} concurrent clients, {args.model}, -n {args.n}, "
              f"-t {args.threads}" + (" (check only: no speed claim)" if args.check_only else ""),
-             "", "| server | total tokens/s | drafted | accepted | outputs = solo plain |",
-             "|---|---|---|---|---|"]
+             "", "| server | total tokens/s | tokens/CPU-s | drafted | accepted | "
+             "outputs = solo plain | load |",
+             "|---|---|---|---|---|---|---|"]
     for k, r in res.items():
-        lines.append(f"| {k} | {r['tps']:.2f} | {r['drafted']} | {r['accepted']} | "
-                     f"{'yes' if r['same'] else 'NO'} |")
+        lines.append(f"| {k} | {r['tps']:.2f} | {r['tpc']:.2f} | {r['drafted']} | "
+                     f"{r['accepted']} | {'yes' if r['same'] else 'NO'} | {r['load']} |")
     if not args.check_only:
-        lines.append(f"\nspeed-up: {res['spec-default']['tps'] / res['plain']['tps']:.2f}x")
+        lines.append(f"\nspeed-up: {res['spec-default']['tps'] / res['plain']['tps']:.2f}x wall, "
+                     f"{res['spec-default']['tpc'] / res['plain']['tpc']:.2f}x CPU")
     text = "\n".join(lines) + "\n"
     print(text)
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
