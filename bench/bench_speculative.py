@@ -21,8 +21,9 @@ whose preceding 4 tokens occurred earlier (prompt included): how much the answer
 
 With --llamacpp-server, llama.cpp's own drafters run side by side on the same prompt tokens:
 llama-server -t THREADS with and without --spec-type <drafter> (its defaults), /completion at
-temperature 0, its reported draft counts, predicted_per_second (wall) and the server process's
-CPU time per generated token (from /proc).
+temperature 0 after a first request has cached the prompt, its reported draft counts,
+predicted_per_second (wall) and the server process's CPU time per generated token (from /proc,
+over the second request: the cached prompt's last token and the generation).
 
 Results (markdown + JSON) go to bench/results/.
 """
@@ -282,7 +283,7 @@ def _post(port: int, path: str, body: dict, timeout: float = 600) -> dict:
 
 def _serve(binary, model_path, flags, port):
     cmd = [binary, "-m", model_path, "-t", str(OPTS["threads"]), "--port", str(port),
-           "-c", "4096", "-np", "1", "--no-warmup"] + flags
+           "-c", "4096", "-np", "1"] + flags
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(600):
         try:
@@ -307,9 +308,12 @@ def llamacpp_prompt(binary, model, kind, prompt, args, port=18931) -> list[dict]
             flags = [] if spec == "none" else SPEC_FLAGS.get(spec, ["--spec-type", spec])
             proc = _serve(binary, model.path, flags, port)
             try:
+                # the prompt first (cached), so that the timed request's CPU time is generation
+                _post(port, "/completion", {"prompt": list(prompt), "n_predict": 1,
+                                            "temperature": 0.0, "cache_prompt": True})
                 c0 = _cpu_seconds(proc.pid)
                 j = _post(port, "/completion", {"prompt": list(prompt), "n_predict": args.n,
-                                                "temperature": 0.0, "cache_prompt": False})
+                                                "temperature": 0.0, "cache_prompt": True})
                 cpu = _cpu_seconds(proc.pid) - c0
             finally:
                 proc.terminate()
@@ -317,8 +321,7 @@ def llamacpp_prompt(binary, model, kind, prompt, args, port=18931) -> list[dict]
             t = j["timings"]
             r = res.setdefault(spec, {"w": [], "c": [], "content": j["content"], "t": t})
             r["w"].append(t["predicted_per_second"])
-            # CPU per generated token over the whole request (prompt included: llama-server's
-            # CPU time cannot be split; the prompt is the same for both)
+            # CPU per generated token (the prompt was cached by the request before)
             r["c"].append(t["predicted_n"] / cpu if cpu > 0 else 0.0)
             r["same"] = j["content"] == res["none"]["content"]
             r["t"] = t
