@@ -7,7 +7,7 @@ code, code-edit chats (the answer re-emits the given code with changes) and pros
 
     python bench/bench_speculative.py [--model gemma-3-270m] [-n 256] [--reps 3] [--threads 2]
         [--spec-types ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache,default]
-        [--numerics llama.cpp,invariant] [--prompts code,code-edit,code-edit2,prose]
+        [--numerics llama.cpp,invariant] [--prompts code,code-edit,code-edit2,prose:96]
         [--llamacpp-server /work/llamacpp/build/bin/llama-server]
 
 Speeds are of generation after the first token (prompt processing excluded: the same for all).
@@ -254,7 +254,8 @@ def bench_prompt(model, kind, prompt, args) -> tuple[list[dict], bool]:
                    load=f"{min(loads):.1f}-{max(loads):.1f}")
         if spec == "none":
             row.update(speedup_wall=1.0, speedup_cpu=1.0, accept=None, same=True,
-                       rep4=rep4(prompt, r["ref"]))
+                       rep4=rep4(prompt, r["ref"]), prompt_tokens=list(prompt),
+                       output_tokens=list(r["ref"]))        # for bench/spec_replay.py
         else:
             st = r["st"]
             ok &= r["same"]
@@ -346,7 +347,7 @@ def llamacpp_prompt(binary, model, kind, prompt, args, port=18931) -> list[dict]
 def fmt(model_name, r: dict) -> str:
     acc = "-" if r.get("accept") is None else f"{100 * r['accept']:.1f}%"
     extra = f"{r['rep4']:.2f}" if "rep4" in r else ""
-    return (f"| {model_name} | {r['prompt']} | {r['numerics']} | {r['drafter']} | "
+    return (f"| {model_name} | {r['prompt']} ({r['n']}) | {r['numerics']} | {r['drafter']} | "
             f"{r['tps_wall']:.2f} | {r['tps_cpu']:.2f} | {r['speedup_wall']:.2f} | "
             f"{r['speedup_cpu']:.2f} | {acc} | {'yes' if r['same'] else 'NO'} | "
             f"{r['load']} | {extra} |")
@@ -359,6 +360,7 @@ def main() -> int:
     ap.add_argument("--spec-types", default="ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,"
                     "ngram-cache,default",
                     help="comma list of --spec-type values; 'default' = --spec-default")
+    # a prompt as kind:N generates N tokens instead of -n
     ap.add_argument("--numerics", default="llama.cpp,invariant")
     ap.add_argument("--prompts", default=",".join(PROMPTS))
     ap.add_argument("--reps", type=int, default=3)
@@ -374,7 +376,10 @@ def main() -> int:
     model = pyllama.load_model(path)
     model.path = path
     rows, ok = [], True
-    for kind in args.prompts.split(","):
+    n_default = args.n
+    for item in args.prompts.split(","):
+        kind, _, n_kind = item.partition(":")      # "prose:96": that prompt's own -n
+        args.n = int(n_kind) if n_kind else n_default
         prompt = tokenize(model, PROMPTS[kind])
         if not args.no_pyllama:
             r, good = bench_prompt(model, kind, prompt, args)
@@ -382,6 +387,7 @@ def main() -> int:
             ok &= good
         if args.llamacpp_server:
             rows += llamacpp_prompt(args.llamacpp_server, model, kind, prompt, args)
+    args.n = n_default
     lines = [f"# speculative decoding, {args.model}, greedy, {args.n} tokens, "
              f"{time.strftime('%Y-%m-%d %H:%M')}", "",
              f"threads {args.threads}, {args.reps} interleaved repetitions (medians; speed-ups: "
