@@ -81,17 +81,19 @@ class DraftPolicy:
 
     def __init__(self, cost: VerifyCost | None = None, prior_p: float = 0.7,
                  prior_n: float = 1.0, decay: float = 0.9, margin: float = 0.02,
-                 k_min: int = 0, draft_cost: float = 0.0):
+                 k_min: int = 0, draft_cost: float = 0.0, prior_fn=None):
         self.cost = cost or VerifyCost.linear()
         self.draft_cost = draft_cost    # per drafted token, in target decodes (a draft model)
         self.k_min = k_min          # --draft-min: shorter drafts are dropped, never pick them
         self.prior_p, self.prior_n, self.decay, self.margin = prior_p, prior_n, decay, margin
+        self.prior_fn = prior_fn    # key -> prior_p of that key (a drafter's own priors)
         self.acc: dict = {}
         self.trials: dict = {}
 
     def p(self, key) -> float:
         a, t = self.acc.get(key, 0.0), self.trials.get(key, 0.0)
-        return (a + self.prior_p * self.prior_n) / (t + self.prior_n)
+        prior = self.prior_p if self.prior_fn is None else self.prior_fn(key)
+        return (a + prior * self.prior_n) / (t + self.prior_n)
 
     def length(self, key, k_max: int) -> int:
         """The k in k_min..k_max maximising E(k) / c(k); 0 unless it beats plain by `margin`."""
@@ -184,10 +186,10 @@ def with_policy(drafter, cost: VerifyCost | None = None, k_min: int = 0,
         if isinstance(d, DraftModelDrafter):
             d.policy = DraftPolicy(cost, k_min=k_min, draft_cost=draft_cost)
             return d
-        pol = DraftPolicy(cost, k_min=k_min)
         if isinstance(d, NgramDrafter):
-            d.policy = pol
+            d.policy = DraftPolicy(cost, k_min=k_min, prior_fn=NgramDrafter.prior_p)
             return d
+        pol = DraftPolicy(cost, k_min=k_min)
         return CostAware(d, pol)
     if isinstance(drafter, DrafterChain):
         drafter.drafters = [one(d) for d in drafter.drafters]

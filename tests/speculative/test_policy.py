@@ -99,6 +99,25 @@ def test_overlapping_match_continues_through_its_own_copy():
     assert d.draft([4, 5, 5, 5], 5) == [5, 5, 5, 5, 5]
 
 
+def test_with_policy_gives_short_ngram_matches_a_lower_prior():
+    """The tools' cost-aware ngram-simple: a 1- or 2-gram match starts at 0.4, a 3-gram at 0.6,
+    longer ones at 0.7; one failed probe of a 2-gram situation stops it (p 0.2: 1.2 tokens for
+    1.3 decodes) where a 5-gram one is probed again (p 0.35: 1.35 tokens)."""
+    from pyllama.speculative import with_policy
+    d = with_policy(NgramDrafter(size_n=6, size_m=8))
+    pol = d.policy
+    assert [pol.p((n, False)) for n in (1, 2, 3, 5, 8)] == [0.4, 0.4, 0.6, 0.7, 0.7]
+    h2 = [7, 1, 2, 9, 5, 6, 1, 2]                # only [1, 2] matches
+    assert d.draft(h2, 8) == [9]                 # a one-token probe
+    d.accept(0, 1)
+    assert d.draft(h2, 8) == []
+    h5 = [1, 2, 3, 4, 5, 9, 8, 7, 1, 2, 3, 4, 5]
+    d = with_policy(NgramDrafter(size_n=5, size_m=8))
+    assert d.draft(h5, 8) == [9, 8]              # 0.7: two tokens pay best
+    d.accept(0, 2)
+    assert d.draft(h5, 8) == [9]                 # 0.35: still a one-token probe
+
+
 def test_copy_in_progress_wins_over_the_most_recent_match():
     """After a draft copied from position 3 is taken whole and the target's token continues the
     copy (8 after 3 4 5), the key [4 5 8] occurs at 4 (the copy) and at 12 (more recent): the
