@@ -170,23 +170,39 @@ class NgramDrafter(Drafter):
             self._ptr = None
 
     def lookup(self, history: list[int], n_max: int) -> tuple[int, list[int]]:
-        """(matched n-gram length, the up to n_max tokens that followed the match); (0, [])."""
+        """(matched n-gram length, the up to n_max tokens that followed the match); (0, []).
+        The longest n in min_n..size_n whose last-n-token key occurred at least min_hits times
+        earlier (the most recent occurrence, or the copy in progress); found from the earlier
+        positions of the last token, extended backwards, instead of one window search per n."""
         h = np.asarray(history, dtype=np.int64)
+        L = len(h)
         n_lim = min(self.size_m, n_max)
         self._src = None
-        for n in range(min(self.size_n, len(h) - 1), self.min_n - 1, -1):
-            key = h[-n:]
-            # candidate starts: positions s < len-n with h[s:s+n] == key, most recent first
-            win = np.lib.stride_tricks.sliding_window_view(h[:-1], n)
-            hits = np.flatnonzero((win == key).all(axis=1))
-            if len(hits) >= self.min_hits:
-                src = int(hits[-1]) + n
-                if self._ptr is not None and src != self._ptr and \
-                        self._ptr - n >= 0 and np.any(hits == self._ptr - n):
-                    src = self._ptr         # the copy in progress goes on
-                self._src = src
-                return n, _copy_from(h, src, n_lim)
-        return 0, []
+        n_top, n_min = min(self.size_n, L - 1), max(1, self.min_n)
+        if n_top < n_min:
+            return 0, []
+        j = np.flatnonzero(h[:L - 1] == h[L - 1])      # earlier positions of the last token
+        if len(j) < self.min_hits:
+            return 0, []
+        ln = np.ones(len(j), dtype=np.int64)            # matched length ending at each j
+        alive = np.ones(len(j), dtype=bool)
+        for t in range(1, n_top):
+            jt = j - t
+            ok = alive & (jt >= 0)
+            ok[ok] = h[jt[ok]] == h[L - 1 - t]
+            alive = ok
+            if not alive.any():
+                break
+            ln += alive
+        n = int(np.sort(ln)[::-1][self.min_hits - 1])  # longest n with min_hits occurrences
+        if n < n_min:
+            return 0, []
+        hits = j[ln >= n]                               # the key's last token, ascending
+        src = int(hits[-1]) + 1
+        if self._ptr is not None and src != self._ptr and np.any(hits == self._ptr - 1):
+            src = self._ptr                             # the copy in progress goes on
+        self._src = src
+        return n, _copy_from(h, src, n_lim)
 
     def draft(self, history: list[int], n_max: int) -> list[int]:
         n, out = self.lookup(history, n_max)

@@ -99,6 +99,34 @@ def test_overlapping_match_continues_through_its_own_copy():
     assert d.draft([4, 5, 5, 5], 5) == [5, 5, 5, 5, 5]
 
 
+def _lookup_by_windows(d, history, n_max):
+    """NgramDrafter.lookup as one window search per n (the definition)."""
+    from pyllama.speculative.drafters import _copy_from
+    h = np.asarray(history, dtype=np.int64)
+    for n in range(min(d.size_n, len(h) - 1), d.min_n - 1, -1):
+        win = np.lib.stride_tricks.sliding_window_view(h[:-1], n)
+        hits = np.flatnonzero((win == h[-n:]).all(axis=1))
+        if len(hits) >= d.min_hits:
+            src = int(hits[-1]) + n
+            if d._ptr is not None and np.any(hits == d._ptr - n):
+                src = d._ptr
+            return n, _copy_from(h, src, min(d.size_m, n_max))
+    return 0, []
+
+
+def test_lookup_equals_the_window_search_per_n():
+    rng = np.random.default_rng(0)
+    for trial in range(400):
+        vocab = int(rng.integers(2, 6))
+        h = [int(t) for t in rng.integers(0, vocab, int(rng.integers(2, 60)))]
+        d = NgramDrafter(size_n=int(rng.integers(1, 8)), size_m=int(rng.integers(1, 10)),
+                         min_n=int(rng.integers(1, 3)), min_hits=int(rng.integers(1, 4)))
+        d._ptr = int(rng.integers(1, len(h) + 1)) if trial % 2 else None
+        ptr = d._ptr
+        assert d.lookup(h, 8) == _lookup_by_windows(d, h, 8), (h, vars(d))
+        assert d._ptr == ptr
+
+
 def test_with_policy_gives_short_ngram_matches_a_lower_prior():
     """The tools' cost-aware ngram-simple: a 1- or 2-gram match starts at 0.4, a 3-gram at 0.6,
     longer ones at 0.7; one failed probe of a 2-gram situation stops it (p 0.2: 1.2 tokens for
