@@ -100,3 +100,17 @@ def test_repack_layout_and_plain_rows_kept():
     plain = mm.matmul(w, x, ktype=int(T.Q4_0))               # tinyBLAS lanes on the GGUF rows
     w15 = Weight("w15", T.Q4_0, (15, k), np.ascontiguousarray(raw[:15]))   # not repacked
     assert np.array_equal(plain[:, :15], mm.matmul(w15, x))
+
+
+@pytest.mark.parametrize("rows", [8, 24, 29])
+def test_q8_0_8row_tiles_equal_direct(rows, threads):
+    """Q8_0 beyond the direct path's 16 tokens: 8-row tiles holding the tiles' 8 float lanes
+    with lane = row; every token equals its one-token mat-vec, for any token count."""
+    w = weight(T.Q8_0, rand_weight(T.Q8_0, rows, 1024, seed=4))
+    x = act(40, 1024, seed=10)
+    x[9] *= 1e-3
+    big = mm.matmul(w, x)
+    for i in range(40):
+        assert np.array_equal(mm.matmul(w, x[i:i + 1])[0], big[i]), i
+    for n in (17, 18, 21, 33):
+        assert np.array_equal(mm.matmul(w, x[40 - n:]), big[40 - n:]), n

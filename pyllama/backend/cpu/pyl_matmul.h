@@ -1938,6 +1938,51 @@ pyl_rp_tile(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int n
     }
 }
 
+/* Q8_0, 8 rows r0..r0+7 times every token (AVX2 without VNNI, beyond the direct path's token
+ * counts): the rows interleaved in the scratch as pyl_r8_pack8 does; the 8-lane arithmetic of
+ * the tiles (lane j = the exact sum of elements 4j..4j+3, acc_j = fma(d_w * d_x, (float)lane_j,
+ * acc_j) per block, then pyl_hsum8's order ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7))) held as
+ * acc[j] with lane = row: the 8 groups are the 8 lanes, and the final sum is vertical adds. */
+static void pyl_q8_gemm8(const uint8_t *wsrc, int64_t wstride, int64_t r0, int nb, const pyl_acts *A,
+                         int64_t n, uint8_t *sp, float *out, int64_t os) {
+    const uint8_t *x0 = wsrc + r0 * wstride;
+    for (int b = 0; b < nb; b++) {
+        __m256i v[8];
+        float dw[8];
+        for (int l = 0; l < 8; l++) {
+            const uint8_t *x = x0 + l * wstride + (int64_t)34 * b;
+            v[l] = _mm256_loadu_si256((const __m256i *)(x + 2));
+            dw[l] = *pyl_scaleA_ref(PYL_Q8_0, x);
+        }
+        uint8_t *s = sp + (int64_t)PYL_R8_BLK * b;
+        pyl_tr8x32_store(v, s);
+        memcpy(s + 512, dw, 32);
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < n; i++) {
+        const int8_t *yq = A->q + i * A->sq;
+        const float *dy = A->d + i * A->sd;
+        __m256 acc[8];
+        for (int g = 0; g < 8; g++) acc[g] = _mm256_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *s = sp + (int64_t)PYL_R8_BLK * b;
+            const __m256 dd = _mm256_mul_ps(_mm256_loadu_ps((const float *)(s + 512)), _mm256_set1_ps(dy[b]));
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                int32_t y4;
+                memcpy(&y4, yq + 32 * b + 4 * g, 4);
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(s + 32 * g));
+                const __m256i aw = _mm256_loadu_si256((const __m256i *)(s + 256 + 32 * g));
+                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(y4), w)), ones);
+                acc[g] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[g]);
+            }
+        }
+        const __m256 a = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+        const __m256 c = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+        _mm256_storeu_ps(out + i * os + r0, _mm256_add_ps(a, c));
+    }
+}
+
 /* IQ4_XS, 8 rows r0..r0+7 times every token (AVX2 without VNNI, from PYL_R8_GEMM_MIN tokens):
  * the same interleaved layout per 32-element sub-block ib (values kvalues_iq4nl, as w and |w|),
  * plus per sub-block the 8 rows' integer scales ls - 32 (an int16 pair per lane) and per
@@ -2305,6 +2350,7 @@ static inline int pyl_tile_rows(int t, int64_t n) {
 #if PYL_AVX2 && !PYL_VNNI
     if (t & PYL_RP) return 8;
     if (((t & PYL_R8) || t == PYL_IQ4_XS) && n >= PYL_R8_GEMM_MIN) return 8;
+    if (t == PYL_Q8_0 && n > PYL_DIRECT_MAX_A) return 8;
 #endif
     (void)t; (void)n;
     return PYL_R;
@@ -2340,6 +2386,10 @@ static inline void pyl_rowtile(int t, const uint8_t *wsrc, int64_t wstride, int6
 #if PYL_AVX2 && !PYL_VNNI
     if (t == PYL_IQ4_XS && nr == 8 && n >= PYL_R8_GEMM_MIN) {   /* an 8-row tile (pyl_tile_rows) */
         pyl_xs_gemm8(wsrc, wstride, r0, k / 256, A, n, scratch, out, os);
+        return;
+    }
+    if (t == PYL_Q8_0 && nr == 8 && n > PYL_DIRECT_MAX_A) {
+        pyl_q8_gemm8(wsrc, wstride, r0, k / 32, A, n, scratch, out, os);
         return;
     }
 #endif
