@@ -20,7 +20,9 @@
  *   block decoded once per group of up to PYL_DG tokens; K-quants: up to PYL_DIRECT_MAX_K tokens,
  *   each super-block decoded once per row into a stack block, then the 1-token operations per
  *   token (a 1-row version of the 4-token K tile was slower: its float chain is latency-bound
- *   without the tile's 4 independent rows).
+ *   without the tile's 4 independent rows); one token of Q4_K / Q6_K runs 4 rows at once
+ *   (pyl_q4K_r4 / pyl_q6K_r4: integer sums straight from the packed blocks, the 4 rows' float
+ *   chains in the lanes of one register), the same bits as pyl_dotK_direct1 row by row.
  * - where the CPU has them, VNNI (dpbusd) gives the 32-block integer lanes and AVX-512 runs the
  *   32-block tile on 4 tokens in 2 token pairs per register: the same exact integers and the
  *   same float operations per 8-lane half, so the same bits as the AVX2 build.
@@ -1320,6 +1322,129 @@ pyl_dotK_direct1(const int t, const uint8_t *row, int nsb, const pyl_arow *a) {
     return _mm_cvtss_f32(HAS_MIN == 1 ? _mm_sub_ps(acc, accm) : acc);
 }
 
+/* ---- one token, 4 weight rows at once (Q4_K, Q6_K): per row exactly pyl_dotK_direct1's
+ * integers and float operations, with the integer sums taken straight from the packed blocks
+ * (no decoded super-block in memory; scales broadcast by byte shuffles) and the float chains of
+ * the 4 rows in the lanes of one register (lane-wise fma / mul: the same roundings). */
+
+/* per 32-chunk c: the int16 scale of chunk c in every 16-bit lane (Q4_K, from 8 int16 scales) */
+static const int8_t pyl_k4_scale_shuf[8][32] __attribute__((aligned(32))) = {
+#define S2(c) 2 * c, 2 * c + 1
+#define ROW(c) {S2(c), S2(c), S2(c), S2(c), S2(c), S2(c), S2(c), S2(c), S2(c), S2(c), S2(c), S2(c), S2(c), S2(c), S2(c), S2(c)}
+    ROW(0), ROW(1), ROW(2), ROW(3), ROW(4), ROW(5), ROW(6), ROW(7)
+#undef ROW
+#undef S2
+};
+/* per 32-chunk c: bytes 2c (x8), 2c+1 (x8) of the 16 Q6_K scales */
+static const int8_t pyl_q6_scale_shuf[8][16] __attribute__((aligned(16))) = {
+#define ROW(c) {2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, \
+                2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1}
+    ROW(0), ROW(1), ROW(2), ROW(3), ROW(4), ROW(5), ROW(6), ROW(7)
+#undef ROW
+};
+
+/* 4 rows x 1 token of Q4_K (mode 1): per row the operations of pyl_dotK_direct1 (pair p of
+ * super-block b: acc = fma((float)I_p, d*dy, acc), accm = fma((float)M_p, dmin*dy, accm); then
+ * acc - accm), the float chains of the 4 rows in the lanes of one register */
+static inline void pyl_q4K_r4(const uint8_t *w, int64_t rs, int nsb, const pyl_arow *a, float *o) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+    for (int b = 0; b < nsb; b++) {
+        const int8_t *yq = a->q + 256 * b;
+        const __m256i bsv = _mm256_loadu_si256((const __m256i *)(a->bs + 16 * b));
+        const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bsv), _mm256_extracti128_si256(bsv, 1));
+        __m256i P[4][4];
+        __m128i M[4];
+        float dw[4], dmw[4];
+        for (int r = 0; r < 4; r++) {
+            const uint8_t *x = w + r * rs + 144 * (int64_t)b;
+            _mm_prefetch((const char *)x + PYL_PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)x + PYL_PREFETCH + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)x + PYL_PREFETCH + 128, _MM_HINT_T0);
+            dw[r] = pyl_rd_f16(x);
+            dmw[r] = pyl_rd_f16(x + 2);
+            uint8_t sm[16] __attribute__((aligned(16)));
+            pyl_scale_min_k4_all(x + 4, sm);
+            const __m128i smv = _mm_load_si128((const __m128i *)sm);
+            const __m128i sc8 = _mm_cvtepu8_epi16(smv);                       /* 8 scales int16 */
+            const __m256i scs = _mm256_broadcastsi128_si256(sc8);
+            M[r] = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_unpackhi_epi64(smv, smv)), q8s);
+            for (int p = 0; p < 4; p++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(x + 16 + 32 * p));
+                const __m256i lo = _mm256_and_si256(q, m4);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                const __m256i y0 = _mm256_loadu_si256((const __m256i *)(yq + 64 * p));
+                const __m256i y1 = _mm256_loadu_si256((const __m256i *)(yq + 64 * p + 32));
+                const __m256i s0 = _mm256_shuffle_epi8(scs, _mm256_load_si256((const __m256i *)pyl_k4_scale_shuf[2 * p]));
+                const __m256i s1 = _mm256_shuffle_epi8(scs, _mm256_load_si256((const __m256i *)pyl_k4_scale_shuf[2 * p + 1]));
+                P[r][p] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), s0),
+                                           _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), s1));
+            }
+        }
+        const __m128 dy = _mm_set1_ps(a->d[b]);
+        const __m128 dd = _mm_mul_ps(_mm_loadu_ps(dw), dy), dm = _mm_mul_ps(_mm_loadu_ps(dmw), dy);
+        /* M[r] lanes p -> Mp lanes r */
+        const __m128i t0 = _mm_unpacklo_epi32(M[0], M[1]), t1 = _mm_unpackhi_epi32(M[0], M[1]);
+        const __m128i t2 = _mm_unpacklo_epi32(M[2], M[3]), t3 = _mm_unpackhi_epi32(M[2], M[3]);
+        const __m128i Mp[4] = {_mm_unpacklo_epi64(t0, t2), _mm_unpackhi_epi64(t0, t2),
+                               _mm_unpacklo_epi64(t1, t3), _mm_unpackhi_epi64(t1, t3)};
+        for (int p = 0; p < 4; p++) {
+            const __m128 I = _mm_cvtepi32_ps(pyl_hsum4_i32(P[0][p], P[1][p], P[2][p], P[3][p]));
+            acc = _mm_fmadd_ps(I, dd, acc);
+            accm = _mm_fmadd_ps(_mm_cvtepi32_ps(Mp[p]), dm, accm);
+        }
+    }
+    _mm_storeu_ps(o, _mm_sub_ps(acc, accm));
+}
+
+/* 4 rows x 1 token of Q6_K (mode 0): per row S = sum sc*(q-32)*y (exact), acc = fma(d*(float)S,
+ * dy, acc) per super-block, as pyl_dotK_direct1 */
+static inline void pyl_q6K_r4(const uint8_t *w, int64_t rs, int nsb, const pyl_arow *a, float *o) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+    __m128 acc = _mm_setzero_ps();
+    for (int b = 0; b < nsb; b++) {
+        const int8_t *yq = a->q + 256 * b;
+        const __m256i bsv = _mm256_loadu_si256((const __m256i *)(a->bs + 16 * b));
+        __m256i S[4];
+        float dw[4];
+        for (int r = 0; r < 4; r++) {
+            const uint8_t *x = w + r * rs + 210 * (int64_t)b;
+            _mm_prefetch((const char *)x + PYL_PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)x + PYL_PREFETCH + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)x + PYL_PREFETCH + 128, _MM_HINT_T0);
+            _mm_prefetch((const char *)x + PYL_PREFETCH + 192, _MM_HINT_T0);
+            dw[r] = pyl_rd_f16(x + 208);
+            const __m128i sc8 = _mm_loadu_si128((const __m128i *)(x + 192));
+            const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+            __m256i sum = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                           _mm256_madd_epi16(_mm256_slli_epi16(sc16, 5), bsv));
+            for (int h = 0; h < 2; h++) {
+                const __m256i q0 = _mm256_loadu_si256((const __m256i *)(x + 64 * h));
+                const __m256i q1 = _mm256_loadu_si256((const __m256i *)(x + 64 * h + 32));
+                const __m256i hh = _mm256_loadu_si256((const __m256i *)(x + 128 + 32 * h));
+                __m256i u[4];
+                u[0] = _mm256_or_si256(_mm256_and_si256(q0, m4), _mm256_slli_epi16(_mm256_and_si256(hh, m3), 4));
+                u[1] = _mm256_or_si256(_mm256_and_si256(q1, m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), m3), 4));
+                u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), m3), 4));
+                u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), m3), 4));
+                for (int j = 0; j < 4; j++) {
+                    const int c = 4 * h + j;
+                    const __m256i y = _mm256_loadu_si256((const __m256i *)(yq + 32 * c));
+                    const __m256i s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, _mm_load_si128((const __m128i *)pyl_q6_scale_shuf[c])));
+                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(u[j], y), s));
+                }
+            }
+            S[r] = sum;
+        }
+        const __m128 St = _mm_cvtepi32_ps(pyl_hsum4_i32(S[0], S[1], S[2], S[3]));
+        acc = _mm_fmadd_ps(_mm_mul_ps(_mm_loadu_ps(dw), St), _mm_set1_ps(a->d[b]), acc);
+    }
+    _mm_storeu_ps(o, acc);
+}
+
 /* K-quant mat-vec of one row for NT (2..4) tokens: each super-block decoded once, then
  * pyl_dotK_direct1's operations per token */
 static inline __attribute__((always_inline)) void
@@ -1400,8 +1525,13 @@ pyl_dotA_group(const int t, const int NT, const uint8_t *row, int nb, const pyl_
 #define PYL_DIRECT_K(T)                                                                          \
     static void pyl_direct_##T(const uint8_t *w, int64_t ws, int nr, int nb, const pyl_arow *X, \
                                int nt, float *o, int64_t os) {                                   \
-        if (nt == 1) { /* token generation: the plain mat-vec loop */                           \
-            for (int r = 0; r < nr; r++) o[r] = pyl_dotK_direct1(PYL_##T, w + r * ws, nb, X);   \
+        if (nt == 1) { /* token generation: the plain mat-vec loop, 4 rows at once if we can */ \
+            int r = 0;                                                                           \
+            if (PYL_##T == PYL_Q4_K)                                                             \
+                for (; r + 4 <= nr; r += 4) pyl_q4K_r4(w + r * ws, ws, nb, X, o + r);            \
+            if (PYL_##T == PYL_Q6_K)                                                             \
+                for (; r + 4 <= nr; r += 4) pyl_q6K_r4(w + r * ws, ws, nb, X, o + r);            \
+            for (; r < nr; r++) o[r] = pyl_dotK_direct1(PYL_##T, w + r * ws, nb, X);             \
             return;                                                                              \
         }                                                                                        \
         for (int r = 0; r < nr; r++)                                                             \
