@@ -179,6 +179,22 @@ class Graph:
                                    for i in range(x.shape[0])])
         return self.be.mul_mat_id(w, x, ids, one_token=self.llama_cpp)
 
+    def moe_swiglu(self, gate: Weight, up: Weight, down: Weight, x: np.ndarray, ids: np.ndarray,
+                   wts: np.ndarray) -> np.ndarray:
+        """build_moe_ffn's SiLU experts after the routing: x [n, n_embd], ids / wts [n, k] ->
+        [n, n_embd] = sum over slots j (in order) of wts[:, j] * down[ids[:, j]] . swiglu(
+        gate[ids[:, j]] . x, up[ids[:, j]] . x). A one-token ubatch runs it in one backend call
+        where the backend fuses it (the same bits as the ops below)."""
+        if x.shape[0] == 1:
+            y = self.be.moe_swiglu1(gate, up, down, x, ids, wts, one_token=self.llama_cpp)
+            if y is not None:
+                return y
+        x3 = x.reshape(x.shape[0], 1, x.shape[-1])
+        u = self.mul_mat_id(up, x3, ids)                            # [n, k, n_ff_exp]
+        g = self.mul_mat_id(gate, x3, ids)
+        d = self.mul_mat_id(down, self.swiglu(g, u), ids)           # [n, k, n_embd]
+        return self.sum_experts(self.mul(d, wts[..., None]))
+
     @staticmethod
     def top_k(p: np.ndarray, k: int) -> np.ndarray:
         """ggml_argsort_top_k (backend.ref.moe_top_k)."""

@@ -70,14 +70,9 @@ def moe_ffn(g, L, hp: HParams, x: np.ndarray, *, norm_w: bool = True,
     expert_weights_scale); each token's experts' SwiGLU FFNs weighted and summed; shexp: plus
     the gated shared expert (qwen2moe).
     x [n, n_embd] -> [n, n_embd]."""
-    n = x.shape[0]
     ids, wts = g.moe_route(g.matmul(L.ffn_gate_inp, x), hp.n_expert_used, norm_w,
                            hp.expert_weights_scale)                 # [n, k] each
-    x3 = x.reshape(n, 1, x.shape[-1])
-    up = g.mul_mat_id(L.ffn_up_exps, x3, ids)                       # [n, k, n_ff_exp]
-    gate = g.mul_mat_id(L.ffn_gate_exps, x3, ids)
-    down = g.mul_mat_id(L.ffn_down_exps, g.swiglu(gate, up), ids)   # [n, k, n_embd]
-    out = g.sum_experts(g.mul(down, wts[..., None]))
+    out = g.moe_swiglu(L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps, x, ids, wts)
     return g.add(out, shared_expert(g, L, x)) if shexp else out
 
 

@@ -323,6 +323,13 @@ class Backend(ABC):
         ids = moe_top_k(probs, k)
         return ids, moe_expert_weights(probs, ids, norm, scale)
 
+    def moe_swiglu1(self, gate: Weight, up: Weight, down: Weight, x: np.ndarray,
+                    ids: np.ndarray, wts: np.ndarray, one_token: bool = False):
+        """One token's SwiGLU experts fused (x [1, n_embd], ids / wts [1, n_used] -> [1, n_embd],
+        the bits of Graph.moe_swiglu's separate ops), or None: the graph runs those ops. A
+        backend may fuse them; this one does not."""
+        return None
+
     def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray,
                    one_token: bool = False) -> np.ndarray:
         """ggml_mul_mat_id: w [n_expert, rows, cols] (the experts), x [n, m, cols] (m = 1: the same

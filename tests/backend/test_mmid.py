@@ -52,3 +52,44 @@ def test_fused_equals_per_expert(t, rows, one_token, be):
         want = Backend.mul_mat_id(be, w, x, ids, one_token)
         got = be.mul_mat_id(w, x, ids, one_token)
         np.testing.assert_array_equal(got, want, err_msg=f"{t.name} n={n} m={m}")
+
+
+def _moe_ops(be, gate, up, down, x, ids, wts, one_token):
+    """Graph.moe_swiglu's separate ops (mul_mat_id up / gate / down, swiglu, mul, sum_experts)."""
+    from pyllama.graph import Graph
+    x3 = x.reshape(1, 1, -1)
+    u = be.mul_mat_id(up, x3, ids, one_token)
+    g = be.mul_mat_id(gate, x3, ids, one_token)
+    d = be.mul_mat_id(down, be.swiglu(g, u), ids, one_token)
+    return Graph.sum_experts(be.mul(d, wts[..., None]))
+
+
+def _experts(name, t, rows, cols, seed):
+    return Weight(f"{name}.{t.name}", t, (N_EXP, rows, cols),
+                  np.stack([rand_weight(t, rows, cols, seed=seed + e) for e in range(N_EXP)]))
+
+
+# (gate / up type, expert width, down type): K-quants as in Q4_K_M files; 32-block and float
+# types; a width of 44 rows (a partial row tile / row group) with an F32 down
+CASES = [(T.Q4_K, 256, T.Q6_K), (T.Q4_K, 256, T.Q4_K), (T.Q6_K, 256, T.Q4_K),
+         (T.Q8_0, 256, T.Q5_K), (T.Q4_0, 256, T.Q8_0), (T.F16, 256, T.Q6_K), (T.Q8_0, 44, T.F32)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].name}-{c[1]}-{c[2].name}")
+@pytest.mark.parametrize("one_token", [False, True], ids=["invariant", "llama.cpp"])
+def test_fused_moe_token_equals_ops(case, one_token, be):
+    """One token's whole expert FFN in one call (mmid.moe_swiglu1) gives the bits of the ops it
+    replaces (Graph.moe_swiglu's mul_mat_id up / gate / down, swiglu, mul, sum_experts)."""
+    t, ff, down_t = case
+    gate, up = _experts("gate", t, ff, K, 100), _experts("up", t, ff, K, 200)
+    down = _experts("down", down_t, K, ff, 300)
+    rng = np.random.default_rng(ff)
+    for i in range(3):
+        x = act(1, K, seed=10 + i)
+        ids = rng.choice(N_EXP, N_USED, replace=False).astype(np.int32).reshape(1, N_USED)
+        wts = rng.random((1, N_USED)).astype(np.float32)
+        got = be.moe_swiglu1(gate, up, down, x, ids, wts, one_token)
+        if got is None:             # llama.cpp's one-token float kernels are not fused
+            assert one_token and T.F16 in (t, down_t) or one_token and T.F32 in (t, down_t)
+            continue
+        np.testing.assert_array_equal(got, _moe_ops(be, gate, up, down, x, ids, wts, one_token))

@@ -139,6 +139,13 @@ class CpuBackend(Backend):
         from . import mmid
         return mmid.mul_mat_id(self, w, x, ids, one_token, max(1, self.n_threads or 1))
 
+    def moe_swiglu1(self, gate: Weight, up: Weight, down: Weight, x: np.ndarray,
+                    ids: np.ndarray, wts: np.ndarray, one_token: bool = False):
+        """Backend.moe_swiglu1 in one native call (cpu/mmid.py, same bits)."""
+        from . import mmid
+        return mmid.moe_swiglu1(gate, up, down, x, ids, wts, one_token,
+                                max(1, self.n_threads or 1))
+
     def attention_vec(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
         from . import compat
         return compat.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,

@@ -173,3 +173,180 @@ def tile_slots(int ktype, const uint8_t[:, ::1] raw, int rows, int k, const floa
                 _tile_one(ktype, w0 + ids[s] * rows * rb, rb, r0, nr, k, q0 + xr * sq,
                           d0 + xr * sd, s0 + xr * sd, b0 + xr * sb, f0 + xr * sf,
                           sp + tid * ss, &out[s, 0], rows)
+
+
+# -- one token's experts, whole FFN in one call --------------------------------------------------
+cdef extern from *:
+    """
+    #include "pyl_parity.h"
+    /* out[i] = ((y[0][i] * w[0] + y[1][i] * w[1]) + ...) in f32, each product rounded on its own
+       (ggml_mul, then the expert views added in slot order): no contraction into fma */
+    __attribute__((optimize("fp-contract=off"), noinline))
+    static void pyl_moe_wsum(const float *y, int64_t ys, const float *w, int k, float *out,
+                             int64_t n) {
+        for (int64_t i = 0; i < n; i++) {
+            float a = y[i] * w[0];
+            for (int j = 1; j < k; j++) {
+                const float p = y[j * ys + i] * w[j];
+                a = a + p;
+            }
+            out[i] = a;
+        }
+    }
+    """
+    void pyl_silu_rows(const float *x, const float *g, float *y, int64_t n) noexcept nogil
+    void pyl_moe_wsum(const float *y, int64_t ys, const float *w, int k, float *out,
+                      int64_t n) noexcept nogil
+    int64_t PYL_ROWB(int k)
+
+
+cdef struct wplan:
+    int vec                 # 1: the llama.cpp one-token kernel (vec_slots'), 0: row tiles
+    int kernel              # vec: GEMV_Q4_K..VEC_IQ4_XS; tiles: the kernel type
+    int kind                # tiles: the activation kind
+    const uint8_t *w0
+    int64_t rb              # bytes per weight row
+    int rows, k, G          # G: tasks per slot (row groups / tiles)
+    int8_t *q
+    float *d
+    float *s
+    int16_t *bs
+    float *f
+    int64_t sq, sd, sbs, sf     # per activation row
+
+
+cdef inline void _wquant(const wplan *P, const float *x, Py_ssize_t row) noexcept nogil:
+    if P.vec:
+        pyl_c_quant_q8_K(x, P.k, P.q + row * P.sq, P.d + row * P.sd, P.bs + row * P.sbs)
+    else:
+        _quant_row(P.kind, x, P.k, P.q + row * P.sq, P.d + row * P.sd, P.s + row * P.sd,
+                   P.bs + row * P.sbs, P.f + row * P.sf)
+
+
+cdef inline void _wtask(const wplan *P, Py_ssize_t e, Py_ssize_t xr, Py_ssize_t g, float *orow,
+                        uint8_t *scratch) noexcept nogil:
+    """rows of group / tile g of expert e times activation row xr into orow (as vec_slots /
+    tile_slots compute them)"""
+    cdef int nsb = P.k // 256, nr
+    cdef int64_t r0
+    if P.vec:
+        if P.kernel == GEMV_Q4_K:
+            pyl_c_dot4_q4_K(P.w0 + (e * P.rows + 4 * g) * P.rb, P.rb, nsb, P.q + xr * P.sq,
+                            P.d + xr * P.sd, P.bs + xr * P.sbs, orow + 4 * g)
+        else:
+            orow[g] = _vec_dot(P.kernel, P.w0 + (e * P.rows + g) * P.rb, nsb, P.q + xr * P.sq,
+                               P.d + xr * P.sd, P.bs + xr * P.sbs)
+    else:
+        r0 = g * PYL_R
+        nr = <int>(P.rows - r0) if P.rows - r0 < PYL_R else PYL_R
+        _tile_one(P.kernel, P.w0 + e * P.rows * P.rb, P.rb, r0, nr, P.k, P.q + xr * P.sq,
+                  P.d + xr * P.sd, P.s + xr * P.sd, P.bs + xr * P.sbs, P.f + xr * P.sf, scratch,
+                  orow, P.rows)
+
+
+cdef class Moe1:
+    """One token's SwiGLU experts (build_moe_ffn's up / gate / down mul_mat_id, swiglu, the weights
+    and the sum of the expert views) in one call and one OpenMP region: the token's row is
+    quantized once for gate and up, every (expert, row group) of gate and up is one task of one
+    loop, then each expert's swiglu row is quantized for down, then down's tasks, then the
+    weighted sum; each value has the bits of the separate ops (same kernels per row)."""
+    cdef wplan P[3]                 # gate, up, down
+    cdef int n_used, nth, share
+    cdef object keep
+    cdef float[:, ::1] gb, ub, ab, db
+    cdef uint8_t[:, ::1] scratch
+
+    def __init__(self, specs, int n_used, int nth):
+        """specs: per weight (gate, up, down) (vec, kernel, kind, raw [n_expert * rows,
+        row_bytes] uint8, rows, k)."""
+        import numpy as np
+        self.n_used, self.nth = n_used, nth
+        keep = []
+        cdef int i, n_act, k
+        cdef const uint8_t[:, ::1] raw
+        cdef int8_t[:, ::1] q
+        cdef float[:, ::1] d, s, f
+        cdef int16_t[:, ::1] bs
+        for i in range(3):
+            vec, kernel, kind, raw_a, rows, k = specs[i]
+            raw = raw_a
+            n_act = n_used if i == 2 else 1
+            q = np.zeros((n_act, k), np.int8)
+            d = np.zeros((n_act, k // 32), np.float32)
+            s = np.zeros((n_act, k // 32), np.float32)
+            bs = np.zeros((n_act, k // 16), np.int16)
+            f = np.zeros((n_act, k), np.float32)
+            keep.append((raw_a, q, d, s, bs, f))
+            self.P[i].vec, self.P[i].kernel, self.P[i].kind = bool(vec), kernel, kind
+            self.P[i].w0 = &raw[0, 0]
+            self.P[i].rb = raw.shape[1]
+            self.P[i].rows, self.P[i].k = rows, k
+            if vec:
+                self.P[i].G = rows // 4 if kernel == GEMV_Q4_K else rows
+            else:
+                self.P[i].G = (rows + PYL_R - 1) // PYL_R
+            self.P[i].q, self.P[i].d, self.P[i].s = &q[0, 0], &d[0, 0], &s[0, 0]
+            self.P[i].bs, self.P[i].f = &bs[0, 0], &f[0, 0]
+            self.P[i].sq, self.P[i].sd, self.P[i].sbs, self.P[i].sf = k, k // 32, k // 16, k
+        if self.P[0].rows != self.P[1].rows or self.P[0].k != self.P[1].k \
+                or self.P[2].k != self.P[0].rows:
+            raise ValueError("Moe1: gate / up / down shapes do not chain")
+        # up reads gate's quantized row when both take the same activation type
+        self.share = self.P[0].vec == self.P[1].vec and (
+            self.P[0].vec or self.P[0].kind == self.P[1].kind)
+        if self.share:
+            self.P[1].q, self.P[1].d, self.P[1].s = self.P[0].q, self.P[0].d, self.P[0].s
+            self.P[1].bs, self.P[1].f = self.P[0].bs, self.P[0].f
+        ff = self.P[0].rows
+        self.gb = np.empty((n_used, ff), np.float32)
+        self.ub = np.empty((n_used, ff), np.float32)
+        self.ab = np.empty((n_used, ff), np.float32)
+        self.db = np.empty((n_used, self.P[2].rows), np.float32)
+        self.scratch = np.empty((max(1, nth), PYL_R * PYL_ROWB(max(self.P[0].k, ff))),
+                                np.uint8)
+        self.keep = keep
+
+    def run(self, const float[::1] x, const int32_t[::1] ids, const float[::1] wts,
+            float[::1] out):
+        """out [n_embd] = sum_j wts[j] * down[ids[j]] . swiglu(gate[ids[j]] . x, up[ids[j]] . x)"""
+        cdef int nu = self.n_used, nth = self.nth, tid = 0
+        cdef wplan *P = self.P
+        cdef Py_ssize_t ng = nu * P[0].G, nug = ng + nu * P[1].G, nd = nu * P[2].G
+        cdef Py_ssize_t i, j, s1, s2, s3, i3, c, n_out = P[2].rows, nch
+        cdef Py_ssize_t ff = P[0].rows
+        cdef float *gb = &self.gb[0, 0]
+        cdef float *ub = &self.ub[0, 0]
+        cdef float *ab = &self.ab[0, 0]
+        cdef float *db = &self.db[0, 0]
+        cdef uint8_t *sp = &self.scratch[0, 0]
+        cdef int64_t ss = self.scratch.strides[0]
+        cdef const int32_t *idp = &ids[0]
+        cdef const float *wp = &wts[0]
+        cdef float *op = &out[0]
+        if x.shape[0] != P[0].k or ids.shape[0] != nu or wts.shape[0] != nu \
+                or out.shape[0] != n_out:
+            raise ValueError("Moe1.run: shape mismatch")
+        nch = (n_out + 63) // 64
+        with nogil:
+            _wquant(&P[0], &x[0], 0)
+            if not self.share:
+                _wquant(&P[1], &x[0], 0)
+            with parallel(num_threads=nth):
+                tid = threadid()
+                for i in prange(nug, schedule="static"):
+                    if i < ng:
+                        s1 = i // P[0].G
+                        _wtask(&P[0], idp[s1], 0, i % P[0].G, gb + s1 * ff, sp + tid * ss)
+                    else:
+                        j = i - ng
+                        s1 = j // P[1].G
+                        _wtask(&P[1], idp[s1], 0, j % P[1].G, ub + s1 * ff, sp + tid * ss)
+                for s2 in prange(nu, schedule="static"):
+                    pyl_silu_rows(gb + s2 * ff, ub + s2 * ff, ab + s2 * ff, ff)
+                    _wquant(&P[2], ab + s2 * ff, s2)
+                for i3 in prange(nd, schedule="static"):
+                    s3 = i3 // P[2].G
+                    _wtask(&P[2], idp[s3], s3, i3 % P[2].G, db + s3 * n_out, sp + tid * ss)
+                for c in prange(nch, schedule="static"):
+                    pyl_moe_wsum(db + c * 64, n_out, wp, nu, op + c * 64,
+                                 64 if n_out - c * 64 > 64 else n_out - c * 64)

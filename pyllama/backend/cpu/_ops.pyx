@@ -178,10 +178,6 @@ cdef extern from *:
     """
     #include "pyl_parity.h"
 
-    static inline float pyl_silu1(float x) {
-        return x / (1.0f + expf(-x));
-    }
-
     static void pyl_gelu_rows(const float *x, const float *g, float *y, int64_t n) {
         int64_t i = 0;
     #if PYL_PARITY_SIMD
@@ -204,29 +200,6 @@ cdef extern from *:
     #endif
         for (; i < n; i++)
             y[i] = g ? pyl_gelu_lut(x[i]) * g[i] : pyl_gelu_lut(x[i]);
-    }
-
-    static void pyl_silu_rows(const float *x, const float *g, float *y, int64_t n) {
-        int64_t i = 0;
-    #if PYL_PARITY_SIMD
-        for (; i + 8 <= n; i += 8) {
-            __m256 v = pyl_gsilu8(_mm256_loadu_ps(x + i));
-            if (g) v = _mm256_mul_ps(v, _mm256_loadu_ps(g + i));
-            _mm256_storeu_ps(y + i, v);
-        }
-        if (i < n) {
-            float bx[8] = {0}, bg[8] = {0}, by[8];
-            memcpy(bx, x + i, sizeof(float) * (size_t)(n - i));
-            if (g) memcpy(bg, g + i, sizeof(float) * (size_t)(n - i));
-            __m256 v = pyl_gsilu8(_mm256_loadu_ps(bx));
-            if (g) v = _mm256_mul_ps(v, _mm256_loadu_ps(bg));
-            _mm256_storeu_ps(by, v);
-            memcpy(y + i, by, sizeof(float) * (size_t)(n - i));
-        }
-    #else
-        for (; i < n; i++)
-            y[i] = g ? pyl_silu1(x[i]) * g[i] : pyl_silu1(x[i]);
-    #endif
     }
 
     /* kind 0 gelu, 1 silu; g (optional) multiplies the result: y = act(x) * g */

@@ -132,3 +132,51 @@ def mul_mat_id(be, w: Weight, x: np.ndarray, ids: np.ndarray, one_token: bool = 
     _mmid.tile_slots(kt, raw, rows, cols, x2, flat, slots, n_used, m, o2, q, d, s, bs, f, scratch,
                      nth)
     return out
+
+
+_MOE1: dict = {}        # (id(gate), id(up), id(down), n_used, one_token, nth) -> (weights, raws, plan)
+
+
+def _spec(w: Weight, one_token: bool):
+    """(vec, kernel, act kind, raw, rows, cols) for one row per expert, as _decode_plan picks the
+    kernels; None when this weight takes the per-expert path."""
+    n_exp, rows, cols = w.shape
+    kernel = _vec_kernel(w.type, rows) if one_token else None
+    if kernel is not None:
+        return (1, kernel, 0, _raw(w), rows, cols)
+    if (one_token and mmid_uses_vec(w.type, rows, 1)) or _matmul.family(int(w.type)) < 0:
+        return None
+    kt = mm.kernel_type(w.type, rows)
+    return (0, kt, _matmul.act_kind(kt), _raw(w), rows, cols)
+
+
+def moe_swiglu1(gate: Weight, up: Weight, down: Weight, x: np.ndarray, ids: np.ndarray,
+                wts: np.ndarray, one_token: bool, nth: int):
+    """One token's SwiGLU experts in one native call (_mmid.Moe1): x [1, n_embd], ids / wts
+    [1, n_used] -> [1, n_embd], the bits of mul_mat_id (up, gate, down), swiglu, the weights'
+    multiply and Graph.sum_experts; None where it does not apply (the caller runs those ops)."""
+    n_used = ids.shape[1]
+    if x.shape[0] != 1 or x.dtype != np.float32 or not x.flags.c_contiguous:
+        return None
+    flat = np.ascontiguousarray(ids, dtype=np.int32).reshape(-1)
+    if len(set(flat.tolist())) != n_used or flat.min() < 0 or flat.max() >= gate.shape[0]:
+        return None
+    key = (id(gate), id(up), id(down), n_used, one_token, nth)
+    e = _MOE1.get(key)
+    if e is None or e[0] != (gate, up, down) or e[1] != (gate.raw, up.raw, down.raw):
+        specs = [_spec(w, one_token) for w in (gate, up, down)]
+        plan = None
+        if all(s is not None for s in specs) and specs[0][4] == specs[1][4] \
+                and specs[2][5] == specs[0][4] and gate.shape[0] == up.shape[0] == down.shape[0]:
+            nbytes = n_used * sum(s[4] * s[3].shape[1] for s in specs)
+            plan = _mmid.Moe1(specs, n_used, 1 if nbytes < PARALLEL_MIN_BYTES else nth)
+        if len(_MOE1) > 256:
+            _MOE1.clear()
+        e = _MOE1[key] = ((gate, up, down), (gate.raw, up.raw, down.raw), plan)
+    plan = e[2]
+    if plan is None:
+        return None
+    out = np.empty((1, down.shape[1]), np.float32)
+    plan.run(x.reshape(-1), flat, np.ascontiguousarray(wts, dtype=np.float32).reshape(-1),
+             out.reshape(-1))
+    return out
