@@ -84,10 +84,10 @@ def test_fused_moe_token_equals_ops(case, one_token, be):
     gate, up = _experts("gate", t, ff, K, 100), _experts("up", t, ff, K, 200)
     down = _experts("down", down_t, K, ff, 300)
     rng = np.random.default_rng(ff)
-    for i in range(3):
+    for i, n_used in enumerate((N_USED, 4, 5, 2)):    # 2 threads: tasks / whole experts
         x = act(1, K, seed=10 + i)
-        ids = rng.choice(N_EXP, N_USED, replace=False).astype(np.int32).reshape(1, N_USED)
-        wts = rng.random((1, N_USED)).astype(np.float32)
+        ids = rng.choice(N_EXP, n_used, replace=False).astype(np.int32).reshape(1, n_used)
+        wts = rng.random((1, n_used)).astype(np.float32)
         got = be.moe_swiglu1(gate, up, down, x, ids, wts, one_token)
         if got is None:             # llama.cpp's one-token float kernels are not fused
             assert one_token and T.F16 in (t, down_t) or one_token and T.F32 in (t, down_t)

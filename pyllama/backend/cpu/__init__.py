@@ -37,6 +37,7 @@ _GELU, _SILU, _SOFTCAP, _GEGLU, _SWIGLU = range(5)
 # thread is used: waking passive OpenMP workers costs tens of microseconds on a quiet machine and
 # milliseconds on a loaded one. The thread count never changes a result.
 _MIN_PARALLEL_WORK = 1 << 18
+_MODS: dict = {}            # submodules imported on first use (the per-token paths look them up)
 _MIN_PARALLEL_ATTN = 1 << 18       # multiply-adds
 
 
@@ -142,7 +143,10 @@ class CpuBackend(Backend):
     def moe_swiglu1(self, gate: Weight, up: Weight, down: Weight, x: np.ndarray,
                     ids: np.ndarray, wts: np.ndarray, one_token: bool = False):
         """Backend.moe_swiglu1 in one native call (cpu/mmid.py, same bits)."""
-        from . import mmid
+        mmid = _MODS.get("mmid")
+        if mmid is None:
+            from . import mmid
+            _MODS["mmid"] = mmid
         return mmid.moe_swiglu1(gate, up, down, x, ids, wts, one_token,
                                 max(1, self.n_threads or 1))
 

@@ -247,9 +247,11 @@ cdef inline void _wtask(const wplan *P, Py_ssize_t e, Py_ssize_t xr, Py_ssize_t 
 cdef class Moe1:
     """One token's SwiGLU experts (build_moe_ffn's up / gate / down mul_mat_id, swiglu, the weights
     and the sum of the expert views) in one call and one OpenMP region: the token's row is
-    quantized once for gate and up, every (expert, row group) of gate and up is one task of one
-    loop, then each expert's swiglu row is quantized for down, then down's tasks, then the
-    weighted sum; each value has the bits of the separate ops (same kernels per row)."""
+    quantized once for gate and up; when the threads divide the experts evenly each thread runs
+    whole experts (gate, up, swiglu, its row quantized for down, down: one barrier), else every
+    (expert, row group) of gate and up is one task of one loop, then the swiglu rows, then down's
+    tasks; then the weighted sum. Each value has the bits of the separate ops (the same kernels
+    per row)."""
     cdef wplan P[3]                 # gate, up, down
     cdef int n_used, nth, share
     cdef object keep
@@ -311,8 +313,53 @@ cdef class Moe1:
         """out [n_embd] = sum_j wts[j] * down[ids[j]] . swiglu(gate[ids[j]] . x, up[ids[j]] . x)"""
         cdef int nu = self.n_used, nth = self.nth, tid = 0
         cdef wplan *P = self.P
+        cdef Py_ssize_t sl, n_out = P[2].rows
+        cdef float *db = &self.db[0, 0]
+        cdef uint8_t *sp = &self.scratch[0, 0]
+        cdef int64_t ss = self.scratch.strides[0]
+        if x.shape[0] != P[0].k or ids.shape[0] != nu or wts.shape[0] != nu \
+                or out.shape[0] != n_out:
+            raise ValueError("Moe1.run: shape mismatch")
+        cdef const int32_t *idp = &ids[0]
+        with nogil:
+            _wquant(&P[0], &x[0], 0)
+            if not self.share:
+                _wquant(&P[1], &x[0], 0)
+            if nth == 1:
+                for sl in range(nu):
+                    self._slot(sl, idp[sl], sp)
+            elif nu % nth == 0:         # whole experts per thread: one barrier
+                with parallel(num_threads=nth):
+                    tid = threadid()
+                    for sl in prange(nu, schedule="static"):
+                        self._slot(sl, idp[sl], sp + tid * ss)
+            else:
+                self._tasks(idp)
+            pyl_moe_wsum(db, n_out, &wts[0], nu, &out[0], n_out)
+
+    cdef void _slot(self, Py_ssize_t sl, Py_ssize_t e, uint8_t *scratch) noexcept nogil:
+        """all of slot sl (expert e): gate and up rows, swiglu, its down row quantized, down"""
+        cdef wplan *P = self.P
+        cdef Py_ssize_t g, ff = P[0].rows
+        cdef float *gr = &self.gb[sl, 0]
+        cdef float *ur = &self.ub[sl, 0]
+        cdef float *ar = &self.ab[sl, 0]
+        for g in range(P[0].G):
+            _wtask(&P[0], e, 0, g, gr, scratch)
+        for g in range(P[1].G):
+            _wtask(&P[1], e, 0, g, ur, scratch)
+        pyl_silu_rows(gr, ur, ar, ff)
+        _wquant(&P[2], ar, sl)
+        for g in range(P[2].G):
+            _wtask(&P[2], e, sl, g, &self.db[sl, 0], scratch)
+
+    cdef void _tasks(self, const int32_t *idp) noexcept nogil:
+        """run's loop when the experts do not split evenly over the threads: (expert, row group)
+        tasks of gate and up, then the swiglu rows, then down's tasks"""
+        cdef int nu = self.n_used, nth = self.nth, tid = 0
+        cdef wplan *P = self.P
         cdef Py_ssize_t ng = nu * P[0].G, nug = ng + nu * P[1].G, nd = nu * P[2].G
-        cdef Py_ssize_t i, j, s1, s2, s3, i3, c, n_out = P[2].rows, nch
+        cdef Py_ssize_t i, j, s1, s2, s3, i3, n_out = P[2].rows
         cdef Py_ssize_t ff = P[0].rows
         cdef float *gb = &self.gb[0, 0]
         cdef float *ub = &self.ub[0, 0]
@@ -320,33 +367,19 @@ cdef class Moe1:
         cdef float *db = &self.db[0, 0]
         cdef uint8_t *sp = &self.scratch[0, 0]
         cdef int64_t ss = self.scratch.strides[0]
-        cdef const int32_t *idp = &ids[0]
-        cdef const float *wp = &wts[0]
-        cdef float *op = &out[0]
-        if x.shape[0] != P[0].k or ids.shape[0] != nu or wts.shape[0] != nu \
-                or out.shape[0] != n_out:
-            raise ValueError("Moe1.run: shape mismatch")
-        nch = (n_out + 63) // 64
-        with nogil:
-            _wquant(&P[0], &x[0], 0)
-            if not self.share:
-                _wquant(&P[1], &x[0], 0)
-            with parallel(num_threads=nth):
-                tid = threadid()
-                for i in prange(nug, schedule="static"):
-                    if i < ng:
-                        s1 = i // P[0].G
-                        _wtask(&P[0], idp[s1], 0, i % P[0].G, gb + s1 * ff, sp + tid * ss)
-                    else:
-                        j = i - ng
-                        s1 = j // P[1].G
-                        _wtask(&P[1], idp[s1], 0, j % P[1].G, ub + s1 * ff, sp + tid * ss)
-                for s2 in prange(nu, schedule="static"):
-                    pyl_silu_rows(gb + s2 * ff, ub + s2 * ff, ab + s2 * ff, ff)
-                    _wquant(&P[2], ab + s2 * ff, s2)
-                for i3 in prange(nd, schedule="static"):
-                    s3 = i3 // P[2].G
-                    _wtask(&P[2], idp[s3], s3, i3 % P[2].G, db + s3 * n_out, sp + tid * ss)
-                for c in prange(nch, schedule="static"):
-                    pyl_moe_wsum(db + c * 64, n_out, wp, nu, op + c * 64,
-                                 64 if n_out - c * 64 > 64 else n_out - c * 64)
+        with parallel(num_threads=nth):
+            tid = threadid()
+            for i in prange(nug, schedule="static"):
+                if i < ng:
+                    s1 = i // P[0].G
+                    _wtask(&P[0], idp[s1], 0, i % P[0].G, gb + s1 * ff, sp + tid * ss)
+                else:
+                    j = i - ng
+                    s1 = j // P[1].G
+                    _wtask(&P[1], idp[s1], 0, j % P[1].G, ub + s1 * ff, sp + tid * ss)
+            for s2 in prange(nu, schedule="static"):
+                pyl_silu_rows(gb + s2 * ff, ub + s2 * ff, ab + s2 * ff, ff)
+                _wquant(&P[2], ab + s2 * ff, s2)
+            for i3 in prange(nd, schedule="static"):
+                s3 = i3 // P[2].G
+                _wtask(&P[2], idp[s3], s3, i3 % P[2].G, db + s3 * n_out, sp + tid * ss)

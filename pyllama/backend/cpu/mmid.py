@@ -159,7 +159,8 @@ def moe_swiglu1(gate: Weight, up: Weight, down: Weight, x: np.ndarray, ids: np.n
     if x.shape[0] != 1 or x.dtype != np.float32 or not x.flags.c_contiguous:
         return None
     flat = np.ascontiguousarray(ids, dtype=np.int32).reshape(-1)
-    if len(set(flat.tolist())) != n_used or flat.min() < 0 or flat.max() >= gate.shape[0]:
+    lst = flat.tolist()
+    if len(set(lst)) != n_used or min(lst) < 0 or max(lst) >= gate.shape[0]:
         return None
     key = (id(gate), id(up), id(down), n_used, one_token, nth)
     e = _MOE1.get(key)
