@@ -165,44 +165,78 @@ static float pyl_c_dot_q4_K(const uint8_t *w, int nsb, const int8_t *q8, const f
 }
 
 /* pyl_c_dot_q4_K for 4 weight rows (row stride rs bytes) at once: the same integers and, per row,
- * the same float chain; the bsum pairs are shared and the 4 integer sums of a super-block leave
- * the SIMD registers in one reduction. */
+ * the same float chain. SIMD: the scales broadcast by byte shuffles, the bsum pairs shared, the 4
+ * rows' integer sums leave the registers in one reduction and their float chains run in the 4
+ * lanes of one register (lane-wise mul / fma: the same roundings). */
+#if PYL_C_SIMD
+/* per 32-chunk c: the int16 scale of chunk c (of 8 int16 scales) in every 16-bit lane */
+static const int8_t pyl_c_k4_shuf[8][32] __attribute__((aligned(32))) = {
+#define PYL_C_S2(c) 2 * c, 2 * c + 1
+#define PYL_C_ROW(c) {PYL_C_S2(c), PYL_C_S2(c), PYL_C_S2(c), PYL_C_S2(c), PYL_C_S2(c), PYL_C_S2(c), \
+    PYL_C_S2(c), PYL_C_S2(c), PYL_C_S2(c), PYL_C_S2(c), PYL_C_S2(c), PYL_C_S2(c), PYL_C_S2(c), \
+    PYL_C_S2(c), PYL_C_S2(c), PYL_C_S2(c)}
+    PYL_C_ROW(0), PYL_C_ROW(1), PYL_C_ROW(2), PYL_C_ROW(3), PYL_C_ROW(4), PYL_C_ROW(5),
+    PYL_C_ROW(6), PYL_C_ROW(7)
+#undef PYL_C_ROW
+#undef PYL_C_S2
+};
+
 static void pyl_c_dot4_q4_K(const uint8_t *w, int64_t rs, int nsb, const int8_t *q8,
                             const float *d8, const int16_t *bs, float *out) {
-    float acc[4] = {0, 0, 0, 0}, accm[4] = {0, 0, 0, 0};
-    int b, j, r;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+    int b, r, p;
     for (b = 0; b < nsb; b++) {
-        int sc[4][8], mn[4][8], isum[4], bsp[8];
-        for (j = 0; j < 8; j++)
-            bsp[j] = bs[16 * b + 2 * j] + bs[16 * b + 2 * j + 1];
-        for (r = 0; r < 4; r++)
-            pyl_c_scale_min_k4(w + r * rs + (int64_t)b * PYL_C_Q4K_BYTES + 4, sc[r], mn[r]);
-#if PYL_C_SIMD
-        {
-            __m256i a[4], h;
-            for (r = 0; r < 4; r++)
-                a[r] = pyl_c_q4k_lanes(w + r * rs + (int64_t)b * PYL_C_Q4K_BYTES + 16, sc[r],
-                                       q8 + 256 * b);
-            h = _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]), _mm256_hadd_epi32(a[2], a[3]));
-            _mm_storeu_si128((__m128i *)isum, _mm_add_epi32(_mm256_castsi256_si128(h),
-                                                            _mm256_extracti128_si256(h, 1)));
-        }
-#else
-        for (r = 0; r < 4; r++)
-            isum[r] = pyl_c_q4k_isum(w + r * rs + (int64_t)b * PYL_C_Q4K_BYTES + 16, sc[r], q8 + 256 * b);
-#endif
+        const int8_t *y = q8 + 256 * b;
+        const __m256i bsv = _mm256_loadu_si256((const __m256i *)(bs + 16 * b));
+        const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bsv), _mm256_extracti128_si256(bsv, 1));
+        __m256i L[4];
+        __m128i M[4];
+        float dw[4], dm[4];
         for (r = 0; r < 4; r++) {
             const uint8_t *x = w + r * rs + (int64_t)b * PYL_C_Q4K_BYTES;
-            int imin = 0;
-            for (j = 0; j < 8; j++)
-                imin += mn[r][j] * bsp[j];
-            acc[r] = fmaf((float)isum[r], pyl_c_rd16(x) * d8[b], acc[r]);
-            accm[r] = fmaf((float)imin, pyl_c_rd16(x + 2) * d8[b], accm[r]);
+            uint32_t u[4];
+            dw[r] = pyl_c_rd16(x);
+            dm[r] = pyl_c_rd16(x + 2);
+            memcpy(u, x + 4, 12);                      /* llama.cpp's utmp unpacking */
+            u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+            const uint32_t ua = u[1] & k1;
+            u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+            u[2] = ua;
+            u[0] &= k1;
+            const __m128i smv = _mm_loadu_si128((const __m128i *)u);  /* 8 scales, 8 mins */
+            const __m256i scs = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(smv));
+            M[r] = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_unpackhi_epi64(smv, smv)), q8s);
+            __m256i l = _mm256_setzero_si256();
+            for (p = 0; p < 4; p++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(x + 16 + 32 * p));
+                const __m256i lo = _mm256_and_si256(q, m4);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                const __m256i s0 = _mm256_shuffle_epi8(scs, _mm256_load_si256((const __m256i *)pyl_c_k4_shuf[2 * p]));
+                const __m256i s1 = _mm256_shuffle_epi8(scs, _mm256_load_si256((const __m256i *)pyl_c_k4_shuf[2 * p + 1]));
+                l = _mm256_add_epi32(l, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y + 64 * p))), s0));
+                l = _mm256_add_epi32(l, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y + 64 * p + 32))), s1));
+            }
+            L[r] = l;
         }
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(L[0], L[1]), _mm256_hadd_epi32(L[2], L[3]));
+        const __m128i isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        const __m128i imin = _mm_hadd_epi32(_mm_hadd_epi32(M[0], M[1]), _mm_hadd_epi32(M[2], M[3]));
+        const __m128 dy = _mm_set1_ps(d8[b]);
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(_mm_loadu_ps(dw), dy), acc);
+        accm = _mm_fmadd_ps(_mm_cvtepi32_ps(imin), _mm_mul_ps(_mm_loadu_ps(dm), dy), accm);
     }
-    for (r = 0; r < 4; r++)
-        out[r] = acc[r] - accm[r];
+    _mm_storeu_ps(out, _mm_sub_ps(acc, accm));
 }
+#else
+static void pyl_c_dot4_q4_K(const uint8_t *w, int64_t rs, int nsb, const int8_t *q8,
+                            const float *d8, const int16_t *bs, float *out) {
+    int r;
+    for (r = 0; r < 4; r++)
+        out[r] = pyl_c_dot_q4_K(w + r * rs, nsb, q8, d8, bs);
+}
+#endif
 
 #if PYL_C_SIMD
 /* ggml_vec_dot_q6_K_q8_K, AVX2 branch (same lanes) */
