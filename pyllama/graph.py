@@ -179,14 +179,27 @@ class Graph:
                                    for i in range(x.shape[0])])
         return self.be.mul_mat_id(w, x, ids, one_token=self.llama_cpp)
 
+    def moe_softmax_swiglu(self, router: Weight, gate: Weight, up: Weight, down: Weight,
+                           x: np.ndarray, k: int, norm: bool, scale: float) -> np.ndarray:
+        """moe_swiglu(gate, up, down, x, *moe_route(matmul(router, x), k, norm, scale)): a
+        one-token ubatch in the invariant numerics (no adapter on the router) runs it in one
+        backend call where the backend fuses it (the same bits)."""
+        if x.shape[0] == 1 and not self.llama_cpp and not any(
+                ad.ab.get(router.name) is not None for ad, _ in self.loras):
+            y = self.be.moe_routed_swiglu(router, gate, up, down, x, k, norm, scale)
+            if y is not None:
+                return y
+        ids, wts = self.moe_route(self.matmul(router, x), k, norm, scale)
+        return self.moe_swiglu(gate, up, down, x, ids, wts)
+
     def moe_swiglu(self, gate: Weight, up: Weight, down: Weight, x: np.ndarray, ids: np.ndarray,
                    wts: np.ndarray) -> np.ndarray:
         """build_moe_ffn's SiLU experts after the routing: x [n, n_embd], ids / wts [n, k] ->
         [n, n_embd] = sum over slots j (in order) of wts[:, j] * down[ids[:, j]] . swiglu(
-        gate[ids[:, j]] . x, up[ids[:, j]] . x). A one-token ubatch runs it in one backend call
-        where the backend fuses it (the same bits as the ops below)."""
-        if x.shape[0] == 1:
-            y = self.be.moe_swiglu1(gate, up, down, x, ids, wts, one_token=self.llama_cpp)
+        gate[ids[:, j]] . x, up[ids[:, j]] . x). One backend call where the backend fuses it (the
+        same bits as the ops below; the one_row split of a batch keeps the ops)."""
+        if x.shape[0] == 1 or not self.one_row:
+            y = self.be.moe_swiglu(gate, up, down, x, ids, wts, one_token=self.llama_cpp)
             if y is not None:
                 return y
         x3 = x.reshape(x.shape[0], 1, x.shape[-1])

@@ -70,9 +70,8 @@ def moe_ffn(g, L, hp: HParams, x: np.ndarray, *, norm_w: bool = True,
     expert_weights_scale); each token's experts' SwiGLU FFNs weighted and summed; shexp: plus
     the gated shared expert (qwen2moe).
     x [n, n_embd] -> [n, n_embd]."""
-    ids, wts = g.moe_route(g.matmul(L.ffn_gate_inp, x), hp.n_expert_used, norm_w,
-                           hp.expert_weights_scale)                 # [n, k] each
-    out = g.moe_swiglu(L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps, x, ids, wts)
+    out = g.moe_softmax_swiglu(L.ffn_gate_inp, L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps,
+                               x, hp.n_expert_used, norm_w, hp.expert_weights_scale)
     return g.add(out, shared_expert(g, L, x)) if shexp else out
 
 

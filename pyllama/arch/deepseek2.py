@@ -294,9 +294,13 @@ def routed_experts(g, L, hp, x: np.ndarray) -> np.ndarray:
     """build_moe_ffn as llm_build_deepseek2 calls it (SiLU experts, the gating function,
     exp_probs_b, expert groups, norm, scale). x [n, n_embd] -> [n, n_embd]."""
     n = x.shape[0]
-    logits = g.matmul(L.ffn_gate_inp, x)                                   # [n, n_expert]
     plain = (hp.expert_gating_func == GATING_SOFTMAX and L.exp_probs_b_b is None
              and hp.n_expert_groups <= 1)
+    if plain and L.ffn_gate_up_exps is None:
+        return g.moe_softmax_swiglu(L.ffn_gate_inp, L.ffn_gate_exps, L.ffn_up_exps,
+                                    L.ffn_down_exps, x, hp.n_expert_used,
+                                    hp.expert_weights_norm, hp.expert_weights_scale)
+    logits = g.matmul(L.ffn_gate_inp, x)                                   # [n, n_expert]
     if plain:
         ids, wts = g.moe_route(logits, hp.n_expert_used, hp.expert_weights_norm,
                                hp.expert_weights_scale)
@@ -309,14 +313,12 @@ def routed_experts(g, L, hp, x: np.ndarray) -> np.ndarray:
             sel = g.moe_group_mask(sel, hp.n_expert_groups, hp.n_group_used)
         ids = g.top_k(sel, hp.n_expert_used)
         wts = g.expert_weights(probs, ids, hp.expert_weights_norm, hp.expert_weights_scale)
-    x3 = x.reshape(n, 1, x.shape[-1])
-    if L.ffn_gate_up_exps is not None:          # fused [gate | up] rows: one mul_mat_id, views
-        gu = g.mul_mat_id(L.ffn_gate_up_exps, x3, ids)                      # [n, k, 2 n_ff_exp]
-        f = gu.shape[-1] // 2
-        gate, up = np.ascontiguousarray(gu[..., :f]), np.ascontiguousarray(gu[..., f:])
-    else:
-        up = g.mul_mat_id(L.ffn_up_exps, x3, ids)                           # [n, k, n_ff_exp]
-        gate = g.mul_mat_id(L.ffn_gate_exps, x3, ids)
+    if L.ffn_gate_up_exps is None:
+        return g.moe_swiglu(L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps, x, ids, wts)
+    x3 = x.reshape(n, 1, x.shape[-1])           # fused [gate | up] rows: one mul_mat_id, views
+    gu = g.mul_mat_id(L.ffn_gate_up_exps, x3, ids)                          # [n, k, 2 n_ff_exp]
+    f = gu.shape[-1] // 2
+    gate, up = np.ascontiguousarray(gu[..., :f]), np.ascontiguousarray(gu[..., f:])
     down = g.mul_mat_id(L.ffn_down_exps, g.swiglu(gate, up), ids)           # [n, k, n_embd]
     return g.sum_experts(g.mul(down, wts[..., None]))
 

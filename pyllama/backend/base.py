@@ -323,11 +323,18 @@ class Backend(ABC):
         ids = moe_top_k(probs, k)
         return ids, moe_expert_weights(probs, ids, norm, scale)
 
-    def moe_swiglu1(self, gate: Weight, up: Weight, down: Weight, x: np.ndarray,
-                    ids: np.ndarray, wts: np.ndarray, one_token: bool = False):
-        """One token's SwiGLU experts fused (x [1, n_embd], ids / wts [1, n_used] -> [1, n_embd],
-        the bits of Graph.moe_swiglu's separate ops), or None: the graph runs those ops. A
-        backend may fuse them; this one does not."""
+    def moe_swiglu(self, gate: Weight, up: Weight, down: Weight, x: np.ndarray,
+                   ids: np.ndarray, wts: np.ndarray, one_token: bool = False):
+        """build_moe_ffn's SwiGLU experts fused (x [n, n_embd], ids / wts [n, n_used] ->
+        [n, n_embd], the bits of Graph.moe_swiglu's separate ops; one_token: the llama.cpp
+        numerics), or None: the graph runs those ops. A backend may fuse them; this one does
+        not."""
+        return None
+
+    def moe_routed_swiglu(self, router: Weight, gate: Weight, up: Weight, down: Weight,
+                          x: np.ndarray, k: int, norm: bool, scale: float):
+        """moe_swiglu after moe_route(matmul(router, x), k, norm, scale) fused (numerics
+        "invariant"; the same bits), or None: the graph runs the ops. Not here."""
         return None
 
     def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray,

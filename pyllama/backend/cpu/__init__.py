@@ -134,21 +134,36 @@ class CpuBackend(Backend):
         _ops.moe_route(x, k, bool(norm), float(scale), probs, ids, w)
         return ids, w
 
+    def moe_routed_swiglu(self, router: Weight, gate: Weight, up: Weight, down: Weight,
+                          x: np.ndarray, k: int, norm: bool, scale: float):
+        """Backend.moe_routed_swiglu for one token in one native call (cpu/mmid.py)."""
+        if x.shape[0] != 1:
+            return None
+        mmid = _MODS.get("mmid")
+        if mmid is None:
+            from . import mmid
+            _MODS["mmid"] = mmid
+        return mmid.moe_routed_swiglu1(router, gate, up, down, x, k, norm, scale,
+                                       max(1, self.n_threads or 1))
+
     def mul_mat_id(self, w: Weight, x: np.ndarray, ids: np.ndarray,
                    one_token: bool = False) -> np.ndarray:
         """Backend.mul_mat_id with the experts of few rows in one native call (cpu/mmid.py)."""
         from . import mmid
         return mmid.mul_mat_id(self, w, x, ids, one_token, max(1, self.n_threads or 1))
 
-    def moe_swiglu1(self, gate: Weight, up: Weight, down: Weight, x: np.ndarray,
-                    ids: np.ndarray, wts: np.ndarray, one_token: bool = False):
-        """Backend.moe_swiglu1 in one native call (cpu/mmid.py, same bits)."""
+    def moe_swiglu(self, gate: Weight, up: Weight, down: Weight, x: np.ndarray,
+                   ids: np.ndarray, wts: np.ndarray, one_token: bool = False):
+        """Backend.moe_swiglu in one native call (cpu/mmid.py, same bits): one token in both
+        numerics, a batch in the invariant numerics; else None."""
         mmid = _MODS.get("mmid")
         if mmid is None:
             from . import mmid
             _MODS["mmid"] = mmid
-        return mmid.moe_swiglu1(gate, up, down, x, ids, wts, one_token,
-                                max(1, self.n_threads or 1))
+        nth = max(1, self.n_threads or 1)
+        if x.shape[0] == 1:
+            return mmid.moe_swiglu1(gate, up, down, x, ids, wts, one_token, nth)
+        return None if one_token else mmid.moe_swiglu_batch(gate, up, down, x, ids, wts, nth)
 
     def attention_vec(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
         from . import compat

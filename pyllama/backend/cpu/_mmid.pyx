@@ -9,6 +9,7 @@ s = t * n_used + j (token t, its j-th expert); its activation row is t * m + j %
 """
 from cython.parallel cimport parallel, prange, threadid
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
+from libc.string cimport memcpy
 
 cdef extern from "pyl_matmul.h" nogil:
     ctypedef struct pyl_acts:
@@ -193,8 +194,25 @@ cdef extern from *:
             out[i] = a;
         }
     }
+    /* out[i] = the same sum over the slots' rows D[pos[j]] (row stride ds) */
+    __attribute__((optimize("fp-contract=off"), noinline))
+    static void pyl_moe_wsum_idx(const float *D, int64_t ds, const int32_t *pos, const float *w,
+                                 int k, float *out, int64_t n) {
+        for (int64_t i = 0; i < n; i++) {
+            float a = D[pos[0] * ds + i] * w[0];
+            for (int j = 1; j < k; j++) {
+                const float p = D[pos[j] * ds + i] * w[j];
+                a = a + p;
+            }
+            out[i] = a;
+        }
+    }
     """
+    void pyl_moe_wsum_idx(const float *D, int64_t ds, const int32_t *pos, const float *w, int k,
+                          float *out, int64_t n) noexcept nogil
     void pyl_silu_rows(const float *x, const float *g, float *y, int64_t n) noexcept nogil
+    void pyl_route_row(const float *x, int E, int k, int norm, float scale, float *p, int *ids,
+                       float *w) noexcept nogil
     void pyl_moe_wsum(const float *y, int64_t ys, const float *w, int k, float *out,
                       int64_t n) noexcept nogil
     int64_t PYL_ROWB(int k)
@@ -247,20 +265,25 @@ cdef inline void _wtask(const wplan *P, Py_ssize_t e, Py_ssize_t xr, Py_ssize_t 
 cdef class Moe1:
     """One token's SwiGLU experts (build_moe_ffn's up / gate / down mul_mat_id, swiglu, the weights
     and the sum of the expert views) in one call and one OpenMP region: the token's row is
-    quantized once for gate and up; when the threads divide the experts evenly each thread runs
-    whole experts (gate, up, swiglu, its row quantized for down, down: one barrier), else every
+    quantized once for gate and up; when the threads divide the experts evenly (or there are at
+    least twice as many experts) each task is a whole expert (gate, up, swiglu, its row quantized
+    for down, down: one barrier), else every
     (expert, row group) of gate and up is one task of one loop, then the swiglu rows, then down's
     tasks; then the weighted sum. Each value has the bits of the separate ops (the same kernels
-    per row)."""
-    cdef wplan P[3]                 # gate, up, down
-    cdef int n_used, nth, share
+    per row). With a router (run_routed): its logits by its own kernel (row tiles, in the calling
+    thread) and moe_route's softmax gating (pyl_route_row) first, the bits of matmul + moe_route."""
+    cdef wplan P[4]                 # gate, up, down, router
+    cdef int n_used, nth, share, has_router, E, rnorm
+    cdef float rscale
     cdef object keep
     cdef float[:, ::1] gb, ub, ab, db
+    cdef float[::1] logits, probs, rw
+    cdef int32_t[::1] rids
     cdef uint8_t[:, ::1] scratch
 
-    def __init__(self, specs, int n_used, int nth):
+    def __init__(self, specs, int n_used, int nth, router=None):
         """specs: per weight (gate, up, down) (vec, kernel, kind, raw [n_expert * rows,
-        row_bytes] uint8, rows, k)."""
+        row_bytes] uint8, rows, k); router: None or (spec (row tiles), norm, scale)."""
         import numpy as np
         self.n_used, self.nth = n_used, nth
         keep = []
@@ -269,7 +292,17 @@ cdef class Moe1:
         cdef int8_t[:, ::1] q
         cdef float[:, ::1] d, s, f
         cdef int16_t[:, ::1] bs
-        for i in range(3):
+        self.has_router = router is not None
+        if router is not None:
+            specs = list(specs) + [router[0]]
+            if router[0][0] or router[0][5] != specs[0][5]:
+                raise ValueError("Moe1: the router takes row tiles over the token's row")
+            self.E, self.rnorm, self.rscale = router[0][4], bool(router[1]), router[2]
+            self.logits = np.zeros(self.E, np.float32)
+            self.probs = np.zeros(self.E, np.float32)
+            self.rw = np.zeros(n_used, np.float32)
+            self.rids = np.zeros(n_used, np.int32)
+        for i in range(len(specs)):
             vec, kernel, kind, raw_a, rows, k = specs[i]
             raw = raw_a
             n_act = n_used if i == 2 else 1
@@ -311,31 +344,53 @@ cdef class Moe1:
     def run(self, const float[::1] x, const int32_t[::1] ids, const float[::1] wts,
             float[::1] out):
         """out [n_embd] = sum_j wts[j] * down[ids[j]] . swiglu(gate[ids[j]] . x, up[ids[j]] . x)"""
+        cdef int nu = self.n_used
+        if x.shape[0] != self.P[0].k or ids.shape[0] != nu or wts.shape[0] != nu \
+                or out.shape[0] != self.P[2].rows:
+            raise ValueError("Moe1.run: shape mismatch")
+        with nogil:
+            self._experts(&x[0], &ids[0], &wts[0], &out[0])
+
+    def run_routed(self, const float[::1] x, float[::1] out):
+        """(ids, weights) = moe_route(router . x), then run: out [n_embd]"""
+        cdef wplan *R = &self.P[3]
+        cdef Py_ssize_t g
+        if not self.has_router:
+            raise ValueError("Moe1.run_routed: no router")
+        if x.shape[0] != self.P[0].k or out.shape[0] != self.P[2].rows:
+            raise ValueError("Moe1.run_routed: shape mismatch")
+        cdef float *lp = &self.logits[0]
+        cdef uint8_t *sp = &self.scratch[0, 0]
+        with nogil:
+            _wquant(R, &x[0], 0)
+            for g in range(R.G):
+                _wtask(R, 0, 0, g, lp, sp)
+            pyl_route_row(lp, self.E, self.n_used, self.rnorm, self.rscale, &self.probs[0],
+                          <int *>&self.rids[0], &self.rw[0])
+            self._experts(&x[0], &self.rids[0], &self.rw[0], &out[0])
+
+    cdef void _experts(self, const float *x, const int32_t *idp, const float *wp,
+                       float *op) noexcept nogil:
         cdef int nu = self.n_used, nth = self.nth, tid = 0
         cdef wplan *P = self.P
         cdef Py_ssize_t sl, n_out = P[2].rows
         cdef float *db = &self.db[0, 0]
         cdef uint8_t *sp = &self.scratch[0, 0]
         cdef int64_t ss = self.scratch.strides[0]
-        if x.shape[0] != P[0].k or ids.shape[0] != nu or wts.shape[0] != nu \
-                or out.shape[0] != n_out:
-            raise ValueError("Moe1.run: shape mismatch")
-        cdef const int32_t *idp = &ids[0]
-        with nogil:
-            _wquant(&P[0], &x[0], 0)
-            if not self.share:
-                _wquant(&P[1], &x[0], 0)
-            if nth == 1:
-                for sl in range(nu):
-                    self._slot(sl, idp[sl], sp)
-            elif nu % nth == 0:         # whole experts per thread: one barrier
-                with parallel(num_threads=nth):
-                    tid = threadid()
-                    for sl in prange(nu, schedule="static"):
-                        self._slot(sl, idp[sl], sp + tid * ss)
-            else:
-                self._tasks(idp)
-            pyl_moe_wsum(db, n_out, &wts[0], nu, &out[0], n_out)
+        _wquant(&P[0], x, 0)
+        if not self.share:
+            _wquant(&P[1], x, 0)
+        if nth == 1:
+            for sl in range(nu):
+                self._slot(sl, idp[sl], sp)
+        elif nu % nth == 0 or nu >= 2 * nth:    # whole experts per task: one barrier; dynamic:
+            with parallel(num_threads=nth):     # a thread that wakes late takes fewer experts
+                tid = threadid()
+                for sl in prange(nu, schedule="dynamic"):
+                    self._slot(sl, idp[sl], sp + tid * ss)
+        else:
+            self._tasks(idp)
+        pyl_moe_wsum(db, n_out, wp, nu, op, n_out)
 
     cdef void _slot(self, Py_ssize_t sl, Py_ssize_t e, uint8_t *scratch) noexcept nogil:
         """all of slot sl (expert e): gate and up rows, swiglu, its down row quantized, down"""
@@ -383,3 +438,156 @@ cdef class Moe1:
             for i3 in prange(nd, schedule="static"):
                 s3 = i3 // P[2].G
                 _wtask(&P[2], idp[s3], s3, i3 % P[2].G, db + s3 * n_out, sp + tid * ss)
+
+
+
+# -- a batch's experts (prefill), invariant numerics ---------------------------------------------
+cdef struct tplan:              # one expert tensor on the row-tile kernels
+    int kt, kind, rows, k, ntiles
+    const uint8_t *w0
+    int64_t rb
+
+
+cdef struct _abuf:              # activation rows of one kind (row strides in elements)
+    int8_t *q
+    float *d
+    float *s
+    int16_t *bs
+    float *f
+    int64_t sq, sd, sbs, sf
+
+
+cdef inline void _acts_at(const _abuf *B, Py_ssize_t row, pyl_acts *A) noexcept nogil:
+    A.q = B.q + row * B.sq
+    A.d = B.d + row * B.sd
+    A.s = B.s + row * B.sd
+    A.bs = B.bs + row * B.sbs
+    A.f = B.f + row * B.sf
+    A.sq, A.sd, A.sbs, A.sf = B.sq, B.sd, B.sbs, B.sf
+
+
+cdef inline void _aquant(int kind, const float *x, int k, const _abuf *B,
+                         Py_ssize_t row) noexcept nogil:
+    _quant_row(kind, x, k, B.q + row * B.sq, B.d + row * B.sd, B.s + row * B.sd,
+               B.bs + row * B.sbs, B.f + row * B.sf)
+
+
+cdef inline void _acopy(int kind, int k, const _abuf *S, Py_ssize_t a, const _abuf *D,
+                        Py_ssize_t b) noexcept nogil:
+    """activation row a of S -> row b of D (the parts kind uses)"""
+    if kind == PYL_ACT_Q8_0:
+        memcpy(D.q + b * D.sq, S.q + a * S.sq, k)
+        memcpy(D.d + b * D.sd, S.d + a * S.sd, 4 * (k // 32))
+        memcpy(D.s + b * D.sd, S.s + a * S.sd, 4 * (k // 32))
+    elif kind == PYL_ACT_Q8_K or kind == PYL_ACT_Q8_K4:
+        memcpy(D.q + b * D.sq, S.q + a * S.sq, k)
+        memcpy(D.d + b * D.sd, S.d + a * S.sd, 4 * (k // 256))
+        memcpy(D.bs + b * D.sbs, S.bs + a * S.sbs, 2 * (k // 16))
+    else:
+        memcpy(D.f + b * D.sf, S.f + a * S.sf, 4 * k)
+
+
+cdef _abuf _abuf_of(bufs):
+    """(q int8 [n, k], d f32 [n, k/32], s f32 [n, k/32], bs int16 [n, k/16], f f32 [n, k])"""
+    cdef int8_t[:, ::1] q = bufs[0]
+    cdef float[:, ::1] d = bufs[1]
+    cdef float[:, ::1] s = bufs[2]
+    cdef int16_t[:, ::1] bs = bufs[3]
+    cdef float[:, ::1] f = bufs[4]
+    cdef _abuf B
+    B.q, B.d, B.s, B.bs, B.f = &q[0, 0], &d[0, 0], &s[0, 0], &bs[0, 0], &f[0, 0]
+    B.sq, B.sd, B.sbs, B.sf = q.shape[1], d.shape[1], bs.shape[1], f.shape[1]
+    return B
+
+
+cdef tplan _tplan_of(spec):
+    cdef tplan T
+    cdef const uint8_t[:, ::1] raw = spec[2]
+    T.kt, T.kind, T.rows, T.k = spec[0], spec[1], spec[3], spec[4]
+    T.ntiles = (T.rows + PYL_R - 1) // PYL_R
+    T.w0 = &raw[0, 0]
+    T.rb = raw.shape[1]
+    return T
+
+
+cdef inline void _gtile(const tplan *T, const _abuf *A, Py_ssize_t e, Py_ssize_t g0,
+                        Py_ssize_t ng, Py_ssize_t it, float *Y, uint8_t *scratch) noexcept nogil:
+    """row tile it of expert e times the ng sorted activation rows from g0 -> Y rows g0.."""
+    cdef pyl_acts X
+    cdef int64_t r0 = it * PYL_R
+    cdef int nr = <int>(T.rows - r0) if T.rows - r0 < PYL_R else PYL_R
+    _acts_at(A, g0, &X)
+    pyl_rowtile(T.kt, T.w0 + e * T.rows * T.rb, T.rb, r0, nr, T.k, &X, ng, scratch,
+                Y + g0 * T.rows, T.rows)
+
+
+def moe_batch(specs, const float[:, ::1] x, const int32_t[::1] xrow, const int32_t[::1] gexp,
+              const int32_t[::1] gstart, const int32_t[::1] pos, const float[:, ::1] wts,
+              xbufs, ubufs, sbufs, dbufs, float[:, ::1] G, float[:, ::1] U, float[:, ::1] D,
+              uint8_t[:, ::1] scratch, float[:, ::1] out, int nth):
+    """A batch's SwiGLU experts on the row-tile kernels (numerics "invariant": every value has
+    the bits of the per-expert matmuls, swiglu and Graph.sum_experts of the weighted rows).
+    The slots (token t, j-th expert) are sorted by expert: S sorted rows, group g = expert
+    gexp[g] on sorted rows gstart[g]..gstart[g+1]; sorted row i reads x row xrow[i]; pos[t * k +
+    j] is the sorted row of slot (t, j). specs: (kernel type, act kind, raw [n_expert * rows,
+    row_bytes], rows, k) for gate, up, down. x's rows are quantized once (xbufs; ubufs for up
+    when its kind differs, else None), copied into sorted order (sbufs: gate's, then up's
+    rows after S), every (group, row tile) of gate and up is one task, then each sorted row's
+    swiglu is quantized for down (dbufs), then down's tasks, then the weighted sums.
+    G, U [S, n_ff] (U then holds the swiglu rows), D [S, n_embd]; out [n, n_embd]."""
+    cdef tplan T[3]
+    cdef int i
+    for i in range(3):
+        T[i] = _tplan_of(specs[i])
+    cdef _abuf XB = _abuf_of(xbufs), SB = _abuf_of(sbufs), DB = _abuf_of(dbufs)
+    cdef _abuf XU = _abuf_of(ubufs) if ubufs is not None else XB
+    cdef bint own_up = ubufs is not None
+    cdef Py_ssize_t n = x.shape[0], S = xrow.shape[0], ngr = gexp.shape[0], ku = wts.shape[1]
+    cdef Py_ssize_t ff = T[0].rows, ne = T[2].rows, nt0 = ngr * T[0].ntiles
+    cdef Py_ssize_t nt01 = nt0 + ngr * T[1].ntiles, nt2 = ngr * T[2].ntiles
+    cdef Py_ssize_t a, b, b2, t, i1, i2, g1, g2
+    cdef int tid = 0
+    if (T[1].rows != ff or T[1].k != T[0].k or T[2].k != ff or x.shape[1] != T[0].k
+            or S != n * ku or pos.shape[0] != S or gstart.shape[0] != ngr + 1
+            or G.shape[0] < S or U.shape[0] < S or D.shape[0] < S or G.shape[1] != ff
+            or U.shape[1] != ff or D.shape[1] != ne or out.shape[0] != n
+            or out.shape[1] != ne or scratch.shape[0] < nth):
+        raise ValueError("moe_batch: shape mismatch")
+    cdef _abuf SU = SB
+    SU.q, SU.d, SU.s = SB.q + S * SB.sq, SB.d + S * SB.sd, SB.s + S * SB.sd
+    SU.bs, SU.f = SB.bs + S * SB.sbs, SB.f + S * SB.sf
+    cdef float *Gp = &G[0, 0]
+    cdef float *Up = &U[0, 0]
+    cdef float *Dp = &D[0, 0]
+    cdef uint8_t *sp = &scratch[0, 0]
+    cdef int64_t ss = scratch.strides[0]
+    cdef const int32_t *ge = &gexp[0]
+    cdef const int32_t *gs = &gstart[0]
+    with nogil, parallel(num_threads=nth):
+        tid = threadid()
+        for a in prange(n, schedule="static"):
+            _aquant(T[0].kind, &x[a, 0], T[0].k, &XB, a)
+            if own_up:
+                _aquant(T[1].kind, &x[a, 0], T[1].k, &XU, a)
+        for b in prange(S, schedule="static"):
+            _acopy(T[0].kind, T[0].k, &XB, xrow[b], &SB, b)
+            if own_up:
+                _acopy(T[1].kind, T[1].k, &XU, xrow[b], &SU, b)
+        for i1 in prange(nt01, schedule="dynamic"):
+            if i1 < nt0:
+                g1 = i1 // T[0].ntiles
+                _gtile(&T[0], &SB, ge[g1], gs[g1], gs[g1 + 1] - gs[g1], i1 % T[0].ntiles, Gp,
+                       sp + tid * ss)
+            else:
+                g1 = (i1 - nt0) // T[1].ntiles
+                _gtile(&T[1], &SU if own_up else &SB, ge[g1], gs[g1], gs[g1 + 1] - gs[g1],
+                       (i1 - nt0) % T[1].ntiles, Up, sp + tid * ss)
+        for b2 in prange(S, schedule="static"):
+            pyl_silu_rows(Gp + b2 * ff, Up + b2 * ff, Up + b2 * ff, ff)
+            _aquant(T[2].kind, Up + b2 * ff, T[2].k, &DB, b2)
+        for i2 in prange(nt2, schedule="dynamic"):
+            g2 = i2 // T[2].ntiles
+            _gtile(&T[2], &DB, ge[g2], gs[g2], gs[g2 + 1] - gs[g2], i2 % T[2].ntiles, Dp,
+                   sp + tid * ss)
+        for t in prange(n, schedule="static"):
+            pyl_moe_wsum_idx(Dp, ne, &pos[t * ku], &wts[t, 0], <int>ku, &out[t, 0], ne)

@@ -349,58 +349,6 @@ cdef extern from *:
     """
     #include <math.h>
     static inline int pyl_route_simd(void) { return PYL_PARITY_SIMD; }
-    #if PYL_PARITY_SIMD
-    static inline float pyl_route_hsum8(__m256 v) {
-        __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        float b0 = _mm_cvtss_f32(a) + _mm_cvtss_f32(_mm_shuffle_ps(a, a, 2));
-        float b1 = _mm_cvtss_f32(_mm_shuffle_ps(a, a, 1)) + _mm_cvtss_f32(_mm_shuffle_ps(a, a, 3));
-        return b0 + b1;
-    }
-    /* one row: p[E] (scratch, the softmax), ids[k], w[k] */
-    static void pyl_route_row(const float *x, int E, int k, int norm, float scale, float *p,
-                              int *ids, float *w) {
-        float mx = -INFINITY;
-        for (int i = 0; i < E; i++) mx = x[i] > mx ? x[i] : mx;
-        const int nb = E - E % 8;
-        double tot = 0.0;
-        for (int i = 0; i < nb; i += 8) {
-            __m256 e = pyl_gexp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(mx)));
-            _mm256_storeu_ps(p + i, e);
-            tot += (double)pyl_route_hsum8(e);
-        }
-        for (int i = nb; i < E; i++) {
-            float d = x[i] - mx;
-            p[i] = (float)exp((double)d);
-            tot += (double)p[i];
-        }
-        const float inv = (float)(1.0 / tot);
-        for (int i = 0; i < E; i++) p[i] = p[i] * inv;
-        for (int j = 0; j < k; j++) {          /* selection: largest first, ties to lower index */
-            int best = -1;
-            for (int i = 0; i < E; i++) {
-                int taken = 0;
-                for (int q = 0; q < j; q++) taken |= ids[q] == i;
-                if (taken) continue;
-                if (best < 0 || p[i] > p[best]) best = i;
-            }
-            ids[j] = best;
-            w[j] = p[best];
-        }
-        if (norm) {
-            double s = 0.0;
-            for (int j = 0; j < k; j++) s += (double)w[j];
-            float sf = (float)s;
-            if (sf < 6.103515625e-5f) sf = 6.103515625e-5f;     /* np.maximum: NaN stays */
-            for (int j = 0; j < k; j++) w[j] = w[j] / sf;
-        }
-        if (scale != 0.0f && scale != 1.0f)
-            for (int j = 0; j < k; j++) w[j] = w[j] * scale;
-    }
-    #else
-    static void pyl_route_row(const float *x, int E, int k, int norm, float scale, float *p,
-                              int *ids, float *w) { (void)x; (void)E; (void)k; (void)norm;
-        (void)scale; (void)p; (void)ids; (void)w; }
-    #endif
     """
     int pyl_route_simd() noexcept nogil
     void pyl_route_row(const float *x, int E, int k, int norm, float scale, float *p, int *ids,
