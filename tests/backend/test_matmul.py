@@ -5,6 +5,8 @@ Tolerances: activation quantization and dequantization are bit-exact; the intege
 products are exact in both, only the float32 order of summing block contributions differs
 (8 SIMD lanes + horizontal sum vs blocks in order), so |cpu - ref| <= 1e-5 * (|x| @ |W|^T).
 """
+import contextlib
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as GQ
@@ -61,12 +63,26 @@ def tol(t, raw, x):
     return 1e-5 * (np.abs(x).astype(np.float64) @ np.abs(dequantize_ref(t, raw)).T.astype(np.float64)) + 1e-30
 
 
+@contextlib.contextmanager
+def kernel_threads(n, split_small=False):
+    """The matmul kernels on n threads; split_small: rows split between threads even for calls
+    below the parallel threshold (small test shapes)."""
+    old = mm.get_num_threads()
+    mm.set_num_threads(n)
+    if split_small:
+        mm.set_parallel_min_bytes(0)
+    try:
+        yield n
+    finally:
+        if split_small:
+            mm.set_parallel_min_bytes(131072)
+        mm.set_num_threads(old)
+
+
 @pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
 def threads(request):
-    old = mm.get_num_threads()
-    mm.set_num_threads(request.param)
-    yield request.param
-    mm.set_num_threads(old)
+    with kernel_threads(request.param):
+        yield request.param
 
 
 # --------------------------------------------------------------------------- exact parts ---

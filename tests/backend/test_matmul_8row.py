@@ -13,7 +13,7 @@ from pyllama.backend.cpu import matmul as mm
 from pyllama.backend.ref_matmul import matmul_ref
 from pyllama.gguf import GGMLType as T
 
-from test_matmul import act, rand_weight, weight  # tests/backend is on sys.path
+from test_matmul import kernel_threads, act, rand_weight, weight  # tests/backend is on sys.path
 
 REF = __file__.rsplit("/", 2)[0] + "/data/quant/ggml_iq_ref.npz"
 
@@ -27,12 +27,8 @@ def _raw(name, rows, k):
 
 @pytest.fixture(params=[1, 2, 3], ids=["1thread", "2threads", "3threads"])
 def threads(request):
-    old = mm.get_num_threads()
-    mm.set_num_threads(request.param)
-    mm.set_parallel_min_bytes(0)          # split rows between threads even for small calls
-    yield request.param
-    mm.set_parallel_min_bytes(131072)
-    mm.set_num_threads(old)
+    with kernel_threads(request.param, split_small=True):
+        yield request.param
 
 
 @pytest.mark.parametrize("rows", [8, 24, 40])

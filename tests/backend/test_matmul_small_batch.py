@@ -5,19 +5,15 @@ import numpy as np
 import pytest
 
 from pyllama.backend.cpu import matmul as mm
-from test_matmul import ALL, act, rand_weight, weight  # tests/backend is on sys.path
+from test_matmul import kernel_threads, ALL, act, rand_weight, weight  # tests/backend is on sys.path
 
 ROWS, K = 19, 512     # 19 rows: a partial row tile; 512: two K super-blocks, 16 32-blocks
 
 
 @pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
 def threads(request):
-    old = mm.get_num_threads()
-    mm.set_num_threads(request.param)
-    mm.set_parallel_min_bytes(0)          # split rows between threads even for small calls
-    yield request.param
-    mm.set_parallel_min_bytes(131072)
-    mm.set_num_threads(old)
+    with kernel_threads(request.param, split_small=True):
+        yield request.param
 
 
 @pytest.mark.parametrize("t", ALL)

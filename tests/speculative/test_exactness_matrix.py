@@ -15,9 +15,10 @@ import pytest
 
 import pyllama
 from pyllama.generate import decode_tokens, generate
-from pyllama.sampling import SamplerChain, SamplerParams
+from pyllama.sampling import SamplerParams
 from pyllama.speculative import SpecParams, SpecStats, drafter_chain, speculative_generate, \
     with_policy
+from recording_chain import Recording
 
 N_PREDICT = 300
 
@@ -58,16 +59,6 @@ class Spoiled:
             if self.n % 3 == 0:
                 out[-1] = (out[-1] + 1) % 270
         return out
-
-
-class Recording(SamplerChain):
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.rows = []
-
-    def sample(self, logits, u=None):
-        self.rows.append(np.array(logits, copy=True))
-        return super().sample(logits, u)
 
 
 @pytest.fixture(scope="module")

@@ -6,24 +6,13 @@ import pytest
 
 import pyllama
 from pyllama.generate import generate
-from pyllama.sampling import SamplerChain, SamplerParams
+from pyllama.sampling import SamplerParams
 from pyllama.speculative import (DraftModelDrafter, NgramDrafter, SpecParams, SpecStats,
                                  speculative_generate, truncated_model)
 from pyllama.speculative.loop import accept_rejection
+from recording_chain import Recording
 
 N_PREDICT = 300          # past the 256-cell SWA cache of the tiny models (n_swa = 16)
-
-
-class Recording(SamplerChain):
-    """A sampler chain that records the logits it samples from."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.rows = []
-
-    def sample(self, logits, u=None):
-        self.rows.append(np.array(logits, copy=True))
-        return super().sample(logits, u)
 
 
 def chain(model, **kw):

@@ -8,23 +8,14 @@ import pytest
 
 import pyllama
 from pyllama.generate import decode_tokens, generate
-from pyllama.sampling import SamplerChain, SamplerParams
+from pyllama.sampling import SamplerParams
 from pyllama.speculative import (DraftModelDrafter, NgramDrafter, SpecParams, SpecStats,
                                  speculative_generate)
+from recording_chain import Recording
 
 CODE = ("def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n\n\n"
         "def area(w, h):\n    return w * h\n\n\ndef perimeter(")
 N_PREDICT = 24
-
-
-class Recording(SamplerChain):
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.rows = []
-
-    def sample(self, logits, u=None):
-        self.rows.append(np.array(logits, copy=True))
-        return super().sample(logits, u)
 
 
 @pytest.fixture(scope="module", params=["qwen", "gemma"])
