@@ -1916,19 +1916,25 @@ pyl_r8_gemm8_nt(const int t, const int NT, int nb, const uint8_t *sp, const pyl_
     }
     for (int j = 0; j < NT; j++) _mm256_storeu_ps(out + j * os, acc[j]);
 }
+/* every token against the 8 rows unpacked in sp: groups of 4 tokens, then one at a time */
+static inline __attribute__((always_inline)) void
+pyl_r8_gemm8_tokens(const int t, int nb, const uint8_t *sp, const pyl_acts *A, int64_t n,
+                    float *out, int64_t os) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const pyl_arow X[4] = {pyl_act_row(A, i), pyl_act_row(A, i + 1), pyl_act_row(A, i + 2), pyl_act_row(A, i + 3)};
+        pyl_r8_gemm8_nt(t, 4, nb, sp, X, out + i * os, os);
+    }
+    for (; i < n; i++) {
+        const pyl_arow X[1] = {pyl_act_row(A, i)};
+        pyl_r8_gemm8_nt(t, 1, nb, sp, X, out + i * os, os);
+    }
+}
 static inline __attribute__((always_inline)) void
 pyl_r8_gemm8(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int nb, const pyl_acts *A,
              int64_t n, uint8_t *sp, float *out, int64_t os) {
     pyl_r8_pack8(t, wsrc + r0 * wstride, wstride, nb, sp);
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const pyl_arow X[4] = {pyl_act_row(A, i), pyl_act_row(A, i + 1), pyl_act_row(A, i + 2), pyl_act_row(A, i + 3)};
-        pyl_r8_gemm8_nt(t, 4, nb, sp, X, out + i * os + r0, os);
-    }
-    for (; i < n; i++) {
-        const pyl_arow X[1] = {pyl_act_row(A, i)};
-        pyl_r8_gemm8_nt(t, 1, nb, sp, X, out + i * os + r0, os);
-    }
+    pyl_r8_gemm8_tokens(t, nb, sp, A, n, out + r0, os);
 }
 
 /* ---- R8 weights repacked (kernel type | PYL_R8 | PYL_RP): per group of 8 rows and per block b,
@@ -2048,14 +2054,7 @@ pyl_rp_tile(const int t, const uint8_t *wsrc, int64_t wstride, int64_t r0, int n
     int64_t i = 0;
     if (n >= PYL_R8_GEMM_MIN) {
         pyl_rp_pack8(t, grp, nb, sp);
-        for (; i + 4 <= n; i += 4) {
-            const pyl_arow X[4] = {pyl_act_row(A, i), pyl_act_row(A, i + 1), pyl_act_row(A, i + 2), pyl_act_row(A, i + 3)};
-            pyl_r8_gemm8_nt(t, 4, nb, sp, X, out + i * os + r0, os);
-        }
-        for (; i < n; i++) {
-            const pyl_arow X[1] = {pyl_act_row(A, i)};
-            pyl_r8_gemm8_nt(t, 1, nb, sp, X, out + i * os + r0, os);
-        }
+        pyl_r8_gemm8_tokens(t, nb, sp, A, n, out + r0, os);
         return;
     }
     for (; i + 2 <= n; i += 2) {
