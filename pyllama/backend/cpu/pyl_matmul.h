@@ -1303,6 +1303,45 @@ pyl_dotA_direct(const int t, const uint8_t *row, int nb, const pyl_arow *a) {
     return pyl_hsum8(acc) + accm;
 }
 
+/* mat-vec of 4 adjacent rows (family A): per row exactly pyl_dotA_direct's operations (blocks
+ * in order, acc = fma(d_w * d_y, (float)lanes, acc), the same horizontal sum, the min term in
+ * its own scalar chain); the 4 independent fma chains overlap and the token's block is loaded
+ * once for the 4 rows */
+static inline __attribute__((always_inline)) void
+pyl_dotA_r4(const int t, const uint8_t *w, int64_t ws, int nb, const pyl_arow *a, float *o) {
+    const int bb = pyl_block_bytes(t), HAS_M = pyl_has_m(t);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    const uint8_t *x0 = w, *x1 = w + ws, *x2 = w + 2 * ws, *x3 = w + 3 * ws;
+    for (int b = 0; b < nb; b++) {
+        const int64_t off = (int64_t)bb * b;
+        if ((b & 1) == 0) {
+            _mm_prefetch((const char *)x0 + off + PYL_PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)x1 + off + PYL_PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)x2 + off + PYL_PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)x3 + off + PYL_PREFETCH, _MM_HINT_T0);
+        }
+        const __m256i y = _mm256_loadu_si256((const __m256i *)(a->q + 32 * b));
+        const __m256 dy = _mm256_broadcast_ss(a->d + b);
+#define PYL_R4_STEP(X, ACC) {                                                                   \
+            const __m256i wv = pyl_dec32_avx2(t, X + off);                                        \
+            const __m256i p = PYL_DOT4(_mm256_abs_epi8(wv), _mm256_sign_epi8(y, wv), ones);       \
+            const __m256 dd = _mm256_mul_ps(_mm256_broadcast_ss(pyl_scaleA_ref(t, X + off)), dy); \
+            ACC = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), ACC); }
+        PYL_R4_STEP(x0, acc0) PYL_R4_STEP(x1, acc1) PYL_R4_STEP(x2, acc2) PYL_R4_STEP(x3, acc3)
+#undef PYL_R4_STEP
+    }
+    float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (HAS_M)
+        for (int r = 0; r < 4; r++)
+            for (int b = 0; b < nb; b++)
+                m[r] = fmaf(*pyl_f16_ref(w + r * ws + (int64_t)bb * b + 2), a->s[b], m[r]);
+    o[0] = pyl_hsum8(acc0) + m[0];
+    o[1] = pyl_hsum8(acc1) + m[1];
+    o[2] = pyl_hsum8(acc2) + m[2];
+    o[3] = pyl_hsum8(acc3) + m[3];
+}
+
 static inline __attribute__((always_inline)) float
 pyl_dotK_direct1(const int t, const uint8_t *row, int nsb, const pyl_arow *a) {
     const int bb = pyl_block_bytes(t), HAS_MIN = pyl_has_min(t);
@@ -1508,7 +1547,11 @@ pyl_dotA_group(const int t, const int NT, const uint8_t *row, int nb, const pyl_
     static void pyl_direct_##T(const uint8_t *w, int64_t ws, int nr, int nb, const pyl_arow *X, \
                                int nt, float *o, int64_t os) {                                   \
         const int ng = (nt + PYL_DG - 1) / PYL_DG; /* groups of balanced sizes <= PYL_DG */      \
-        for (int r = 0; r < nr; r++) {                                                           \
+        int r0 = 0;                                                                              \
+        if (nt == 1 && PYL_##T != PYL_Q8_0) /* token generation, types that decode: 4 rows at   \
+            once (4 independent chains); Q8_0 streams best one row at a time (measured) */       \
+            for (; r0 + 4 <= nr; r0 += 4) pyl_dotA_r4(PYL_##T, w + r0 * ws, ws, nb, X, o + r0); \
+        for (int r = r0; r < nr; r++) {                                                          \
             const uint8_t *row = w + r * ws;                                                     \
             if (nt == 1) { o[r] = pyl_dotA_direct(PYL_##T, row, nb, X); continue; }             \
             for (int g = 0, i = 0; g < ng; g++) {                                                \
