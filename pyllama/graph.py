@@ -68,7 +68,7 @@ class Graph:
             w = as_matrix(w)
         y = (llama_cpp_numerics.matmul(self.be, w, x, self.one_row) if self.llama_cpp
              else self.be.matmul(w, x))
-        if lora:
+        if lora and self.loras:
             y = self._lora_add(y, w, x)   # build_lora_mm: the adapters before the bias
         if bias is not None:
             y = self.be.add(y, self.be.vec(bias))
@@ -85,6 +85,8 @@ class Graph:
         if any(len(w.shape) == 1 for w in ws):
             return [self.matmul(w, x, b) for w, b in zip(ws, biases)]
         ys = self.be.matmul_many(ws, x)
+        if not self.loras and not any(b is not None for b in biases):
+            return ys
         return [self._bias(self._lora_add(y, w, x), b) for y, w, b in zip(ys, ws, biases)]
 
     def _lora_add(self, y: np.ndarray, w: Weight, x: np.ndarray) -> np.ndarray:

@@ -66,12 +66,26 @@ def mmid_uses_vec(wtype, n_rows_w: int, n: int) -> bool:
     return wtype in ref_compat.VEC_TYPES and n < 8
 
 
+_PLAIN: dict = {}     # (ids of the weights, n) -> (the weights, plain_matmuls' answer)
+
+
 def plain_matmuls(ws, x: np.ndarray, one_row: bool = False) -> bool:
     """Whether matmul(be, w, x, one_row) is be.matmul(w, x) for every w (no float mat-vec, no
     vec_dot rows): then the weights may go to be.matmul_many."""
     n = 1 if one_row else x.shape[0]
     if x.ndim != 2:
         return True
+    key = (tuple(map(id, ws)), n)
+    hit = _PLAIN.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], ws)):
+        return hit[1]
+    if len(_PLAIN) > 4096:
+        _PLAIN.clear()
+    r = _PLAIN[key] = (tuple(ws), _plain(ws, n))
+    return r[1]
+
+
+def _plain(ws, n: int) -> bool:
     for w in ws:
         if w.type in _FLOATS and (n == 1 or not tinyblas_float(w)):
             return False
@@ -80,15 +94,28 @@ def plain_matmuls(ws, x: np.ndarray, one_row: bool = False) -> bool:
     return True
 
 
+_VEC_START: dict = {}  # (id(w), n_choice) -> (w, -1 for the float mat-vec, else vec_row_start)
+
+
 def matmul(be, w, x: np.ndarray, one_row: bool = False) -> np.ndarray:
     """be.matmul(w, x) with llama.cpp's kernel choice for these n = len(x) rows; one_row: the
     choice for one row, applied to every row (each row gets the bits a one-token decode of it
     would: the one-row kernels compute the rows independently, reading each weight block once)."""
     n = x.shape[0]
     n_choice = 1 if one_row else n
-    if x.ndim == 2 and w.type in _FLOATS and (n_choice == 1 or not tinyblas_float(w)):
-        return be.matvec_float(w, x)
-    s = vec_row_start(w.type, w.shape[0], n_choice) if x.ndim == 2 else n_choice
+    if x.ndim == 2:
+        hit = _VEC_START.get((id(w), n_choice))
+        if hit is None or hit[0] is not w:
+            if len(_VEC_START) > 4096:
+                _VEC_START.clear()
+            hit = _VEC_START[id(w), n_choice] = (w, -1 if w.type in _FLOATS and (
+                n_choice == 1 or not tinyblas_float(w)) else vec_row_start(w.type, w.shape[0],
+                                                                           n_choice))
+        if hit[1] < 0:
+            return be.matvec_float(w, x)
+        s = hit[1]
+    else:
+        s = n_choice
     if one_row:
         return be.matmul(w, x) if s >= 1 else be.matmul_vec(w, x)
     if s >= n:

@@ -41,6 +41,15 @@ _MODS: dict = {}            # submodules imported on first use (the per-token pa
 _MIN_PARALLEL_ATTN = 1 << 18       # multiply-adds
 
 
+def _cpu_compat():
+    """The one-token kernels' module (cpu/compat.py), imported on first use."""
+    m = _MODS.get("compat")
+    if m is None:
+        from . import compat as m
+        _MODS["compat"] = m
+    return m
+
+
 def default_threads() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -74,6 +83,7 @@ class CpuBackend(Backend):
         self.attn_heads_per_task = None     # None: auto; 1..4 only changes the work split
         self.kv_q_conv = False               # bf16/q8_0/q4_0 K: q to K's vec_dot_type (llama.cpp)
         self._rope_tables = OrderedDict()    # rope cos/sin tables, a few most recent
+        self._rope_last: dict = {}           # the same for a few positions, by a cheap key
 
     def _nt(self, work: int) -> int:
         return self.n_threads if work >= _MIN_PARALLEL_WORK else 1
@@ -105,8 +115,7 @@ class CpuBackend(Backend):
         return _matmul.family(int(wtype)) >= 0
 
     def matmul_vec(self, w: Weight, x: np.ndarray) -> np.ndarray:
-        from . import compat
-        return compat.matvec_k(w, x, self.n_threads)
+        return _cpu_compat().matvec_k(w, x, self.n_threads)
 
     def matvec_float(self, w: Weight, x: np.ndarray) -> np.ndarray:
         """Backend.matvec_float natively (_compat.matvec_float, same bits)."""
@@ -166,14 +175,12 @@ class CpuBackend(Backend):
         return None if one_token else mmid.moe_swiglu_batch(gate, up, down, x, ids, wts, nth)
 
     def attention_vec(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0):
-        from . import compat
-        return compat.attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
+        return _cpu_compat().attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
                                     softcap, self.n_threads)
 
     def attention_fa(self, q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap=0.0,
                      view=None):
-        from . import compat
-        return compat.attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
+        return _cpu_compat().attention_fa(q, k_cache, v_cache, kv_cells, q_start, q_end, scale,
                                    softcap, self.n_threads, view)
 
     def get_rows(self, w: Weight, ids: np.ndarray) -> np.ndarray:
@@ -204,8 +211,20 @@ class CpuBackend(Backend):
         if n_rot % 2 or n_rot > hd or n_rot <= 0:
             raise BackendError(f"rope: n_rot {n_rot} must be even, > 0 and <= head_dim {hd}")
         pos = np.ascontiguousarray(pos, dtype=np.int32)
-        cs, sn = self._rope_cache(pos, n_rot, base, freq_scale, freq_factors, ext_factor,
-                                  attn_factor, corr_dims)
+        # a few positions (decode, speculative verification): the tables of the last calls by
+        # a cheap key first (the layers of a ubatch share them)
+        fast = (pos.tobytes(), n_rot, base, freq_scale, id(freq_factors), ext_factor,
+                attn_factor, tuple(map(float, corr_dims))) if pos.size <= 16 else None
+        hit = self._rope_last.get(fast) if fast is not None else None
+        if hit is not None and hit[0] is freq_factors:
+            cs, sn = hit[1]
+        else:
+            cs, sn = self._rope_cache(pos, n_rot, base, freq_scale, freq_factors, ext_factor,
+                                      attn_factor, corr_dims)
+            if fast is not None:
+                if len(self._rope_last) >= 8:
+                    self._rope_last.clear()
+                self._rope_last[fast] = (freq_factors, (cs, sn))
         out = np.empty_like(x)
         _ops.rope_apply(x, cs, sn, n_rot, mode == ROPE_NEOX, out, self._nt(x.size))
         return out

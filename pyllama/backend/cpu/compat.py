@@ -3,6 +3,8 @@ pyl_compat.h). Bit-identical to the numpy oracle pyllama.backend.ref_compat; res
 on the thread count."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ...errors import BackendError
@@ -44,26 +46,49 @@ def matvec_k(w, x: np.ndarray, n_threads: int) -> np.ndarray:
     """y [n, rows] = x [n, k] @ W^T by llama.cpp's one-token kernel for w: Q4_K
     ggml_gemv_q4_K_8x8_q8_K (rows % 8 == 0, llama.cpp repacks those) or vec_dot, Q2_K / Q3_K /
     Q5_K / Q6_K vec_dot."""
-    raw = _raw2d(w)
-    be, bb = GGML_BLOCK[w.type]
-    k = raw.shape[1] // bb * be
+    e = _VEC_W.get(id(w))
+    if e is None or e[0] is not w or e[1] is not w.raw:
+        if len(_VEC_W) > 8192:
+            _VEC_W.clear()
+        raw = _raw2d(w)
+        be, bb = GGML_BLOCK[w.type]
+        kern = -1 if w.type in (GGMLType.IQ4_NL, GGMLType.MXFP4) or w.type in _IQ_VEC \
+            else _kernel(w.type, raw.shape[0])
+        e = _VEC_W[id(w)] = (w, w.raw, raw, raw.shape[1] // bb * be, kern)
+    raw, k, kern = e[2], e[3], e[4]
     x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, k)
     n = x.shape[0]
-    out = np.empty((n, raw.shape[0]), np.float32)
-    q = np.empty((n, k), np.int8)
-    d = np.empty((n, k // 256), np.float32)
-    bs = np.empty((n, k // 16), np.int16)
-    if w.type in (GGMLType.IQ4_NL, GGMLType.MXFP4):     # ggml_vec_dot_*_q8_0, not repacked
+    if kern < 0 and w.type not in _IQ_VEC:           # IQ4_NL, MXFP4: ggml_vec_dot_*_q8_0
         from . import matmul as mm
         return mm.matmul(w, x, ktype=int(w.type) | mm.V2)
-    if w.type in _IQ_VEC:
+    out = np.empty((n, raw.shape[0]), np.float32)
+    q, d, bs = _q8_K_scratch(n, k)
+    if kern < 0:
         from . import _matmul
         _compat.quant_q8_K(x, q, d, bs)
         _matmul.vecdot_iq(int(w.type), raw, q, d, out, max(1, n_threads or 1))
         return out
-    _compat.matvec_k(_kernel(w.type, raw.shape[0]), raw, k, x, out, q, d, bs,
-                     max(1, n_threads or 1))
+    _compat.matvec_k(kern, raw, k, x, out, q, d, bs, max(1, n_threads or 1))
     return out
+
+
+_VEC_W: dict = {}     # id(w) -> (w, w.raw, raw [rows, row bytes], k, kernel or -1): per weight
+_local = threading.local()
+
+
+def _q8_K_scratch(n: int, k: int) -> tuple:
+    """Per-thread q8_K activation buffers (q int8 [n, k], d f32 [n, k/256], bsums int16
+    [n, k/16]) for n rows of length k, reused across calls (the kernels only write them)."""
+    c = getattr(_local, "q8k", None)
+    if c is None:
+        c = _local.q8k = {}
+    r = c.get((n, k))
+    if r is None:
+        if len(c) > 32:
+            c.clear()
+        r = c[n, k] = (np.empty((n, k), np.int8), np.empty((n, k // 256), np.float32),
+                       np.empty((n, k // 16), np.int16))
+    return r
 
 
 def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
@@ -91,8 +116,22 @@ def _threads(n_threads, n_head: int, n_cells: int, d: int) -> int:
     return max(1, n_threads or 1) if n_head * n_cells * d >= _MIN_PARALLEL_ATTN else 1
 
 
+_SORTED: list = [(None, None, None, None)]  # the last call's (kv_cells, q_start, q_end, result)
+
+
 def _sorted_lists(kv_cells, q_start, q_end):
-    """Each query's cells in ascending cell index, packed; (cells, starts, ends)."""
+    """Each query's cells in ascending cell index, packed; (cells, starts, ends). The layers of
+    a ubatch that share a cache pass the same plan arrays (KVCache.attn_plan): the last result is
+    reused for them."""
+    last = _SORTED[0]              # one read: another thread may replace it meanwhile
+    if last[0] is kv_cells and last[1] is q_start and last[2] is q_end:
+        return last[3]
+    r = _sorted_lists_new(kv_cells, q_start, q_end)
+    _SORTED[0] = (kv_cells, q_start, q_end, r)
+    return r
+
+
+def _sorted_lists_new(kv_cells, q_start, q_end):
     qs = np.asarray(q_start, np.int64)
     qe = np.asarray(q_end, np.int64)
     cells = np.asarray(kv_cells, np.int32)

@@ -170,21 +170,37 @@ def matmul_many(ws, x: np.ndarray, outs=None) -> list:
     """[matmul(w, x) for w in ws] with one activation quantization and one parallel region when
     the weights (at most 4) share the activation kind and k (q/k/v, gate/up); the same bits
     as separate calls. Otherwise separate calls."""
-    es = [_weight(w) for w in ws]
-    kind, k = es[0][5], es[0][3]
+    g = _MANY.get(tuple(map(id, ws)))
+    if g is None or not all(a is b for a, b in zip(g[0], ws)) or \
+            not all(e[1] is e[0].raw for e in g[1]):
+        es = tuple(_weight(w) for w in ws)
+        kind, k = es[0][5], es[0][3]
+        fused = len(es) <= 4 and all(e[5] == kind and e[3] == k for e in es)
+        if len(_MANY) > 4096:
+            _MANY.clear()
+        g = _MANY[tuple(map(id, ws))] = (tuple(ws), es, fused, kind, k,
+                                         tuple([e[4] for e in es]), tuple([e[2] for e in es]),
+                                         tuple([e[2].shape[0] for e in es]))
+    _, es, fused, kind, k, wtypes, raws, rows = g
     x2 = x if (x.dtype == np.float32 and x.flags.c_contiguous) else \
         np.ascontiguousarray(x, dtype=np.float32)
     if x2.ndim != 2:
         x2 = x2.reshape(-1, x2.shape[-1])
     n = x2.shape[0]
+    lead = x.shape[:-1]
     if outs is None:
-        outs = [np.empty(x.shape[:-1] + (e[2].shape[0],), np.float32) for e in es]
-    if len(es) > 4 or any(e[5] != kind or e[3] != k for e in es) or x2.shape[1] != k:
+        outs = [np.empty(lead + (r,), np.float32) for r in rows]
+    if not fused or x2.shape[1] != k:
         return [matmul(w, x, o) for w, o in zip(ws, outs)]
-    _matmul.matmul_plan_many(tuple([e[4] for e in es]), tuple([e[2] for e in es]), x2,
+    _matmul.matmul_plan_many(wtypes, raws, x2,
                              tuple([o if o.ndim == 2 else o.reshape(n, -1) for o in outs]),
                              _plan_obj(kind, n, k, _state["threads"]))
     return outs
+
+
+# tuple of id(w) -> (weights, their _weight entries, one fused call?, activation kind, k, kernel
+# types, kernel raws, rows): matmul_many's per-call constants, computed once per weight group
+_MANY: dict = {}
 
 
 def _plan_obj(kind: int, n: int, k: int, nth: int):
