@@ -3,6 +3,7 @@
     python bench/side_by_side.py [--models gemma-3-270m,qwen2.5-coder-0.5b] [--pairs 5] [-t 2]
         [--depth 4096]                            # also tg128 after a 4096-token prompt
         [--numerics invariant|llama.cpp]          # pyllama's arithmetic (default invariant)
+        [--flash-attn on|off]                     # both runtimes (default on: llama.cpp's -fa auto)
         [--llama-cpp-python /path/to/python]      # --models also takes GGUF paths
 
 Runs the two runtimes interleaved (A B A B ...) in fresh subprocesses, reports medians and per-pair
@@ -42,7 +43,8 @@ if runtime == "pyllama":
     n_vocab = model.n_vocab
     def new_ctx():
         return pyllama.Context(model, n_ctx=N_CTX, n_batch=512, n_ubatch=512, n_threads=n_threads,
-                               numerics=os.environ.get("PYLLAMA_BENCH_NUMERICS", "invariant"))
+                               numerics=os.environ.get("PYLLAMA_BENCH_NUMERICS", "invariant"),
+                               flash_attn=os.environ.get("PYLLAMA_BENCH_FA", "on") == "on")
     def decode(ctx, toks, p0):
         flags = np.zeros(len(toks), bool); flags[-1] = True
         rc = ctx.decode(Batch(np.asarray(toks, np.int32), pos=np.arange(p0, p0 + len(toks), dtype=np.int32),
@@ -63,6 +65,7 @@ else:
         cp = L.llama_context_default_params()
         cp.n_ctx = N_CTX; cp.n_batch = 512; cp.n_ubatch = 512
         cp.n_threads = n_threads; cp.n_threads_batch = n_threads
+        cp.flash_attn_type = {"on": 1, "off": 0}[os.environ.get("PYLLAMA_BENCH_FA", "on")]
         return L.llama_init_from_model(lmodel, cp)
     def decode(ctx, toks, p0):
         lbatch.n_tokens = len(toks)
@@ -153,6 +156,9 @@ def main() -> int:
                     help="also tg128 after a prompt of this many tokens (e.g. 4096)")
     ap.add_argument("--numerics", default="invariant", choices=["invariant", "llama.cpp"],
                     help="pyllama's numerics (the library default is invariant)")
+    ap.add_argument("--flash-attn", default="on", choices=["on", "off"],
+                    help="flash attention for both runtimes (default on: what llama.cpp's default "
+                         "-fa auto picks on its CPU backend)")
     ap.add_argument("--llama-cpp-python", default=None,
                     help="python with llama-cpp-python for the llama.cpp side (default: this one)")
     args = ap.parse_args()
@@ -160,11 +166,12 @@ def main() -> int:
     LLAMA_CPP_PYTHON = args.llama_cpp_python
     DEPTH = args.depth
     os.environ["PYLLAMA_BENCH_NUMERICS"] = args.numerics
+    os.environ["PYLLAMA_BENCH_FA"] = args.flash_attn
     sys.path.insert(0, os.path.dirname(HERE))
     from pyllama.models import resolve
     runtimes = ["pyllama"] + (["llama.cpp"] if have_llama_cpp() else [])
     report = {"machine": machine_info(), "threads": args.threads, "numerics": args.numerics,
-              "results": {}}
+              "flash_attn": args.flash_attn, "results": {}}
     for alias in args.models.split(","):
         path = resolve(alias)
         rows = {rt: [] for rt in runtimes}
@@ -180,7 +187,8 @@ def main() -> int:
 def write_report(report: dict, runtimes: list) -> None:
     lines = [f"# pyllama vs llama.cpp, {report['machine']['date']}",
              f"{report['machine']['cpu']}, {report['machine']['cores']} cores, "
-             f"{report['threads']} threads, pyllama numerics {report['numerics']}, load average at start "
+             f"{report['threads']} threads, pyllama numerics {report['numerics']}, flash attention "
+             f"{report.get('flash_attn', 'off')}, load average at start "
              f"{report['machine']['loadavg'][0]:.1f}", "",
              "| model | test | pyllama | llama.cpp | ratio (median of pair ratios) |",
              "|---|---|---|---|---|"]
