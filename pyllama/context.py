@@ -31,6 +31,7 @@ back with set_embeddings(False) to generate.
 """
 from __future__ import annotations
 
+import os
 import struct
 
 import numpy as np
@@ -43,8 +44,10 @@ from .kv import KVLayout, ctx_geometry, make_memory
 from .kv.cache import DTYPES as KV_CACHE_TYPES
 from .kv.cache import QUANTIZED as KV_QUANTIZED
 from .log import get_logger
+from .replay import DecodeReplay
 
 log = get_logger("context")
+_REPLAY_MAX_TOKENS = 16     # ubatches replayed: decode steps of up to this many sequences
 
 
 class Context:
@@ -110,6 +113,10 @@ class Context:
         self.cvec = None                # ControlVector (llama_adapter_cvec) or None
         self._init_adapters(lora_adapters, lora_apply, control_vectors,
                             control_vector_layer_range)
+        # decode steps replayed as a compiled sequence of backend calls (PYLLAMA_REPLAY=0:
+        # always the architecture's forward; the logits are the same bits either way)
+        self._replay = (DecodeReplay(self.backend, self.memory, self._forward, hp.n_layer)
+                        if os.environ.get("PYLLAMA_REPLAY", "1") != "0" else None)
 
     def _init_adapters(self, lora_adapters, lora_apply, control_vectors, layer_range) -> None:
         """common_init_from_params: load the LoRA adapters [(path or LoraAdapter, scale)]
@@ -210,10 +217,23 @@ class Context:
 
     def _decode_ubatch(self, ub, one_row: bool = False) -> None:
         out_local = np.flatnonzero(ub.output).astype(np.int32)
-        g = Graph(self.backend, self.hp, self.memory, ub, out_local, self.numerics,
-                  self.flash_attn, want_logits=not self.embeddings, loras=self.loras,
-                  cvec=self.cvec, one_row=one_row)
-        logits = self.model.arch.forward(g, self.model.weights, self.hp)
+
+        def graph(be):
+            return Graph(be, self.hp, self.memory, ub, out_local, self.numerics,
+                         self.flash_attn, want_logits=not self.embeddings, loras=self.loras,
+                         cvec=self.cvec, one_row=one_row)
+        if (self._replay is not None and ub.n_tokens <= _REPLAY_MAX_TOKENS
+                and len(out_local) == ub.n_tokens and not one_row and not self.embeddings
+                and not self.loras and self.cvec is None):
+            # a decode step (one token per sequence, every row an output): its backend calls
+            # replayed without the architecture code (pyllama/replay.py; recorded, compiled and
+            # checked on the first decodes of each shape)
+            key = (ub.n_tokens, len(out_local))
+            logits = (self._replay.execute(key, ub) if self._replay.ready(key)
+                      else self._replay.run(key, graph))
+        else:
+            g = graph(self.backend)
+            logits = self.model.arch.forward(g, self.model.weights, self.hp)
         if not len(out_local):
             return
         rows = self._out_row[np.asarray(ub.idx)[out_local]]
@@ -223,6 +243,9 @@ class Context:
             self._embd[rows] = g.embd
         else:
             self._embd_seq.update(self._pool(ub, np.asarray(g.embd, dtype=np.float32)))
+
+    def _forward(self, g):
+        return self.model.arch.forward(g, self.model.weights, self.hp), g
 
     def _pool(self, ub, x: np.ndarray) -> dict:
         """llama.cpp build_pooling over one ubatch: x [n_tokens, n_embd] (every row an output)

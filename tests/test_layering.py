@@ -15,7 +15,7 @@ LAYERS = [
     ("pyllama.speculative", 7), ("pyllama.generate", 7), ("pyllama.perplexity", 7),
     ("pyllama.embedding", 7), ("pyllama.scoring", 7),
     ("pyllama.sampling", 6), ("pyllama.grammar", 6),
-    ("pyllama.model", 5), ("pyllama.context", 5), ("pyllama.adapter", 5),
+    ("pyllama.model", 5), ("pyllama.context", 5), ("pyllama.replay", 5), ("pyllama.adapter", 5),
     ("pyllama.arch", 4), ("pyllama.graph", 4),
     ("pyllama.batch", 3), ("pyllama.kv", 3),
     ("pyllama.backend", 2),

@@ -191,13 +191,17 @@ class CpuBackend(Backend):
         """x [..., d] (e.g. [n, n_head, d] for per-head q/k norms), w [d] or None; the weight
         multiply is fused into the same pass (same two f32 roundings as norm then mul)."""
         x = _c32(x)
+        n = x.size
+        if out is None and n < _MIN_PARALLEL_WORK:      # one thread: no buffer acquisition
+            out = np.empty_like(x)
+            if _ops.rms_norm_rows(x, w, eps, out):
+                return out
         d = x.shape[-1]
         if w is not None:
             w = _c32(w)
             if w.shape != (d,):
                 return self.mul(self.rms_norm(x, None, eps), w)
         out = np.empty_like(x) if out is None else out
-        n = x.size
         _ops.rms_norm(_rows(x, d), w, eps, _rows(out, d),
                       self.n_threads if n >= _MIN_PARALLEL_WORK else 1)
         return out

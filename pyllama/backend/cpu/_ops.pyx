@@ -88,6 +88,39 @@ def rms_norm(const float[:, ::1] x, const float[::1] w, float eps, float[:, ::1]
         _rms_row(&x[r, 0], wp, &out[r, 0], d, eps)
 
 
+cimport numpy as cnp
+cnp.import_array()
+
+
+cdef inline bint _f32c(cnp.ndarray a) noexcept:
+    return cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT32 and cnp.PyArray_IS_C_CONTIGUOUS(a)
+
+
+def rms_norm_rows(cnp.ndarray x, cnp.ndarray w, float eps, cnp.ndarray out):
+    """rms_norm for a few rows on this thread, without buffer acquisition (the one-token path):
+    x, out float32 C-contiguous of the same size, rows of d = w.size (w float32 contiguous) or
+    of d = x.shape[-1] without w (w None). False when the arrays do not qualify (nothing done)."""
+    cdef Py_ssize_t d, n, r
+    cdef const float* wp = NULL
+    if not _f32c(x) or not _f32c(out) or cnp.PyArray_SIZE(x) != cnp.PyArray_SIZE(out) \
+            or cnp.PyArray_NDIM(x) == 0:
+        return False
+    d = cnp.PyArray_DIM(x, cnp.PyArray_NDIM(x) - 1)
+    if w is not None:
+        if not _f32c(w) or cnp.PyArray_NDIM(w) != 1 or cnp.PyArray_SIZE(w) != d:
+            return False
+        wp = <const float*>cnp.PyArray_DATA(w)
+    if d == 0:
+        return True
+    n = cnp.PyArray_SIZE(x) // d
+    cdef const float* xp = <const float*>cnp.PyArray_DATA(x)
+    cdef float* op = <float*>cnp.PyArray_DATA(out)
+    with nogil:
+        for r in range(n):
+            _rms_row(xp + r * d, wp, op + r * d, d, eps)
+    return True
+
+
 # -- rope ----------------------------------------------------------------------------------------
 cdef inline void _rope_cache(float p, float theta_scale, float freq_scale, const float* ff,
                              float ext_factor, float attn_factor, float c0, float c1,
