@@ -216,8 +216,11 @@ class DecodeReplay:
         for j, ((na, aa, ka, ra), (nb, ab, kb, rb)) in enumerate(zip(ca, cb)):
             if na != nb or len(aa) != len(ab) or ka.keys() != kb.keys():
                 raise _Unsupported(f"call {j} differs ({na} / {nb})")
-            args = [arg(x, y) for x, y in zip(aa, ab)]
-            args += [f"{k}={arg(ka[k], kb[k])}" for k in kb]
+            try:
+                args = [arg(x, y) for x, y in zip(aa, ab)]
+                args += [f"{k}={arg(ka[k], kb[k])}" for k in kb]
+            except _Unsupported as e:
+                raise _Unsupported(f"call {j} ({nb}): {e}") from None
             if nb in _PURE and ra is rb and all(a.split("=")[-1].startswith("C[") for a in args):
                 res_id[id(rb)] = const(rb)     # e.g. vec(w): the same object every decode
                 continue
