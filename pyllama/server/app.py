@@ -36,7 +36,7 @@ from . import static
 from . import streams
 from .drain import Drain, draining_error
 from .chat import generation_prompt, render_chat
-from .tool_calls import family as tool_family
+from .tool_calls import call_spec, family as tool_family
 from .chat_parse import (MsgStream, ReasoningBudget, forced_open, parse_message,
                          thinking_template)
 from .engine import Channel, Engine, Task
@@ -603,7 +603,7 @@ class Server:
         self.live[ctx.cid] = tasks      # reasoning control finds live completions by id
         if chat:
             ctx.reasoning, ctx.open_think = self._reasoning(body, prompts[0])
-            ctx.family = tool_family(self.template)
+            ctx.family, ctx.spec = tool_family(self.template), call_spec(body)
         if params.stream:
             # an error before the first chunk is a plain JSON error, as in llama.cpp
             try:
@@ -650,7 +650,7 @@ class Server:
                                lambda t: self.engine.model.token_to_piece(t, False))
 
     def _msg_stream(self, r: "_Req") -> MsgStream:
-        return MsgStream(r.tools, r.reasoning, r.open_think, family=r.family)
+        return MsgStream(r.tools, r.reasoning, r.open_think, family=r.family, spec=r.spec)
 
     def _prepare(self, body, chat: bool):
         """(prompt token lists, task params, completions per prompt) or a ServerError."""
@@ -756,7 +756,7 @@ class Server:
         if r.mode == "oai":
             return self._verbose(r, finals, S.oai_completion(finals, r.model, r.cid,
                                                              r.params.n_probs))
-        msgs = [parse_message(f.text, r.tools, r.reasoning, r.open_think, r.family)
+        msgs = [parse_message(f.text, r.tools, r.reasoning, r.open_think, r.family, r.spec)
                 for f in finals]
         if r.mode in EVENT_MODES:
             return EVENT_MODES[r.mode].final_body(r, finals[0], msgs[0])
@@ -939,6 +939,7 @@ class _Req:
         self.mode, self.params, self.cid, self.model = mode, params, cid, model
         self.tools, self.body = tools, body
         self.reasoning, self.open_think, self.family = "none", False, "hermes"
+        self.spec = None                # tool_calls.call_spec of a chat request
         self.resp_id = "resp_" + R.random_string()
 
 

@@ -9,7 +9,8 @@ forced open by the template), the output starts in the reasoning. A block still 
 generation stops is reasoning. Extraction applies to templates that have thinking blocks (their
 source mentions `<think>`), as llama.cpp's template analysis only sets reasoning markers then.
 
-Tool calls: chat.parse_tool_calls (Hermes / Qwen `<tool_call>`); in a stream, text that may start a call is held back and the calls are sent at
+Tool calls: chat.parse_tool_calls (Hermes / Qwen `<tool_call>`), tool_calls.parse for the other
+families (re-parsed whole on every delta, only what extends the sent text is sent); in a stream, text that may start a call is held back and the calls are sent at
 the end (one diff per call with the whole arguments string).
 """
 from __future__ import annotations
@@ -54,9 +55,9 @@ class MsgStream:
     {"tool_call": (index, call)} where call is an OpenAI tool call dict."""
 
     def __init__(self, tools: bool = False, reasoning: str = "none", open_think: bool = False,
-                 parse_calls=None, family: str = "hermes"):
+                 parse_calls=None, family: str = "hermes", spec=None):
         from .chat import ToolCallStream, parse_tool_calls
-        self.family, self.open_think = family, open_think
+        self.family, self.open_think, self.spec = family, open_think, spec
         self.sent_content = self.sent_reasoning = ""
         self.reasoning = reasoning if reasoning in REASONING_FORMATS else "none"
         self.extract = self.reasoning != "none"
@@ -92,7 +93,7 @@ class MsgStream:
                 sub.finish()
             thoughts, text = thoughts + sub.reasoning_text, sub.content
         content, r2, calls = T.parse(text, self.family, self.tools, self.reasoning,
-                                     partial=not final)
+                                     partial=not final, spec=self.spec)
         thoughts += r2
         out = []
         for key, new, sent in (("reasoning_content", thoughts, "sent_reasoning"),
@@ -184,9 +185,10 @@ class MsgStream:
 
 
 def parse_message(text: str, tools: bool = False, reasoning: str = "none",
-                  open_think: bool = False, family: str = "hermes") -> ChatMsg:
-    """The whole message of a finished generation."""
-    s = MsgStream(tools, reasoning, open_think, family=family)
+                  open_think: bool = False, family: str = "hermes", spec=None) -> ChatMsg:
+    """The whole message of a finished generation; `spec`: tool_calls.call_spec of the
+    request (the families whose parser depends on the request's tools)."""
+    s = MsgStream(tools, reasoning, open_think, family=family, spec=spec)
     s.push(text)
     return s.finish()[1]
 

@@ -12,13 +12,16 @@ json_schema/grammar field, server-common.cpp's oaicompat_chat_params_parse).
   Hermes 2 Pro tool-call syntax of the bundled Qwen template, `<tool_call>\\n{"name": ...,
   "arguments": {...}}\\n</tool_call>`, one call or several (parallel_tool_calls or not, as
   llama.cpp's grammar for this format); with
-  "auto" the same grammar is lazy, triggered by the word `<tool_call>`.
+  "auto" the same grammar is lazy, triggered by the word `<tool_call>`. Llama 3.x templates: the
+  JSON call their prompt asks for; Functionary v3.2: llama.cpp's grammar for `name\n{args}`
+  after the prompt's `>>>` (server/functionary.py), lazy on the pattern `>>>(?!all)` for "auto".
 Bad grammars and schemas are 400 errors, with the failing position where there is one.
 """
 from pyllama.errors import GrammarError
 from pyllama.grammar import Grammar
 from pyllama.grammar.json_schema import Builder, Converter, _SchemaFail
 
+from . import functionary
 from .schemas import invalid
 
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
@@ -158,7 +161,12 @@ def constrain(body, sampling, *, chat: bool, oai: bool, family: str = "hermes"):
                               "\"function\": {\"name\": ...}}")
         elif choice not in (None, "auto", "required"):
             raise invalid(f"Invalid tool_choice: {choice}")
-        if json_schema is None:
+        if json_schema is None and family == functionary.FAMILY:
+            # llama.cpp's grammar for this format: forced when required, lazy on `>>>(?!all)`
+            grammar, lazy, triggers = functionary.grammar(
+                tools, "auto" if choice in (None, "auto") else "required",
+                getattr(body, "parallel_tool_calls", None) is True, only)
+        elif json_schema is None:
             # "auto" keeps the lazy Hermes grammar (its trigger word is `<tool_call>`)
             grammar = tool_call_grammar(tools, only,
                                         "hermes" if choice in (None, "auto") else family)

@@ -1,7 +1,8 @@
 """Chat output parsers of the tool-call template families other than Hermes / Qwen `<tool_call>`
 (chat.parse_tool_calls): Mistral `[TOOL_CALLS]` (JSON list, `name[ARGS]{...}`,
 `name[CALL_ID]id[ARGS]{...}`) with `[THINK]` reasoning, Llama 3.x JSON calls
-(`{"name": ..., "parameters": {...}}`), gpt-oss channels (`<|channel|>analysis|commentary|final`,
+(`{"name": ..., "parameters": {...}}`), Functionary v3.2 (`all\n<text>` / `<name>\n<args>` after
+the prompt's `>>>`, server/functionary.py), gpt-oss channels (`<|channel|>analysis|commentary|final`,
 `to=functions.NAME` recipients, `<|constrain|>`), DeepSeek R1 (`<｜tool▁calls▁begin｜>`).
 The family is recognised from the chat template's source, as llama.cpp's template analysis
 picks a parser (common/chat.cpp, chat-auto-parser-*.cpp; cases: tests/test-chat.cpp).
@@ -11,9 +12,11 @@ from __future__ import annotations
 import json
 import re
 
+from . import functionary as F
 from .chat import new_call_id
 
 HERMES, MISTRAL, LLAMA3, GPT_OSS, DEEPSEEK = "hermes", "mistral", "llama3", "gpt-oss", "deepseek"
+FUNCTIONARY = F.FAMILY
 MARKERS = {
     MISTRAL: ("[TOOL_CALLS]", "[THINK]", "[/THINK]"),
     GPT_OSS: ("<|start|>assistant", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>"),
@@ -29,6 +32,8 @@ def family(template) -> str:
     src = template if isinstance(template, str) else (getattr(template, "source", "") or "")
     if "<|channel|>" in src and "<|message|>" in src:
         return GPT_OSS
+    if F.is_template(src):
+        return FUNCTIONARY
     if "[TOOL_CALLS]" in src:
         return MISTRAL
     if "tool▁calls▁begin" in src:
@@ -182,11 +187,40 @@ def parse_deepseek(text: str, tools: bool, reasoning: str, partial: bool):
     return content, "", calls
 
 
+def parse_functionary(text: str, tools: bool, reasoning: str, partial: bool, spec=None):
+    """Functionary v3.2 (server/functionary.py); `spec`: the request's call_spec."""
+    names, choice, parallel = spec or ((), "auto", False)
+    content, calls, _ = F.parse(text, names if tools else (), choice, parallel, partial)
+    return content, "", [_call(n, a) for n, a in calls]
+
+
+def call_spec(body) -> tuple:
+    """(tool names, "auto" | "required" | "none", parallel) of a chat request: what the
+    parsers that depend on the request's tools read (Functionary's names are literals). A
+    named tool_choice forces that function (structured.constrain)."""
+    tools = getattr(body, "tools", None) or []
+    choice = getattr(body, "tool_choice", None)
+    names = []
+    for t in tools:
+        fn = t.get("function", t) if isinstance(t, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            names.append(fn["name"])
+    if isinstance(choice, dict):
+        only = (choice.get("function") or {}).get("name")
+        names, choice = [n for n in names if n == only], "required"
+    elif choice not in ("required", "none"):
+        choice = "auto"
+    return tuple(names), choice, getattr(body, "parallel_tool_calls", None) is True
+
+
 PARSERS = {MISTRAL: parse_mistral, LLAMA3: parse_llama3, GPT_OSS: parse_gpt_oss,
-           DEEPSEEK: parse_deepseek}
+           DEEPSEEK: parse_deepseek, FUNCTIONARY: parse_functionary}
 
 
-def parse(text: str, fam: str, tools: bool, reasoning: str, partial: bool = False):
-    """(content, reasoning_content, tool calls) of one output of a non-Hermes family."""
+def parse(text: str, fam: str, tools: bool, reasoning: str, partial: bool = False, spec=None):
+    """(content, reasoning_content, tool calls) of one output of a non-Hermes family; `spec`:
+    call_spec of the request (used by the families whose parser depends on the tools)."""
+    if fam == FUNCTIONARY:
+        return parse_functionary(text, tools, reasoning, partial, spec)
     content, thoughts, calls = PARSERS[fam](text, tools, reasoning, partial)
     return content, thoughts, calls
