@@ -880,7 +880,8 @@ class Server:
             if "tool_call" not in d:
                 yield sse(S.chat_chunk([S.chat_delta(f.index, d)], r.model, r.cid))
         if msg.tool_calls:
-            finish = "tool_calls"
+            if finish == "stop":        # a generation cut by the limit stays "length"
+                finish = "tool_calls"
             delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(msg.tool_calls)]}
             yield sse(S.chat_chunk([S.chat_delta(f.index, delta)], r.model, r.cid))
         usage = r.body.stream_options is not None and r.body.stream_options.include_usage

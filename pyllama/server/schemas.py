@@ -662,7 +662,8 @@ def oai_completion_chunk(index: int, text: str, model: str, cid: str, probs=None
 
 
 def chat_message(f: Final, content: str, tool_calls: list[dict]) -> dict:
-    msg: dict = {"role": "assistant", "content": content if content or not tool_calls else None}
+    # common_chat_msg::to_json_oaicompat: content is "" when empty, tool calls or not
+    msg: dict = {"role": "assistant", "content": content or ""}
     if tool_calls:
         msg["tool_calls"] = tool_calls
     return msg
@@ -672,7 +673,10 @@ def chat_completion(results: list[tuple[Final, str, list[dict]]], model: str, ci
                     n_probs: int) -> dict:
     choices = []
     for f, content, calls in results:
-        c = {"finish_reason": "tool_calls" if calls else f.finish_reason, "index": f.index,
+        # to_json_oaicompat_chat: "tool_calls" only for a generation that stopped (EOS or a
+        # stop word); one cut by the token limit is "length", calls or not
+        c = {"finish_reason": "tool_calls" if calls and f.finish_reason == "stop"
+             else f.finish_reason, "index": f.index,
              "message": chat_message(f, content, calls)}
         if n_probs:
             c["logprobs"] = oai_logprobs(f.probs)
