@@ -321,7 +321,7 @@ def grammar(tools: list, choice: str = "required", parallel: bool = False,
             only: str | None = None) -> tuple[str, bool, tuple]:
     """(GBNF, lazy, triggers) of the calls over these tools (all, or just `only`): required
     (or a named function) forces a call, possibly after `all\\n` content; auto is lazy, started
-    by the pattern `>>>(?!all)`."""
+    by the pattern `>>>(?!all)` (the trigger is listed in both cases, as llama.cpp does)."""
     from pyllama.grammar.json_schema import Builder, Converter, _SchemaFail
     from .schemas import invalid
     conv = Converter()
@@ -352,7 +352,8 @@ def grammar(tools: list, choice: str = "required", parallel: bool = False,
         conv.add_rule(rule, rhs)
     one = "tools" if parallel else f"({' | '.join(names)})"
     conv.add_rule("root", f'("all\\n" until-0 {one} | tools)')
-    return conv.format_grammar(), False, ()
+    # llama.cpp sets the trigger either way (reported in generation_settings; unused unless lazy)
+    return conv.format_grammar(), False, (("pattern", TRIGGER),)
 
 
 def _esc(s: str) -> str:
