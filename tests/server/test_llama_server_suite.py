@@ -56,7 +56,10 @@ def _env(qwen_path) -> dict:
     return {**os.environ, "SUITE_MODEL": qwen_path, "PORT": str(free_port()),
             "PYTHONPATH": os.path.join(REPO, "bench", "server_suite") + os.pathsep
             + REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-            "LLAMA_SERVER_BIN_PATH": os.path.join(bindir, "llama-server")}
+            # PYLLAMA_SERVER: another pyllama llama-server (a git worktree's: the venv's entry
+            # point runs the editable install's code)
+            "LLAMA_SERVER_BIN_PATH": os.environ.get("PYLLAMA_SERVER")
+            or os.path.join(bindir, "llama-server")}
 
 
 def test_fast_subset(qwen_path, tmp_path):
