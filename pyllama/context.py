@@ -228,9 +228,7 @@ class Context:
             # a decode step (one token per sequence, every row an output): its backend calls
             # replayed without the architecture code (pyllama/replay.py; recorded, compiled and
             # checked on the first decodes of each shape)
-            key = (ub.n_tokens, len(out_local))
-            logits = (self._replay.execute(key, ub) if self._replay.ready(key)
-                      else self._replay.run(key, graph))
+            logits = self._replay.run((ub.n_tokens, len(out_local)), graph, ub)
         else:
             g = graph(self.backend)
             logits = self.model.arch.forward(g, self.model.weights, self.hp)

@@ -75,11 +75,12 @@ class _Plan:
 
 
 class DecodeReplay:
-    """Per-Context recorder / compiler / runner of one-token decode forwards.
+    """Per-Context recorder / compiler / runner of decode-step forwards.
 
-    Context calls `forward(graph_factory, ub, key)`; it returns the logits (or None when the
-    normal forward should run and was run by it). States per key: record A, record B and compile,
-    validate once, then replay; any failure turns the key off."""
+    The Context calls `run(key, make_graph, ub)` for a decode step of shape `key`; it returns
+    the logits. States per key: record A, record B and compile, validate once against the
+    forward, then replay; anything unexpected turns the key off (the forward runs from then on).
+    """
 
     def __init__(self, backend, memory, forward, n_layer: int):
         self.be = backend
@@ -90,19 +91,20 @@ class DecodeReplay:
 
     # -- public ------------------------------------------------------------------------------
     def ready(self, key) -> bool:
-        """Whether the key's plan is compiled and validated (then use execute)."""
+        """Whether the key's plan is compiled and validated (run() replays it)."""
         st = self._state.get(key)
         return st is not None and st[0] == "plan" and st[2]
 
-    def execute(self, key, ub):
-        """The logits of ubatch ub by the key's validated plan (applies ub to the memory)."""
-        return self._execute(self._state[key][1], ub, apply=True)
-
-    def run(self, key, make_graph):
-        """The logits of this ubatch by the normal forward, recording it while the key's plan is
-        being built and checking the plan against it once. make_graph(be) builds the ubatch's
-        Graph over backend be (which applies the ubatch to the memory)."""
+    def run(self, key, make_graph, ub):
+        """The logits of decode step ub: replayed by the key's validated plan, else by the normal
+        forward (recording it while the plan is built, checking the plan against it once).
+        make_graph(be) builds the ubatch's Graph over backend be (which applies the ubatch to
+        the memory)."""
         st = self._state.get(key)
+        if st is not None and st[0] == "plan" and st[2]:
+            if st[1].kv_sig == self._kv_sig():
+                return self._execute(st[1], ub, apply=True)
+            self._state[key] = st = ("off",)      # the KV buffers were replaced: the forward
         if st is None or st[0] == "A":
             return self._record(key, st, make_graph)
         logits, g = self._forward(make_graph(self.be))
@@ -134,8 +136,8 @@ class DecodeReplay:
         try:
             plan = self._compile(st[1], rec)
             self._state[key] = ("plan", plan, False)
-        except _Unsupported as e:
-            log.debug("replay off for %s: %s", key, e)
+        except Exception as e:             # noqa: BLE001 - _Unsupported, or a memory without
+            log.debug("replay off for %s: %s", key, e)     # the methods the plan needs
             self._state[key] = ("off",)
         return logits
 
@@ -247,14 +249,15 @@ class DecodeReplay:
                     DecodeReplay._map_result(x, f"{expr}[{e}]", res_id, res_ptr)
 
     def _kv_sig(self) -> tuple:
-        mem = self.memory
-        return tuple(id(getattr(mem, "k", {}).get(il)) for il in range(self.n_layer)) + \
-            tuple(id(getattr(mem, "v", {}).get(il)) for il in range(self.n_layer))
+        """The identities of the memory's K and V buffers (constants of a plan)."""
+        def ids(d):
+            if isinstance(d, dict):
+                return tuple(map(id, d.values()))
+            return tuple(map(id, d)) if isinstance(d, (list, tuple)) else (id(d),)
+        return ids(getattr(self.memory, "k", None)) + ids(getattr(self.memory, "v", None))
 
     # -- replay ------------------------------------------------------------------------------
     def _execute(self, plan: _Plan, ub, apply: bool):
-        if plan.kv_sig != self._kv_sig():
-            raise RuntimeError("the KV buffers changed")
         mem = self.memory
         if apply:
             mem.apply_ubatch(ub)

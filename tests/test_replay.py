@@ -130,6 +130,20 @@ def test_several_sequences_per_step(tiny_model_path, monkeypatch):
     assert (2, 2) in st
 
 
+def test_replaced_kv_buffer_turns_replay_off(tiny_model_path, monkeypatch):
+    """A plan refers to the KV buffers it was recorded with: when the memory's buffer objects
+    change, the forward runs again (same logits)."""
+    model = pyllama.load_model(tiny_model_path("llama"))
+    ref_ctx, ctx = (_ctx(model, monkeypatch, False), _ctx(model, monkeypatch, True))
+    ref, out = _greedy(ref_ctx, [5, 6], 6), _greedy(ctx, [5, 6], 6)
+    assert _state(ctx) == "replayed"
+    ctx.memory.k[0] = ctx.memory.k[0].copy()          # same contents, another object
+    ref += [_one(ref_ctx, 9, 8 + i) for i in range(3)]
+    out += [_one(ctx, 9, 8 + i) for i in range(3)]
+    assert _same(out, ref)
+    assert _state(ctx) == "off"
+
+
 def test_not_replayed_for_embeddings(tiny_model_path, monkeypatch):
     model = pyllama.load_model(tiny_model_path("llama"))
     ctx = _ctx(model, monkeypatch, True, embeddings=True, pooling="none")
@@ -165,7 +179,7 @@ def test_unreplayable_forward_falls_back():
 
     r = DecodeReplay(Be(), Mem(), forward, n_layer=0)
     for t in range(4):
-        out = r.run(KEY, lambda be, t=t: G(be, UB(t)))
+        out = r.run(KEY, lambda be, t=t: G(be, UB(t)), UB(t))
         assert out.tolist() == [2.0 * (t + 1)]
     assert r._state[KEY] == ("off",)
     assert not r.ready(KEY)
