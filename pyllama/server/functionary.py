@@ -323,16 +323,10 @@ def grammar(tools: list, choice: str = "required", parallel: bool = False,
     (or a named function) forces a call, possibly after `all\\n` content; auto is lazy, started
     by the pattern `>>>(?!all)` (the trigger is listed in both cases, as llama.cpp does)."""
     from pyllama.grammar.json_schema import Builder, Converter, _SchemaFail
-    from .schemas import invalid
+    from .schemas import invalid, tool_functions
     conv = Converter()
     names = []
-    for t in tools:
-        fn = t.get("function", t) if isinstance(t, dict) else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-            raise invalid("Invalid 'tools' entry: each needs function.name")
-        name = fn["name"]
-        if only is not None and name != only:
-            continue
+    for name, fn in tool_functions(tools, only):
         params = fn.get("parameters") or {"type": "object", "properties": {}}
         try:
             node = Builder(params).build()

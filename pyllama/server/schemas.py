@@ -42,6 +42,17 @@ def invalid(message: str) -> ServerError:
     return ServerError(400, message)
 
 
+def tool_functions(tools: list, only: str | None = None):
+    """(name, function object) of each entry of a request's `tools` (OpenAI shape, or a bare
+    function), all or just the one named `only`; an entry without function.name is a 400."""
+    for t in tools:
+        fn = t.get("function", t) if isinstance(t, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise invalid("Invalid 'tools' entry: each needs function.name")
+        if only is None or fn["name"] == only:
+            yield fn["name"], fn
+
+
 def not_supported(message: str) -> ServerError:
     return ServerError(501, message)
 

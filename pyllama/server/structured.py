@@ -22,7 +22,7 @@ from pyllama.grammar import Grammar
 from pyllama.grammar.json_schema import Builder, Converter, _SchemaFail
 
 from . import functionary
-from .schemas import invalid
+from .schemas import invalid, tool_functions
 
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 
@@ -81,13 +81,7 @@ def tool_call_grammar(tools: list, only: str | None = None, family: str = "herme
     llama3 = family == "llama3"
     conv = Converter()
     alts = []
-    for t in tools:
-        fn = t.get("function", t) if isinstance(t, dict) else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-            raise invalid("Invalid 'tools' entry: each needs function.name")
-        name = fn["name"]
-        if only is not None and name != only:
-            continue
+    for name, fn in tool_functions(tools, only):
         params = fn.get("parameters") or {"type": "object"}
         args = "parameters" if llama3 else "arguments"
         schema = {"type": "object", "properties": {"name": {"const": name}, args: params},
