@@ -83,7 +83,6 @@ class CpuBackend(Backend):
         self.attn_heads_per_task = None     # None: auto; 1..4 only changes the work split
         self.kv_q_conv = False               # bf16/q8_0/q4_0 K: q to K's vec_dot_type (llama.cpp)
         self._rope_tables = OrderedDict()    # rope cos/sin tables, a few most recent
-        self._rope_last: dict = {}           # the same for a few positions, by a cheap key
 
     def _nt(self, work: int) -> int:
         return self.n_threads if work >= _MIN_PARALLEL_WORK else 1
@@ -215,20 +214,8 @@ class CpuBackend(Backend):
         if n_rot % 2 or n_rot > hd or n_rot <= 0:
             raise BackendError(f"rope: n_rot {n_rot} must be even, > 0 and <= head_dim {hd}")
         pos = np.ascontiguousarray(pos, dtype=np.int32)
-        # a few positions (decode, speculative verification): the tables of the last calls by
-        # a cheap key first (the layers of a ubatch share them)
-        fast = (pos.tobytes(), n_rot, base, freq_scale, id(freq_factors), ext_factor,
-                attn_factor, tuple(map(float, corr_dims))) if pos.size <= 16 else None
-        hit = self._rope_last.get(fast) if fast is not None else None
-        if hit is not None and hit[0] is freq_factors:
-            cs, sn = hit[1]
-        else:
-            cs, sn = self._rope_cache(pos, n_rot, base, freq_scale, freq_factors, ext_factor,
-                                      attn_factor, corr_dims)
-            if fast is not None:
-                if len(self._rope_last) >= 8:
-                    self._rope_last.clear()
-                self._rope_last[fast] = (freq_factors, (cs, sn))
+        cs, sn = self._rope_cache(pos, n_rot, base, freq_scale, freq_factors, ext_factor,
+                                  attn_factor, corr_dims)
         out = np.empty_like(x)
         _ops.rope_apply(x, cs, sn, n_rot, mode == ROPE_NEOX, out, self._nt(x.size))
         return out
