@@ -3,8 +3,6 @@ pyl_compat.h). Bit-identical to the numpy oracle pyllama.backend.ref_compat; res
 on the thread count."""
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from ...errors import BackendError
@@ -73,22 +71,14 @@ def matvec_k(w, x: np.ndarray, n_threads: int) -> np.ndarray:
 
 
 _VEC_W: dict = {}     # id(w) -> (w, w.raw, raw [rows, row bytes], k, kernel or -1): per weight
-_local = threading.local()
 
 
 def _q8_K_scratch(n: int, k: int) -> tuple:
-    """Per-thread q8_K activation buffers (q int8 [n, k], d f32 [n, k/256], bsums int16
-    [n, k/16]) for n rows of length k, reused across calls (the kernels only write them)."""
-    c = getattr(_local, "q8k", None)
-    if c is None:
-        c = _local.q8k = {}
-    r = c.get((n, k))
-    if r is None:
-        if len(c) > 32:
-            c.clear()
-        r = c[n, k] = (np.empty((n, k), np.int8), np.empty((n, k // 256), np.float32),
-                       np.empty((n, k // 16), np.int16))
-    return r
+    """q8_K activation buffers (q int8 [n, k], d f32 [n, k/256], bsums int16 [n, k/16]): views
+    of the matmul module's per-thread buffers (the kernels only write them)."""
+    from .matmul import _view
+    return (_view("k_q", (n, k), np.int8), _view("k_d", (n, k // 256), np.float32),
+            _view("k_bs", (n, k // 16), np.int16))
 
 
 def attention_vec(q, k_cache, v_cache, kv_cells, q_start, q_end, scale, softcap,
