@@ -31,9 +31,11 @@ cdef extern from "pyl_compat.h" nogil:
     void pyl_c_attn_head(const float *q, int dk, int dv, const uint16_t *K, int64_t k_stride,
                          const uint16_t *V, int64_t v_stride, const int32_t *cells, int L,
                          float scale, float softcap, float *work, float *out)
-    void pyl_c_fa_tiled_head(const float *q, int dk, int dv, const uint8_t *K, int64_t ks,
-                             const uint8_t *V, int64_t vs, int f16, const int32_t *cells, int L,
-                             float scale, float softcap, float *work, float *out)
+    void pyl_c_fa_tiled_block(const float *q, int64_t qs, int nq, int g, int dk, int dv,
+                              const uint8_t *K, int64_t ks, const uint8_t *V, int64_t vs, int f16,
+                              const int32_t *cells, const int64_t *q_start, const int64_t *q_end,
+                              float scale, float softcap, float *work, float *out, int64_t os)
+    int PYL_C_FA_ROWS
     void pyl_c_fa_chunk_head(const float *q, int dk, int dv, const uint16_t *K, int64_t ks,
                              const uint16_t *V, int64_t vs, const int32_t *cells, int L,
                              float scale, float softcap, float *work, float *out)
@@ -133,22 +135,34 @@ def attention_fa(const float[:, :, ::1] q, const uint8_t[:, ::1] k_cache,
     a view of nek1 >= 512 cells from cell `base`, in n_chunks chunks: llama.cpp's thread count)."""
     cdef int n_q = q.shape[0], H = q.shape[1], dk = q.shape[2]
     cdef int g = H // n_kv, task, i, h, es = 2 if f16 else 4
-    cdef Py_ssize_t width = 2 * 64 if kernel == FA_TILED else dk + 2 * dv
-    if kernel != FA_TILED and not f16:
+    cdef int gb = min(g, PYL_C_FA_ROWS), nhc = (g + gb - 1) // gb, nqb = PYL_C_FA_ROWS // gb
+    cdef int wide = max(dk, dv, 64), hb, hn
+    cdef Py_ssize_t width = dk + 2 * dv
+    if kernel == FA_TILED:                # K^T, V, scores, two padding rows, the lane list
+        width = dk * 64 + 64 * dv + PYL_C_FA_ROWS * 64 + 3 * wide
+    elif not f16:
         raise ValueError("attention_fa: one_chunk needs f16 caches")
     work = np.empty((max(nth, 1), width), np.float32)
     cdef float[:, ::1] wk = work
+    if kernel == FA_TILED:     # blocks: nqb queries x up to gb heads of one KV head's g
+        with nogil:
+            for task in prange(((n_q + nqb - 1) // nqb) * n_kv * nhc, num_threads=nth,
+                               schedule="dynamic"):
+                i = (task // (n_kv * nhc)) * nqb
+                h = (task % (n_kv * nhc)) // nhc                 # the KV head
+                hb = h * g + (task % nhc) * gb                   # its first query head here
+                hn = min(gb, (h + 1) * g - hb)
+                pyl_c_fa_tiled_block(&q[i, hb, 0], H * dk, min(nqb, n_q - i), hn, dk, dv,
+                                     &k_cache[0, h * dk * es], k_cache.shape[1],
+                                     &v_cache[0, h * dv * es], v_cache.shape[1], f16, &cells[0],
+                                     &q_start[i], &q_end[i], scale, softcap, &wk[threadid(), 0],
+                                     &out[i, hb, 0], H * dv)
+        return
     with nogil:
         for task in prange(n_q * H, num_threads=nth, schedule="dynamic"):
             i = task // H
             h = task % H
-            if kernel == FA_TILED:
-                pyl_c_fa_tiled_head(&q[i, h, 0], dk, dv, &k_cache[0, (h // g) * dk * es],
-                                    k_cache.shape[1], &v_cache[0, (h // g) * dv * es],
-                                    v_cache.shape[1], f16, &cells[q_start[i]],
-                                    <int>(q_end[i] - q_start[i]), scale, softcap,
-                                    &wk[threadid(), 0], &out[i, h, 0])
-            elif kernel == FA_SPLIT:
+            if kernel == FA_SPLIT:
                 pyl_c_fa_split_head(&q[i, h, 0], dk, dv,
                                     <const uint16_t *>&k_cache[0, (h // g) * dk * 2],
                                     k_cache.shape[1] // 2,

@@ -676,12 +676,6 @@ static inline float pyl_c_kv_at(const uint8_t *row, int f16, int e) {
     return f;
 }
 
-/* ggml_compute_forward_flash_attn_ext_tiled for one query row: f32 q; per 64-cell tile of cell
- * index (tiles with no listed cell skipped): s = FMA chain over d (simd_gemm), * scale, softcap
- * tanhf, unlisted lanes -inf; M' = max(M, tile max), rescale VKQ and S by expf(M - M') when it
- * grows; e = ggml_v_expf(s - M') by 8 lanes, S += sum (8-lane hsums in double); VKQ += e . V as FMA
- * chains over the tile's lanes in order (VKQ accumulated in out); out = VKQ * (1/S). K/V rows f16
- * (f16 = 1) or f32, strides in bytes, pointing at this head's columns. work: 2 * 64 floats. */
 static inline void pyl_c_fa_normalise(float S, int dv, float *out) {
     float inv = S == 0.0f ? 0.0f : 1.0f / S;
     int c;
@@ -689,69 +683,212 @@ static inline void pyl_c_fa_normalise(float S, int dv, float *out) {
         out[c] *= inv;
 }
 
-static void pyl_c_fa_tiled_head(const float *q, int dk, int dv, const uint8_t *K, int64_t ks,
-                                const uint8_t *V, int64_t vs, int f16, const int32_t *cells, int L,
-                                float scale, float softcap, float *work, float *out) {
-    float *s = work, *e = work + PYL_C_FA_TILE_KV, *acc = out;
-    float M = -INFINITY, S = 0.0f, sc = softcap != 0.0f ? scale / softcap : scale;
-    int j = 0, l, d, c;
-    memset(acc, 0, sizeof(float) * (size_t)dv);
-    while (j < L) {
-        int tile = cells[j] / PYL_C_FA_TILE_KV, j0 = j, j1, lane;
-        float tmax = -INFINITY, Mnew;
-        double sum = 0.0;
-        for (j1 = j; j1 < L && cells[j1] / PYL_C_FA_TILE_KV == tile; j1++)
-            ;
-        for (l = 0; l < PYL_C_FA_TILE_KV; l++)
-            s[l] = -INFINITY;
-        for (j = j0; j < j1; j++) {              /* kq: acc = fma(k[d], q[d], acc), d ascending */
-            const uint8_t *kr = K + (int64_t)cells[j] * ks;
-            float a = 0.0f;
+/* ---- ggml_compute_forward_flash_attn_ext_tiled --------------------------------------------------
+ * Per row (one query, one head; f32 q): per 64-cell tile of cell index (tiles with none of the
+ * query's cells skipped): s = FMA chain over d ascending (simd_gemm), * scale, softcap tanhf,
+ * unlisted lanes -inf; M' = max(M, tile max), VKQ and S scaled by expf(M - M') when it grows;
+ * e = ggml_v_expf(s - M') by 8 lanes, S += sum (8-lane hsums in double); VKQ += e . V as FMA
+ * chains over the tile's lanes in order; out = VKQ * (1/S). K/V rows f16 (f16 = 1) or f32,
+ * strides in bytes, pointing at the KV head's columns.
+ * The rows of a block (ggml's Q tile) share each tile's work: K^T and V converted to f32 once,
+ * the scores and the V products as register-tiled gemms (6 rows x 16 columns). Lanes no row of
+ * the block lists are left out of the V product (their weight is 0 in every row, as in ggml's);
+ * rows of queries with no cell in a tile are left out of it (ggml's skip). */
+#define PYL_C_FA_ROWS 64                         /* rows per block: (query, head) pairs */
+#define PYL_C_FA_RM 6
+
+/* C_r[0..n) (+)= sum over kk of A_r[ki[kk]] * B[ki[kk] * ldb + c] as one FMA chain per element,
+ * kk ascending; C_r starts from 0 (load = 0) or its value (load = 1). nr rows by pointer, any
+ * n; a last group of fewer than PYL_C_FA_RM rows is padded with A = zero (as many floats as the
+ * largest ki + 1) and C = spare (n floats). */
+static void pyl_c_fa_gemm(int nr, float *const *C, int load, const float *const *A, const int *ki,
+                          int nk, const float *B, int64_t ldb, int n, const float *zero,
+                          float *spare) {
+    int r0, i, kk, c;
+    for (r0 = 0; r0 < nr; r0 += PYL_C_FA_RM) {
+        const float *a[PYL_C_FA_RM];
+        float *cr[PYL_C_FA_RM];
+        for (i = 0; i < PYL_C_FA_RM; i++) {
+            a[i] = r0 + i < nr ? A[r0 + i] : zero;
+            cr[i] = r0 + i < nr ? C[r0 + i] : spare;
+        }
+        c = 0;
+#if PYL_C_SIMD
+        for (; c + 16 <= n; c += 16) {
+            __m256 acc[PYL_C_FA_RM][2];
+            for (i = 0; i < PYL_C_FA_RM; i++) {
+                acc[i][0] = load ? _mm256_loadu_ps(cr[i] + c) : _mm256_setzero_ps();
+                acc[i][1] = load ? _mm256_loadu_ps(cr[i] + c + 8) : _mm256_setzero_ps();
+            }
+            for (kk = 0; kk < nk; kk++) {
+                const int k = ki[kk];
+                const float *b = B + (int64_t)k * ldb + c;
+                const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+                for (i = 0; i < PYL_C_FA_RM; i++) {
+                    const __m256 p = _mm256_broadcast_ss(a[i] + k);
+                    acc[i][0] = _mm256_fmadd_ps(b0, p, acc[i][0]);
+                    acc[i][1] = _mm256_fmadd_ps(b1, p, acc[i][1]);
+                }
+            }
+            for (i = 0; i < PYL_C_FA_RM; i++) {
+                _mm256_storeu_ps(cr[i] + c, acc[i][0]);
+                _mm256_storeu_ps(cr[i] + c + 8, acc[i][1]);
+            }
+        }
+        for (; c + 8 <= n; c += 8) {
+            __m256 acc[PYL_C_FA_RM];
+            for (i = 0; i < PYL_C_FA_RM; i++)
+                acc[i] = load ? _mm256_loadu_ps(cr[i] + c) : _mm256_setzero_ps();
+            for (kk = 0; kk < nk; kk++) {
+                const int k = ki[kk];
+                const __m256 b0 = _mm256_loadu_ps(B + (int64_t)k * ldb + c);
+                for (i = 0; i < PYL_C_FA_RM; i++)
+                    acc[i] = _mm256_fmadd_ps(b0, _mm256_broadcast_ss(a[i] + k), acc[i]);
+            }
+            for (i = 0; i < PYL_C_FA_RM; i++)
+                _mm256_storeu_ps(cr[i] + c, acc[i]);
+        }
+#endif
+        for (; c < n; c++)
+            for (i = 0; i < PYL_C_FA_RM; i++) {
+                float s = load ? cr[i][c] : 0.0f;
+                for (kk = 0; kk < nk; kk++)
+                    s = fmaf(B[(int64_t)ki[kk] * ldb + c], a[i][ki[kk]], s);
+                cr[i][c] = s;
+            }
+    }
+}
+
+/* rows r = qq * g + hh for the block's nq queries (qq) and g heads (hh) of one KV head: q row
+ * q + qq * qs + hh * dk, out row out + qq * os + hh * dv; query qq lists
+ * cells[q_start[qq]:q_end[qq]] (ascending). nq * g <= PYL_C_FA_ROWS. work: dk * 64 (K^T) +
+ * 64 * dv (V) + PYL_C_FA_ROWS * 64 (scores) + 2 * max(dk, dv, 64) floats, then max(dk, 64) ints. */
+static void pyl_c_fa_tiled_block(const float *q, int64_t qs, int nq, int g, int dk, int dv,
+                                 const uint8_t *K, int64_t ks, const uint8_t *V, int64_t vs,
+                                 int f16, const int32_t *cells, const int64_t *q_start,
+                                 const int64_t *q_end, float scale, float softcap, float *work,
+                                 float *out, int64_t os) {
+    const int T = PYL_C_FA_TILE_KV, nrow = nq * g, wide = dk > dv ? (dk > T ? dk : T)
+                                                                  : (dv > T ? dv : T);
+    float *KT = work, *V32 = KT + (size_t)dk * T, *P = V32 + (size_t)T * dv;
+    float *zero = P + (size_t)PYL_C_FA_ROWS * T, *spare = zero + wide;
+    int *ki = (int *)(spare + wide), *lanes = ki;   /* d = 0..dk-1 for the scores, then lanes */
+    const float *arow[PYL_C_FA_ROWS], *prow[PYL_C_FA_ROWS];
+    float *crow[PYL_C_FA_ROWS], *orow[PYL_C_FA_ROWS];
+    float M[PYL_C_FA_ROWS], S[PYL_C_FA_ROWS];
+    int64_t pos[PYL_C_FA_ROWS];
+    uint64_t m[PYL_C_FA_ROWS];
+    float sc = softcap != 0.0f ? scale / softcap : scale;
+    int r, qq, hh, l, d, c;
+    memset(zero, 0, sizeof(float) * (size_t)wide);
+    for (qq = 0; qq < nq; qq++) {
+        pos[qq] = q_start[qq];
+        for (hh = 0; hh < g; hh++) {
+            r = qq * g + hh;
+            M[r] = -INFINITY;
+            S[r] = 0.0f;
+            memset(out + qq * os + (int64_t)hh * dv, 0, sizeof(float) * (size_t)dv);
+        }
+    }
+    for (;;) {
+        int64_t tile = -1;
+        uint64_t U = 0;
+        int na = 0, nl = 0, g0, g1;
+        for (qq = 0; qq < nq; qq++)
+            if (pos[qq] < q_end[qq]) {
+                int64_t t = cells[pos[qq]] / T;
+                tile = tile < 0 || t < tile ? t : tile;
+            }
+        if (tile < 0)
+            break;
+        for (qq = 0; qq < nq; qq++) {                    /* each query's lanes in this tile */
+            m[qq] = 0;
+            while (pos[qq] < q_end[qq] && cells[pos[qq]] / T == tile)
+                m[qq] |= (uint64_t)1 << (cells[pos[qq]++] % T);
+            U |= m[qq];
+        }
+        g0 = __builtin_ctzll(U) / 8;
+        g1 = (63 - __builtin_clzll(U)) / 8 + 1;
+        for (l = g0 * 8; l < g1 * 8; l++) {              /* K^T [dk, 64] of the listed lanes */
+            const uint8_t *kr = K + (tile * T + l) * ks;
+            if (!(U >> l & 1)) {
+                for (d = 0; d < dk; d++)
+                    KT[(size_t)d * T + l] = 0.0f;
+                continue;
+            }
             for (d = 0; d < dk; d++)
-                a = fmaf(pyl_c_kv_at(kr, f16, d), q[d], a);
-            a *= sc;
-            if (softcap != 0.0f)
-                a = tanhf(a) * softcap;
-            s[cells[j] % PYL_C_FA_TILE_KV] = a;
+                KT[(size_t)d * T + l] = pyl_c_kv_at(kr, f16, d);
         }
-        for (l = 0; l < PYL_C_FA_TILE_KV; l++)
-            tmax = s[l] > tmax ? s[l] : tmax;
-        Mnew = M > tmax ? M : tmax;
-        if (Mnew > M) {
-            float ms = expf(M - Mnew);
-            for (c = 0; c < dv; c++)
-                acc[c] *= ms;
-            S *= ms;
+        for (qq = 0; qq < nq; qq++)
+            if (m[qq])
+                for (hh = 0; hh < g; hh++) {
+                    arow[na] = q + qq * qs + (int64_t)hh * dk;
+                    crow[na++] = P + (size_t)(qq * g + hh) * T + g0 * 8;
+                }
+        for (d = 0; d < dk; d++)
+            ki[d] = d;
+        pyl_c_fa_gemm(na, crow, 0, arow, ki, dk, KT + g0 * 8, T, (g1 - g0) * 8, zero, spare);
+        na = 0;
+        for (qq = 0; qq < nq; qq++) {                    /* online softmax per row */
+            if (!m[qq])
+                continue;
+            for (hh = 0; hh < g; hh++) {
+                float *s = P + (size_t)(r = qq * g + hh) * T, tmax = -INFINITY, Mnew;
+                float *o = out + qq * os + (int64_t)hh * dv;
+                double sum = 0.0;
+                for (l = 0; l < T; l++) {
+                    float a;
+                    if (!(m[qq] >> l & 1)) {
+                        s[l] = -INFINITY;
+                        continue;
+                    }
+                    a = s[l] * sc;
+                    if (softcap != 0.0f)
+                        a = tanhf(a) * softcap;
+                    s[l] = a;
+                    tmax = a > tmax ? a : tmax;
+                }
+                Mnew = M[r] > tmax ? M[r] : tmax;
+                if (Mnew > M[r]) {
+                    float ms = expf(M[r] - Mnew);
+                    for (c = 0; c < dv; c++)
+                        o[c] *= ms;
+                    S[r] *= ms;
+                }
+                M[r] = Mnew;
+                for (l = 0; l < T; l += 8) {
+                    float x[8];
+                    int t;
+                    for (t = 0; t < 8; t++)
+                        x[t] = s[l + t] - Mnew;
+                    pyl_c_exp8(x, s + l);
+                    sum += (double)pyl_c_hsum8(s + l);
+                }
+                S[r] = (float)((double)S[r] + sum);
+                prow[na] = s;
+                orow[na++] = o;
+            }
         }
-        M = Mnew;
-        for (l = 0; l < PYL_C_FA_TILE_KV; l += 8) {
-            float x[8];
-            int t;
-            for (t = 0; t < 8; t++)
-                x[t] = s[l + t] - M;
-            pyl_c_exp8(x, e + l);
-            sum += (double)pyl_c_hsum8(e + l);
-        }
-        S = (float)((double)S + sum);
-        for (j = j0; j < j1; j++) {              /* kqv: acc = fma(v, p, acc), lanes in order */
-            const uint8_t *vr = V + (int64_t)cells[j] * vs;
-            float p;
-            lane = cells[j] % PYL_C_FA_TILE_KV;
-            p = e[lane];
+        for (l = 0; l < T; l++) {                        /* V [64, dv] of the listed lanes */
+            const uint8_t *vr = V + (tile * T + l) * vs;
+            float *vd = V32 + (size_t)l * dv;
+            if (!(U >> l & 1))
+                continue;
+            lanes[nl++] = l;
             c = 0;
 #if PYL_C_SIMD
             if (f16)
                 for (; c + 8 <= dv; c += 8)
-                    _mm256_storeu_ps(acc + c, _mm256_fmadd_ps(
-                        _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 2 * (size_t)c))),
-                        _mm256_set1_ps(p), _mm256_loadu_ps(acc + c)));
+                    _mm256_storeu_ps(vd + c, _mm256_cvtph_ps(
+                        _mm_loadu_si128((const __m128i *)(vr + 2 * (size_t)c))));
 #endif
             for (; c < dv; c++)
-                acc[c] = fmaf(pyl_c_kv_at(vr, f16, c), p, acc[c]);
+                vd[c] = pyl_c_kv_at(vr, f16, c);
         }
-        j = j1;
+        pyl_c_fa_gemm(na, orow, 1, prow, lanes, nl, V32, dv, dv, zero, spare);
     }
-    pyl_c_fa_normalise(S, dv, out);
+    for (r = 0; r < nrow; r++)
+        pyl_c_fa_normalise(S[r], dv, out + (r / g) * os + (int64_t)(r % g) * dv);
 }
 
 static inline uint16_t pyl_c_f2h(float f) {
