@@ -31,19 +31,15 @@ cdef extern from *:
 
     #if PYL_VM_SIMD && PYL_PARITY_SIMD
     /* q as ggml's mul_mat(k_f16, q) sees it: rounded to f16 when K is f16 */
-    static inline __m256 pyl_ldq(const float *q, int f16, int i) {
-        __m256 v = _mm256_loadu_ps(q + i);
-        return f16 ? _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)) : v;
-    }
-
     static inline float pyl_q1(const float *q, int f16, int e) {
         return f16 ? _cvtsh_ss(_cvtss_sh(q[e], 0)) : q[e];
     }
 
     /* raw scores of 2 cells x 4 heads into r[4 * c + t] (tinyBLAS: one 8-lane FMA chain over d,
-       ggml's hsum), then the d % 8 tail in order */
+       ggml's hsum), then the d % 8 tail in order; qb: the 4 heads' q rows as the dot sees them
+       (rounded to f16 for an f16 K, once per task: pyl_attn_group_t) */
     static inline __attribute__((always_inline)) void pyl_qk_2x4(
-            const float *const *q, const uint8_t *const *rows, int f16, int d, float *r) {
+            const float *qb, const uint8_t *const *rows, int f16, int d, float *r) {
         __m256 a[8];
         int i, m;
         for (m = 0; m < 8; m++)
@@ -51,7 +47,7 @@ cdef extern from *:
         for (i = 0; i + 8 <= d; i += 8) {
             __m256 k0 = pyl_ld8(rows[0], f16, i), k1 = pyl_ld8(rows[1], f16, i);
             for (m = 0; m < 4; m++) {
-                __m256 qv = pyl_ldq(q[m], f16, i);
+                __m256 qv = _mm256_loadu_ps(qb + (int64_t)m * d + i);
                 a[m] = _mm256_fmadd_ps(qv, k0, a[m]);
                 a[4 + m] = _mm256_fmadd_ps(qv, k1, a[4 + m]);
             }
@@ -60,7 +56,7 @@ cdef extern from *:
             int e;
             r[m] = pyl_ghsum8(a[m]);
             for (e = i; e < d; e++)
-                r[m] += pyl_q1(q[m & 3], f16, e) * pyl_ld1(rows[m >> 2], f16, e);
+                r[m] += qb[(int64_t)(m & 3) * d + e] * pyl_ld1(rows[m >> 2], f16, e);
         }
     }
 
@@ -202,12 +198,13 @@ cdef extern from *:
         float mx[4], r[8], inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
         __m128 vmx = _mm_set1_ps(-INFINITY);
         int j, t, m, d0, e;
+        float *qb = s + 4 * ns;                                 /* see pyl_attn_scratch */
     #if PYL_ATTN512
-        float *qb = s + 4 * ns, *P2 = qb + 4 * (int64_t)dk;     /* see pyl_attn_scratch */
+        float *P2 = qb + 4 * (int64_t)dk;
+    #endif
         for (t = 0; t < 4; t++)
             for (e = 0; e < dk; e++)
                 qb[(int64_t)t * dk + e] = pyl_q1(q[t], f16, e);
-    #endif
         for (j = 0; j < n; j += 2) {
             const uint8_t *rows[2];
             __m256 x;
@@ -223,7 +220,7 @@ cdef extern from *:
     #if PYL_ATTN512
             pyl_qk_2x4_512(qb, rows, f16, dk, r);
     #else
-            pyl_qk_2x4(q, rows, f16, dk, r);
+            pyl_qk_2x4(qb, rows, f16, dk, r);
     #endif
             x = _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_loadu_ps(r));
             if (cap > 0.0f) {
@@ -322,13 +319,13 @@ cdef extern from *:
     }
     #endif
 
-    /* floats of scratch per thread: 4 score rows of ns, and with AVX-512 the rounded q rows and the
-       interleaved probabilities (32 per cell) */
+    /* floats of scratch per thread: 4 score rows of ns, the 4 rounded q rows, and with AVX-512
+       the interleaved probabilities (32 per cell) */
     #ifndef PYL_ATTN512          /* no AVX-512, or the portable build */
     #define PYL_ATTN512 0
     #endif
     static int64_t pyl_attn_scratch(int64_t ns, int dk) {
-        return 4 * ns + (PYL_ATTN512 ? 4 * (int64_t)dk + 32 * ns : 0);
+        return 4 * ns + 4 * (int64_t)dk + (PYL_ATTN512 ? 32 * ns : 0);
     }
 
     /* One task: nh (1..4) heads h0.. sharing the KV head whose first element in cell 0 is at
