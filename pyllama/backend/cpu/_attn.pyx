@@ -91,27 +91,45 @@ cdef extern from *:
                              _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
     }
 
-    /* out[d0 : d0 + 8] = sum_j p_j v_j as tinyBLAS computes mul_mat(v^T, p): lane j % 8 of an
-       FMA chain over j in order, then ggml's hsum of the 8 lanes. p is padded with zeros to 8. */
-    static inline __attribute__((always_inline)) void pyl_pv_8(
-            const float *p, const uint8_t *v, int64_t vst, int f16, const int32_t *cells,
-            int n, int d0, float *out) {
-        __m256 a[8];
-        int j, l;
-        for (l = 0; l < 8; l++)
-            a[l] = _mm256_setzero_ps();
-        for (j = 0; j + 8 <= n; j += 8) {
-            if (j + PYL_PF + 8 <= n)
+    /* out[0 : dv & ~7] = sum_j p_j v_j as tinyBLAS computes mul_mat(v^T, p): per 8 columns,
+       lane j % 8 of an FMA chain over j in order, then ggml's hsum of the 8 lanes. The cells go in
+       blocks of PYL_PVB (a multiple of 8: lane = j % 8 within a block too) and each block serves
+       every column group while its V rows are in L1 (the chains carried in acc: (dv / 8) * 64
+       floats between blocks). */
+    #define PYL_PVB 32
+    static inline void pyl_pv_blocked(const float *p, const uint8_t *v, int64_t vst, int f16,
+                                      const int32_t *cells, int n, int dv, float *acc,
+                                      float *out) {
+        const int nc = dv / 8;
+        int j0, j, l, c;
+        memset(acc, 0, sizeof(float) * 64 * (size_t)nc);
+        for (j0 = 0; j0 < n; j0 += PYL_PVB) {
+            const int j1 = j0 + PYL_PVB < n ? j0 + PYL_PVB : n;
+            for (c = 0; c < nc; c++) {
+                float *ac = acc + 64 * c;
+                __m256 a[8];
                 for (l = 0; l < 8; l++)
-                    _mm_prefetch((const char *)(v + (int64_t)cells[j + PYL_PF + l] * vst) + d0 * (f16 ? 2 : 4),
-                                 _MM_HINT_T0);
-            for (l = 0; l < 8; l++)
-                a[l] = _mm256_fmadd_ps(_mm256_set1_ps(p[j + l]),
-                                       pyl_ld8(v + (int64_t)cells[j + l] * vst, f16, d0), a[l]);
+                    a[l] = _mm256_loadu_ps(ac + 8 * l);
+                for (j = j0; j + 8 <= j1; j += 8)
+                    for (l = 0; l < 8; l++)
+                        a[l] = _mm256_fmadd_ps(_mm256_set1_ps(p[j + l]),
+                                               pyl_ld8(v + (int64_t)cells[j + l] * vst, f16, 8 * c), a[l]);
+                for (l = 0; j < j1; j++, l++)
+                    a[l] = _mm256_fmadd_ps(_mm256_set1_ps(p[j]),
+                                           pyl_ld8(v + (int64_t)cells[j] * vst, f16, 8 * c), a[l]);
+                for (l = 0; l < 8; l++)
+                    _mm256_storeu_ps(ac + 8 * l, a[l]);
+            }
+            if (j1 < n)          /* the next block's rows, for the first column group */
+                for (j = j1; j < j1 + PYL_PVB && j < n; j++)
+                    _mm_prefetch((const char *)(v + (int64_t)cells[j] * vst), _MM_HINT_T0);
         }
-        for (l = 0; j < n; j++, l++)
-            a[l] = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), pyl_ld8(v + (int64_t)cells[j] * vst, f16, d0), a[l]);
-        _mm256_storeu_ps(out + d0, pyl_lane_tree(a));
+        for (c = 0; c < nc; c++) {
+            __m256 a[8];
+            for (l = 0; l < 8; l++)
+                a[l] = _mm256_loadu_ps(acc + 64 * c + 8 * l);
+            _mm256_storeu_ps(out + 8 * c, pyl_lane_tree(a));
+        }
     }
 
     /* one output element past the last 8 (dv % 8): the same 8 lanes, scalar */
@@ -155,7 +173,7 @@ cdef extern from *:
         }
     }
 
-    /* pyl_pv_8 for 4 heads at once: P2[32 j + 8 t + l] = p_t[j] (l < 8); two heads per 512-bit
+    /* pyl_pv_blocked's arithmetic for 4 heads at once: P2[32 j + 8 t + l] = p_t[j] (l < 8); two heads per 512-bit
        accumulator, each V row slice loaded and converted once; per half the same lanes, FMA
        order and lane tree */
     static inline __attribute__((always_inline)) void pyl_pv_4h_512(
@@ -257,9 +275,8 @@ cdef extern from *:
         for (t = 0; t < 4; t++) {
             float *p = s + t * ns;
             pyl_softmax_p(p, n, mx[t], f16, sk ? sk + t : NULL);
-            for (d0 = 0; d0 + 8 <= dv; d0 += 8)
-                pyl_pv_8(p, v, vst, f16, cells, n, d0, out[t]);
-            for (e = d0; e < dv; e++)
+            pyl_pv_blocked(p, v, vst, f16, cells, n, dv, s + 4 * ns + 4 * (int64_t)dk, out[t]);
+            for (e = dv & ~7; e < dv; e++)
                 out[t][e] = pyl_pv_1(p, v, vst, f16, cells, n, e);
         }
     #endif
@@ -319,13 +336,13 @@ cdef extern from *:
     }
     #endif
 
-    /* floats of scratch per thread: 4 score rows of ns, the 4 rounded q rows, and with AVX-512
-       the interleaved probabilities (32 per cell) */
+    /* floats of scratch per thread: 4 score rows of ns, the 4 rounded q rows, and the
+       interleaved probabilities (AVX-512: 32 per cell) or pyl_pv_blocked's accumulators (8 dv) */
     #ifndef PYL_ATTN512          /* no AVX-512, or the portable build */
     #define PYL_ATTN512 0
     #endif
-    static int64_t pyl_attn_scratch(int64_t ns, int dk) {
-        return 4 * ns + 4 * (int64_t)dk + (PYL_ATTN512 ? 32 * ns : 0);
+    static int64_t pyl_attn_scratch(int64_t ns, int dk, int dv) {
+        return 4 * ns + 4 * (int64_t)dk + (PYL_ATTN512 ? 32 * ns : 8 * (int64_t)dv);
     }
 
     /* One task: nh (1..4) heads h0.. sharing the KV head whose first element in cell 0 is at
@@ -359,7 +376,7 @@ cdef extern from *:
     """
     int PYL_VM_SIMD
     int PYL_HB
-    int64_t pyl_attn_scratch(int64_t ns, int dk)
+    int64_t pyl_attn_scratch(int64_t ns, int dk, int dv)
     void pyl_attn_task(const float* q_row, int h0, int nh, const uint8_t* k, const uint8_t* v,
                        int64_t kst, int64_t vst, int f16, const int32_t* cells, int n, int dk,
                        int dv, float scale, float cap, float* s, int64_t ns,
@@ -400,7 +417,7 @@ def attention(const float[:, :, ::1] q, const uint8_t[:, ::1] kb, const uint8_t[
     if cp == NULL or max_len <= 0:
         out[:, :, :] = 0
         return
-    scratch = np.empty((max(n_threads, 1), pyl_attn_scratch(ns, dk)), dtype=np.float32)
+    scratch = np.empty((max(n_threads, 1), pyl_attn_scratch(ns, dk, dv)), dtype=np.float32)
     if n_threads == 1:              # no OpenMP region for a one-token decode's small attention
         with nogil:
             for t in range(n_tasks):
