@@ -759,6 +759,60 @@ static void pyl_c_fa_gemm(int nr, float *const *C, int load, const float *const 
     }
 }
 
+#if PYL_C_SIMD
+/* r[i] <- (r[0][i], ..., r[7][i]): an 8 x 8 transpose in registers */
+static inline void pyl_c_tr8(__m256 *r) {
+    __m256 t[8], u[8];
+    int i;
+    for (i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+        r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+    }
+}
+#endif
+
+/* KT[d * 64 + l] = K row l's element d (as f32) for the lanes l in groups g0..g1-1 of 8 of a
+ * tile whose row 0 is at K (row stride ks bytes); lanes not in U are 0 */
+static void pyl_c_fa_pack_kt(const uint8_t *K, int64_t ks, int f16, uint64_t U, int g0, int g1,
+                             int dk, float *KT) {
+    const int T = PYL_C_FA_TILE_KV;
+    int l, d = 0, gi;
+#if PYL_C_SIMD
+    for (gi = g0; gi < g1; gi++)
+        for (d = 0; d + 8 <= dk; d += 8) {
+            __m256 r[8];
+            for (l = 0; l < 8; l++) {
+                const uint8_t *kr = K + (int64_t)(8 * gi + l) * ks;
+                if (!(U >> (8 * gi + l) & 1))
+                    r[l] = _mm256_setzero_ps();
+                else if (f16)
+                    r[l] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr + 2 * (size_t)d)));
+                else
+                    r[l] = _mm256_loadu_ps((const float *)kr + d);
+            }
+            pyl_c_tr8(r);
+            for (l = 0; l < 8; l++)
+                _mm256_storeu_ps(KT + (size_t)(d + l) * T + 8 * gi, r[l]);
+        }
+#endif
+    for (l = g0 * 8; l < g1 * 8; l++) {           /* the rest of d (all of it without SIMD) */
+        const uint8_t *kr = K + (int64_t)l * ks;
+        int e;
+        for (e = d; e < dk; e++)
+            KT[(size_t)e * T + l] = U >> l & 1 ? pyl_c_kv_at(kr, f16, e) : 0.0f;
+    }
+}
+
 /* rows r = qq * g + hh for the block's nq queries (qq) and g heads (hh) of one KV head: q row
  * q + qq * qs + hh * dk, out row out + qq * os + hh * dv; query qq lists
  * cells[q_start[qq]:q_end[qq]] (ascending). nq * g <= PYL_C_FA_ROWS. work: dk * 64 (K^T) +
@@ -809,16 +863,7 @@ static void pyl_c_fa_tiled_block(const float *q, int64_t qs, int nq, int g, int 
         }
         g0 = __builtin_ctzll(U) / 8;
         g1 = (63 - __builtin_clzll(U)) / 8 + 1;
-        for (l = g0 * 8; l < g1 * 8; l++) {              /* K^T [dk, 64] of the listed lanes */
-            const uint8_t *kr = K + (tile * T + l) * ks;
-            if (!(U >> l & 1)) {
-                for (d = 0; d < dk; d++)
-                    KT[(size_t)d * T + l] = 0.0f;
-                continue;
-            }
-            for (d = 0; d < dk; d++)
-                KT[(size_t)d * T + l] = pyl_c_kv_at(kr, f16, d);
-        }
+        pyl_c_fa_pack_kt(K + tile * T * ks, ks, f16, U, g0, g1, dk, KT);
         for (qq = 0; qq < nq; qq++)
             if (m[qq])
                 for (hh = 0; hh < g; hh++) {
