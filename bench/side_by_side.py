@@ -1,7 +1,8 @@
 """pp512 / tg128 / load time: pyllama vs llama.cpp (through llama-cpp-python), side by side.
 
     python bench/side_by_side.py [--models gemma-3-270m,qwen2.5-coder-0.5b] [--pairs 5] [-t 2]
-        [--depth 4096]                            # also tg128 after a 4096-token prompt
+        [--depth 4096]                            # also pp4096 (the prompt, 512-token
+                                                  # ubatches) and tg128 after it
         [--numerics invariant|llama.cpp]          # pyllama's arithmetic (default invariant)
         [--flash-attn on|off]                     # both runtimes (default on: llama.cpp's -fa auto)
         [--llama-cpp-python /path/to/python]      # --models also takes GGUF paths
@@ -97,8 +98,10 @@ out["tg_cpu_ms"] = (time.process_time() - c) / 128 * 1e3
 if depth:                                    # tg128 after a depth-token prompt (llama-bench -d)
     ctx = new_ctx()
     dtoks = [int(t) for t in rng.integers(100, min(n_vocab, 30000), depth)]
-    for j in range(0, depth, 512):
+    t = time.perf_counter()
+    for j in range(0, depth, 512):             # the prompt in 512-token ubatches: pp{depth}
         decode(ctx, dtoks[j:j + 512], j)
+    out[f"pp{depth}"] = depth / (time.perf_counter() - t)
     t = time.perf_counter()
     for i in range(128):
         decode(ctx, [toks[i + 1]], depth + i)
@@ -193,7 +196,9 @@ def write_report(report: dict, runtimes: list) -> None:
              "| model | test | pyllama | llama.cpp | ratio (median of pair ratios) |",
              "|---|---|---|---|---|"]
     for alias, rows in report["results"].items():
-        tests = ["pp512", "tg128"] + [t for t in rows["pyllama"][0] if t.startswith("tg128_d")]
+        tests = ["pp512", "tg128"] + [t for t in rows["pyllama"][0]
+                                      if t.startswith("tg128_d") or (t.startswith("pp") and
+                                                                    t not in ("pp512", "pp512_cpu_s"))]
         for test in tests + ["load_s", "pp512_cpu_s", "tg_cpu_ms", "load_cpu_s"]:
             a = [r[test] for r in rows["pyllama"]]
             if "llama.cpp" in rows:
