@@ -138,8 +138,8 @@ def attention_fa(const float[:, :, ::1] q, const uint8_t[:, ::1] k_cache,
     cdef int gb = min(g, PYL_C_FA_ROWS), nhc = (g + gb - 1) // gb, nqb = PYL_C_FA_ROWS // gb
     cdef int wide = max(dk, dv, 64), hb, hn
     cdef Py_ssize_t width = dk + 2 * dv
-    if kernel == FA_TILED:                # K^T, V, scores, two padding rows, the lane list
-        width = dk * 64 + 64 * dv + PYL_C_FA_ROWS * 64 + 3 * wide
+    if kernel == FA_TILED:                # K^T, V, scores, two padding rows, d and lane lists
+        width = dk * 64 + 64 * dv + PYL_C_FA_ROWS * 64 + 2 * wide + dk + 64
     elif not f16:
         raise ValueError("attention_fa: one_chunk needs f16 caches")
     work = np.empty((max(nth, 1), width), np.float32)

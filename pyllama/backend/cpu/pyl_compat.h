@@ -816,7 +816,7 @@ static void pyl_c_fa_pack_kt(const uint8_t *K, int64_t ks, int f16, uint64_t U, 
 /* rows r = qq * g + hh for the block's nq queries (qq) and g heads (hh) of one KV head: q row
  * q + qq * qs + hh * dk, out row out + qq * os + hh * dv; query qq lists
  * cells[q_start[qq]:q_end[qq]] (ascending). nq * g <= PYL_C_FA_ROWS. work: dk * 64 (K^T) +
- * 64 * dv (V) + PYL_C_FA_ROWS * 64 (scores) + 2 * max(dk, dv, 64) floats, then max(dk, 64) ints. */
+ * 64 * dv (V) + PYL_C_FA_ROWS * 64 (scores) + 2 * max(dk, dv, 64) floats, then dk + 64 ints. */
 static void pyl_c_fa_tiled_block(const float *q, int64_t qs, int nq, int g, int dk, int dv,
                                  const uint8_t *K, int64_t ks, const uint8_t *V, int64_t vs,
                                  int f16, const int32_t *cells, const int64_t *q_start,
@@ -826,7 +826,7 @@ static void pyl_c_fa_tiled_block(const float *q, int64_t qs, int nq, int g, int 
                                                                   : (dv > T ? dv : T);
     float *KT = work, *V32 = KT + (size_t)dk * T, *P = V32 + (size_t)T * dv;
     float *zero = P + (size_t)PYL_C_FA_ROWS * T, *spare = zero + wide;
-    int *ki = (int *)(spare + wide), *lanes = ki;   /* d = 0..dk-1 for the scores, then lanes */
+    int *ki = (int *)(spare + wide), *lanes = ki + dk;  /* d = 0..dk-1; a tile's listed lanes */
     const float *arow[PYL_C_FA_ROWS], *prow[PYL_C_FA_ROWS];
     float *crow[PYL_C_FA_ROWS], *orow[PYL_C_FA_ROWS];
     float M[PYL_C_FA_ROWS], S[PYL_C_FA_ROWS];
@@ -835,6 +835,8 @@ static void pyl_c_fa_tiled_block(const float *q, int64_t qs, int nq, int g, int 
     float sc = softcap != 0.0f ? scale / softcap : scale;
     int r, qq, hh, l, d, c;
     memset(zero, 0, sizeof(float) * (size_t)wide);
+    for (d = 0; d < dk; d++)
+        ki[d] = d;
     for (qq = 0; qq < nq; qq++) {
         pos[qq] = q_start[qq];
         for (hh = 0; hh < g; hh++) {
@@ -870,8 +872,6 @@ static void pyl_c_fa_tiled_block(const float *q, int64_t qs, int nq, int g, int 
                     arow[na] = q + qq * qs + (int64_t)hh * dk;
                     crow[na++] = P + (size_t)(qq * g + hh) * T + g0 * 8;
                 }
-        for (d = 0; d < dk; d++)
-            ki[d] = d;
         pyl_c_fa_gemm(na, crow, 0, arow, ki, dk, KT + g0 * 8, T, (g1 - g0) * 8, zero, spare);
         na = 0;
         for (qq = 0; qq < nq; qq++) {                    /* online softmax per row */
