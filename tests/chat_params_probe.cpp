@@ -7,14 +7,9 @@
 // prompt, then the output, one code point at a time (llama.cpp's grammar integration test's
 // match_string; the server prefills the generation prompt the same way). A lazy grammar is
 // matched from its trigger on: the output alone.
-#include "chat.h"
-#include "peg-parser.h"
+#include "chat_probe.h"
 #include "../src/llama-grammar.h"
 #include "../src/unicode.h"
-#include <nlohmann/json.hpp>
-#include <iostream>
-#include <iterator>
-using json = nlohmann::ordered_json;
 
 static bool grammar_matches(const std::string & grammar_text, const std::string & input) {
     llama_grammar * g = llama_grammar_init_impl(nullptr, grammar_text.c_str(), "root", false,
@@ -40,32 +35,12 @@ static bool grammar_matches(const std::string & grammar_text, const std::string 
     return ok;
 }
 
-static json parse(const common_peg_arena & arena, const common_chat_parser_params & pp,
-                  const std::string & text, bool partial) {
-    try {
-        auto msg = common_chat_peg_parse(arena, text, partial, pp);
-        json calls = json::array();
-        for (auto & t : msg.tool_calls) calls.push_back({{"name", t.name}, {"arguments", t.arguments}});
-        return {{"content", msg.content}, {"reasoning_content", msg.reasoning_content}, {"tool_calls", calls}};
-    } catch (const std::exception & e) {
-        return {{"error", e.what()}};
-    }
-}
-
 int main() {
-    std::string raw((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-    json in = json::parse(raw);
+    json in = probe_read_stdin();
     auto tmpls = common_chat_templates_init(nullptr, in["template"].get<std::string>(), "<s>", "</s>");
     json out = json::array();
     for (auto & c : in["cases"]) {
-        common_chat_templates_inputs inputs;
-        common_chat_msg user; user.role = "user"; user.content = "hi";
-        inputs.messages = {user};
-        for (auto & t : c["tools"]) {
-            auto & f = t["function"];
-            inputs.tools.push_back({f["name"].get<std::string>(), f.value("description", std::string()),
-                                    f["parameters"].dump()});
-        }
+        common_chat_templates_inputs inputs = probe_inputs(c);
         inputs.tool_choice = common_chat_tool_choice_parse_oaicompat(c.value("tool_choice", std::string("auto")));
         inputs.parallel_tool_calls = c.value("parallel_tool_calls", false);
         auto params = common_chat_templates_apply(tmpls.get(), inputs);
@@ -80,8 +55,8 @@ int main() {
                   {"grammar_triggers", triggers}, {"preserved_tokens", params.preserved_tokens}};
         json parses = json::array(), partial = json::array(), matches = json::array();
         for (auto & o : c.value("outputs", json::array())) {
-            parses.push_back(parse(arena, pp, o.get<std::string>(), false));
-            partial.push_back(parse(arena, pp, o.get<std::string>(), true));
+            parses.push_back(probe_parse(arena, pp, o.get<std::string>(), false));
+            partial.push_back(probe_parse(arena, pp, o.get<std::string>(), true));
         }
         for (auto & m : c.value("matches", json::array())) {
             // a lazy grammar starts at its trigger, without the generation prompt
